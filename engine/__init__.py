@@ -1,0 +1,29 @@
+"""The streaming expert cache: a C core with a Python face."""
+
+from engine import errors
+from engine.errors import (
+    AllPinnedError,
+    BudgetError,
+    EngineError,
+    EngineIOError,
+    FileChangedError,
+    FormatError,
+    MisuseError,
+    NotFoundError,
+    OutOfMemoryError,
+    ShortReadError,
+)
+
+__all__ = [
+    "AllPinnedError",
+    "BudgetError",
+    "EngineError",
+    "EngineIOError",
+    "FileChangedError",
+    "FormatError",
+    "MisuseError",
+    "NotFoundError",
+    "OutOfMemoryError",
+    "ShortReadError",
+    "errors",
+]

@@ -1,0 +1,68 @@
+/* cffi declarations of engine/csrc/xc.h; contracts are in that header. */
+
+enum {
+    XC_OK = 0,
+    XC_E_NOMEM = -1,
+    XC_E_IO = -2,
+    XC_E_SHORT_READ = -3,
+    XC_E_CHANGED = -4,
+    XC_E_NOT_FOUND = -5,
+    XC_E_ALL_PINNED = -6,
+    XC_E_MISUSE = -7,
+    XC_E_BUDGET = -8,
+    XC_E_FORMAT_TOO_SHORT = -100,
+    XC_E_FORMAT_HEADER_TOO_LARGE = -101,
+    XC_E_FORMAT_HEADER_PAST_END = -102,
+    XC_E_FORMAT_NOT_UTF8 = -103,
+    XC_E_FORMAT_JSON = -104,
+    XC_E_FORMAT_SCHEMA = -105,
+    XC_E_FORMAT_DTYPE = -106,
+    XC_E_FORMAT_DUPLICATE = -107,
+    XC_E_FORMAT_OFFSETS = -108,
+    XC_E_FORMAT_OVERFLOW = -109,
+    XC_E_FORMAT_BITS = -110,
+    XC_E_FORMAT_SIZE = -111,
+    XC_E_FORMAT_LENGTH = -112,
+    XC_E_FORMAT_INDEX = -113,
+};
+
+typedef struct xc_error {
+    int code;
+    int64_t offset;
+    int32_t layer;
+    int32_t expert;
+    char message[1024];
+} xc_error;
+
+const xc_error *xc_last_error(void);
+const char *xc_status_name(int code);
+
+enum {
+    XC_DT_BOOL = 0, XC_DT_U8, XC_DT_I8,
+    XC_DT_F8_E5M2, XC_DT_F8_E4M3, XC_DT_F8_E8M0,
+    XC_DT_F8_E4M3FNUZ, XC_DT_F8_E5M2FNUZ,
+    XC_DT_I16, XC_DT_U16, XC_DT_F16, XC_DT_BF16,
+    XC_DT_I32, XC_DT_U32, XC_DT_F32,
+    XC_DT_I64, XC_DT_U64, XC_DT_F64, XC_DT_C64,
+    XC_DT_F4, XC_DT_F6_E2M3, XC_DT_F6_E3M2,
+    XC_DT_COUNT
+};
+const char *xc_dtype_name(int dtype);
+int xc_dtype_bits(int dtype);
+
+void xc_alloc_fail_at(uint64_t n, int persistent);
+uint64_t xc_alloc_count(void);
+int64_t xc_alloc_live(void);
+uint64_t xc_alloc_failures(void);
+
+typedef struct xc_io {
+    int (*open)(void *ctx, const char *path, int direct, int64_t *handle);
+    int64_t (*pread)(void *ctx, int64_t handle, void *buf, size_t len,
+                     uint64_t offset);
+    int (*size)(void *ctx, int64_t handle, uint64_t *out_bytes);
+    int (*close)(void *ctx, int64_t handle);
+    void *ctx;
+} xc_io;
+const xc_io *xc_io_default(void);
+int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
+                    void *buf, size_t len, uint64_t offset, size_t *got);

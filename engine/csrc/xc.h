@@ -1,0 +1,236 @@
+/*
+ * xc.h -- the whole public C boundary of the expert cache.
+ *
+ * Ownership and lifetimes
+ * -----------------------
+ * Every object is opaque and created by an xc_*_open() function that returns
+ * a status code and writes the new object through an out-parameter; the
+ * caller owns it and gives it back with the matching xc_*_close().  Nothing
+ * is written through an out-parameter when a call fails.  Strings returned by
+ * an object (tensor names, shard paths, metadata) live as long as that object.
+ * An xc_io vtable passed to an open function is copied; its ctx must outlive
+ * every object opened with it.
+ *
+ * Errors
+ * ------
+ * Functions return XC_OK (0) or a negative XC_E_* code.  The detail of the
+ * most recent failure on the calling thread (message, byte offset, layer and
+ * expert) is kept in thread-local storage and read with xc_last_error(); a
+ * successful call does not clear it.  Library code never calls exit() or
+ * abort().  Codes from -100 to -199 are format errors, one per validation
+ * check, in the order the reader performs them.
+ *
+ * Threads
+ * -------
+ * Functions that take a const object are safe to call from several threads at
+ * once.  Closing an object while another thread uses it is a caller bug.
+ */
+#ifndef XC_H
+#define XC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Status codes                                                         */
+/* ------------------------------------------------------------------ */
+
+enum {
+    XC_OK = 0,
+    XC_E_NOMEM = -1,       /* an allocation failed; nothing changed */
+    XC_E_IO = -2,          /* the OS reported an error (errno in message) */
+    XC_E_SHORT_READ = -3,  /* fewer bytes than asked arrived (EOF) */
+    XC_E_CHANGED = -4,     /* a file changed identity or size while open */
+    XC_E_NOT_FOUND = -5,   /* no such tensor, shard or key */
+    XC_E_ALL_PINNED = -6,  /* every slot is held, pinned or in flight */
+    XC_E_MISUSE = -7,      /* bad argument or call out of order */
+    XC_E_BUDGET = -8,      /* cache budget too small (message says why) */
+
+    /* Format errors: one per check of the safetensors validation order. */
+    XC_E_FORMAT_TOO_SHORT = -100,        /* file shorter than 8 bytes */
+    XC_E_FORMAT_HEADER_TOO_LARGE = -101, /* header length N > 100,000,000 */
+    XC_E_FORMAT_HEADER_PAST_END = -102,  /* 8 + N overflows or passes EOF */
+    XC_E_FORMAT_NOT_UTF8 = -103,         /* header bytes are not UTF-8 */
+    XC_E_FORMAT_JSON = -104,             /* header is not valid JSON */
+    XC_E_FORMAT_SCHEMA = -105,           /* JSON of the wrong shape */
+    XC_E_FORMAT_DTYPE = -106,            /* unknown dtype string */
+    XC_E_FORMAT_DUPLICATE = -107,        /* a tensor name appears twice */
+    XC_E_FORMAT_OFFSETS = -108,          /* overlap, gap or end < begin */
+    XC_E_FORMAT_OVERFLOW = -109,         /* elements x bits overflows */
+    XC_E_FORMAT_BITS = -110,             /* size in bits not whole bytes */
+    XC_E_FORMAT_SIZE = -111,             /* end - begin != computed size */
+    XC_E_FORMAT_LENGTH = -112,           /* data end != file length */
+    XC_E_FORMAT_INDEX = -113,            /* index.json inconsistent */
+};
+
+#define XC_E_FORMAT_FIRST (-100)
+#define XC_E_FORMAT_LAST (-113)
+
+/* Detail of the last failure on this thread.  offset is a byte position
+ * (-1 when none applies); layer and expert are -1 when none applies. */
+typedef struct xc_error {
+    int code;
+    int64_t offset;
+    int32_t layer;
+    int32_t expert;
+    char message[1024];
+} xc_error;
+
+/* Returns this thread's last error record.  Never NULL; cannot fail. */
+const xc_error *xc_last_error(void);
+
+/* Returns a static, stable name for a status code ("ok", "nomem",
+ * "format_offsets", ...), or "unknown" for a code not listed above. */
+const char *xc_status_name(int code);
+
+/* ------------------------------------------------------------------ */
+/* Dtypes                                                               */
+/* ------------------------------------------------------------------ */
+
+enum {
+    XC_DT_BOOL = 0, XC_DT_U8, XC_DT_I8,
+    XC_DT_F8_E5M2, XC_DT_F8_E4M3, XC_DT_F8_E8M0,
+    XC_DT_F8_E4M3FNUZ, XC_DT_F8_E5M2FNUZ,
+    XC_DT_I16, XC_DT_U16, XC_DT_F16, XC_DT_BF16,
+    XC_DT_I32, XC_DT_U32, XC_DT_F32,
+    XC_DT_I64, XC_DT_U64, XC_DT_F64, XC_DT_C64,
+    XC_DT_F4, XC_DT_F6_E2M3, XC_DT_F6_E3M2,
+    XC_DT_COUNT
+};
+
+/* Name as written in a safetensors header ("BF16"), or NULL if out of
+ * range.  Cannot fail otherwise. */
+const char *xc_dtype_name(int dtype);
+
+/* Bits per element (4, 6, 8, 16, 32 or 64), or 0 if out of range. */
+int xc_dtype_bits(int dtype);
+
+/* ------------------------------------------------------------------ */
+/* Allocation seam                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Every allocation the engine makes goes through one wrapper so that tests
+ * can fail the Nth one.  xc_alloc_fail_at(n, persistent): the n-th
+ * allocation from now (1 = the next one) fails; with persistent != 0 every
+ * allocation after it fails too.  n == 0 disarms.  The counters are
+ * process-wide and atomic.  xc_alloc_live() is the number of engine
+ * allocations not yet freed; xc_alloc_count() the number made so far. */
+void xc_alloc_fail_at(uint64_t n, int persistent);
+uint64_t xc_alloc_count(void);
+int64_t xc_alloc_live(void);
+/* Number of allocations refused by the armed fault so far. */
+uint64_t xc_alloc_failures(void);
+
+/* ------------------------------------------------------------------ */
+/* I/O seam                                                             */
+/* ------------------------------------------------------------------ */
+
+/* The only place the engine touches file descriptors.  Each function returns
+ * 0 / a byte count on success and a negative errno on failure.  pread may
+ * return fewer bytes than asked (the caller loops) and 0 at end of file.
+ * ctx is passed back unchanged. */
+typedef struct xc_io {
+    int (*open)(void *ctx, const char *path, int direct, int64_t *handle);
+    int64_t (*pread)(void *ctx, int64_t handle, void *buf, size_t len,
+                     uint64_t offset);
+    int (*size)(void *ctx, int64_t handle, uint64_t *out_bytes);
+    int (*close)(void *ctx, int64_t handle);
+    void *ctx;
+} xc_io;
+
+/* The default POSIX vtable (open/pread/fstat/close).  Cannot fail. */
+const xc_io *xc_io_default(void);
+
+/* Reads exactly len bytes at offset through io, looping over partial reads
+ * and retrying EINTR.  Returns XC_OK, XC_E_SHORT_READ when end of file came
+ * first (*got says how many arrived), or XC_E_IO with errno in the message.
+ * path is used only for messages and may be NULL.  buf's content after a
+ * failure is unspecified. */
+int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
+                    void *buf, size_t len, uint64_t offset, size_t *got);
+
+/* ------------------------------------------------------------------ */
+/* Safetensors container                                                */
+/* ------------------------------------------------------------------ */
+
+#define XC_MAX_DIMS 8
+#define XC_HEADER_MAX_BYTES 100000000ull
+
+typedef struct xc_st xc_st;
+
+typedef struct xc_tensor_info {
+    const char *name;      /* owned by the container */
+    int dtype;             /* XC_DT_* */
+    int ndim;
+    int64_t shape[XC_MAX_DIMS];
+    uint32_t shard;        /* index into the container's shards */
+    uint64_t offset;       /* absolute byte offset in the shard file */
+    uint64_t nbytes;
+} xc_tensor_info;
+
+typedef struct xc_st_opts {
+    const xc_io *io;       /* NULL: xc_io_default() */
+    int direct;            /* 1: try O_DIRECT for tensor reads (probed) */
+} xc_st_opts;
+
+/* Opens a container: one .safetensors file, a folder holding
+ * model.safetensors.index.json (or a single .safetensors file), or the index
+ * file itself.  Validates every header completely (see DESIGN §3) and, for
+ * an index, that each tensor lives in the shard the index names, each named
+ * shard exists and total_size matches.  On failure returns the first error
+ * found (XC_E_FORMAT_* with the file and byte offset in the message,
+ * XC_E_IO, XC_E_NOMEM), writes nothing to *out and leaves no descriptor
+ * open.  opts may be NULL. */
+int xc_st_open(const char *path, const xc_st_opts *opts, xc_st **out);
+
+/* Closes every shard and frees the container.  NULL is a no-op. */
+void xc_st_close(xc_st *st);
+
+/* Number of tensors / shards.  Cannot fail. */
+size_t xc_st_n_tensors(const xc_st *st);
+size_t xc_st_n_shards(const xc_st *st);
+
+/* Tensor i in container order (shard by shard, ascending offset).
+ * XC_E_MISUSE if i is out of range. */
+int xc_st_tensor(const xc_st *st, size_t i, xc_tensor_info *out);
+
+/* Index of the tensor called name, by hash lookup.  XC_E_NOT_FOUND if no
+ * tensor has that name. */
+int xc_st_find(const xc_st *st, const char *name, size_t *out_index);
+
+/* Path of shard i (as opened), or NULL if out of range. */
+const char *xc_st_shard_path(const xc_st *st, size_t i);
+
+/* Byte offset where shard i's data buffer begins (8 + N). 0 if out of
+ * range. */
+uint64_t xc_st_shard_data_start(const xc_st *st, size_t i);
+
+/* The io handle of shard i, for the loader. -1 if out of range. */
+int64_t xc_st_shard_handle(const xc_st *st, size_t i);
+
+/* The io vtable the container reads through.  Cannot fail. */
+const xc_io *xc_st_io(const xc_st *st);
+
+/* __metadata__ entries of the first shard, in header order. */
+size_t xc_st_n_metadata(const xc_st *st);
+int xc_st_metadata(const xc_st *st, size_t i, const char **key,
+                   const char **value);
+
+/* Whether O_DIRECT is in effect (1) or was asked for and fell back (0, with
+ * the reason in xc_st_direct_note()). */
+int xc_st_direct_active(const xc_st *st);
+const char *xc_st_direct_note(const xc_st *st);
+
+/* Reads tensor i's bytes into dst (dst_len must be at least its nbytes)
+ * through the container's io.  XC_E_SHORT_READ / XC_E_IO on failure, with
+ * the tensor name, shard and offset in the message. */
+int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XC_H */

@@ -1,0 +1,5 @@
+"""setuptools hook for cffi: compiles engine/csrc into engine._xc."""
+
+from setuptools import setup
+
+setup(cffi_modules=["engine/_build.py:ffibuilder"])

@@ -1,0 +1,23 @@
+"""Shared test configuration: hypothesis profiles and common fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+# `ci` extends hypothesis' built-in profile of that name (derandomized, no
+# deadline, no example database); `thorough` runs twenty times the examples.
+_ci = settings.get_profile("ci")
+settings.register_profile(
+    "ci", _ci, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+settings.register_profile(
+    "thorough", settings.get_profile("ci"),
+    max_examples=20 * settings.get_profile("ci").max_examples,
+)
+settings.load_profile(os.environ.get("XC_HYPOTHESIS_PROFILE", "ci"))
+
+#: Real routing traces shared beside the project (read in place).
+TRACES_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"

@@ -66,3 +66,22 @@ typedef struct xc_io {
 const xc_io *xc_io_default(void);
 int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
                     void *buf, size_t len, uint64_t offset, size_t *got);
+
+enum {
+    XC_FAULT_NONE = 0,
+    XC_FAULT_PARTIAL = 1,
+    XC_FAULT_EOF = 2,
+    XC_FAULT_EIO = 3,
+    XC_FAULT_EINTR = 4,
+    XC_FAULT_DELAY = 5,
+};
+typedef struct xc_fault xc_fault;
+int xc_fault_open(const xc_io *inner, xc_fault **out);
+void xc_fault_close(xc_fault *f);
+const xc_io *xc_fault_io(const xc_fault *f);
+int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
+                 int64_t arg, const char *path_filter);
+void xc_fault_disarm(xc_fault *f);
+uint64_t xc_fault_reads(const xc_fault *f);
+uint64_t xc_fault_fired(const xc_fault *f);
+int64_t xc_fault_open_handles(const xc_fault *f);

@@ -230,6 +230,57 @@ const char *xc_st_direct_note(const xc_st *st);
  * the tensor name, shard and offset in the message. */
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 
+
+/* ------------------------------------------------------------------ */
+/* Fault injection under the I/O seam                                   */
+/* ------------------------------------------------------------------ */
+
+/* A fault injector is an xc_io vtable that forwards to an inner vtable and
+ * breaks chosen reads.  Tests configure it from Python; it is plain C, so no
+ * Python code ever runs inside a read.  Reads are counted per injector from
+ * the moment it is armed: the nth pread (1 = the next) that matches the path
+ * filter meets the fault; with persistent != 0 every matching pread after it
+ * does too. */
+enum {
+    XC_FAULT_NONE = 0,
+    XC_FAULT_PARTIAL = 1, /* return at most arg bytes (a legal partial read) */
+    XC_FAULT_EOF = 2,     /* return 0: the file seems to end here */
+    XC_FAULT_EIO = 3,     /* fail with -EIO */
+    XC_FAULT_EINTR = 4,   /* fail with -EINTR (the read loop must retry) */
+    XC_FAULT_DELAY = 5,   /* sleep arg microseconds, then read normally */
+};
+
+typedef struct xc_fault xc_fault;
+
+/* Creates an injector forwarding to inner (NULL: xc_io_default()), disarmed.
+ * XC_E_NOMEM on failure. */
+int xc_fault_open(const xc_io *inner, xc_fault **out);
+
+/* Frees the injector.  Every object opened with its vtable must be closed
+ * first.  NULL is a no-op. */
+void xc_fault_close(xc_fault *f);
+
+/* The injector's vtable, for xc_st_opts.io.  Valid until xc_fault_close. */
+const xc_io *xc_fault_io(const xc_fault *f);
+
+/* Arms the fault: kind (XC_FAULT_*), nth matching pread from now (>= 1),
+ * transient or persistent, arg (bytes for PARTIAL, microseconds for DELAY),
+ * and path_filter: only reads of files whose opened path contains this
+ * substring match (NULL or "" = every file).  Replaces any earlier arming
+ * and restarts the count.  XC_E_MISUSE for an unknown kind or nth == 0. */
+int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
+                 int64_t arg, const char *path_filter);
+
+/* Disarms; reads pass through unchanged.  Cannot fail. */
+void xc_fault_disarm(xc_fault *f);
+
+/* Matching preads seen since arming, and how many met the fault. */
+uint64_t xc_fault_reads(const xc_fault *f);
+uint64_t xc_fault_fired(const xc_fault *f);
+
+/* Descriptors the injector has open right now (opened minus closed). */
+int64_t xc_fault_open_handles(const xc_fault *f);
+
 #ifdef __cplusplus
 }
 #endif

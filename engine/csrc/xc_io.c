@@ -72,15 +72,21 @@ static const xc_io posix_io = {posix_open, posix_pread, posix_size,
 
 const xc_io *xc_io_default(void) { return &posix_io; }
 
+/* Consecutive EINTR/EAGAIN results without a byte of progress after which a
+ * read gives up: a signal storm that long is a fault to report, not to spin
+ * on forever. */
+#define XC_IO_MAX_RETRIES 1000
+
 int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
                     void *buf, size_t len, uint64_t offset, size_t *got)
 {
     size_t done = 0;
+    unsigned retries = 0;
     unsigned char *p = buf;
     while (done < len) {
         int64_t n = io->pread(io->ctx, handle, p + done, len - done,
                               offset + done);
-        if (n == -EINTR || n == -EAGAIN)
+        if ((n == -EINTR || n == -EAGAIN) && ++retries < XC_IO_MAX_RETRIES)
             continue;
         if (n < 0) {
             if (got)
@@ -107,6 +113,7 @@ int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
                            "%s: read returned %lld bytes for %zu asked",
                            path ? path : "(file)", (long long)n, len - done);
         done += (size_t)n;
+        retries = 0;
     }
     if (got)
         *got = done;

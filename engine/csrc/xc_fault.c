@@ -1,0 +1,271 @@
+/*
+ * xc_fault.c -- a fault-injecting xc_io vtable.
+ *
+ * Real machines return short reads, EIO and EINTR storms; the cache promises
+ * that none of them ever publishes a partial expert or leaks a reservation.
+ * To test that promise the faults must happen *under* the engine's read loop,
+ * in C, at the exact call a countdown names -- the way SQLite's test VFS
+ * and malloc countdown work.  This injector wraps another vtable:
+ *
+ *     cache / reader --> xc_io_read_full --> [xc_fault] --> inner vtable
+ *
+ * It remembers the path of every handle it opened (so a fault can target one
+ * shard even when armed after the container was opened), counts matching
+ * preads from the moment it is armed, and breaks the nth one (transient) or
+ * the nth and every later one (persistent).  The decision is taken under a
+ * mutex; the forwarded read and any delay happen outside it, so concurrent
+ * readers are serialised only for the bookkeeping.
+ */
+#include "xc_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct handle_path {
+    int64_t handle;
+    char *path;
+} handle_path;
+
+struct xc_fault {
+    xc_io vt;             /* our vtable; vt.ctx points back here */
+    xc_io inner;          /* copied at open */
+    pthread_mutex_t mu;
+    handle_path *handles; /* open handles and their paths */
+    size_t n_handles, cap_handles;
+    /* arming */
+    int kind;
+    uint64_t nth;
+    int persistent;
+    int64_t arg;
+    char *filter;         /* NULL = every file */
+    uint64_t reads;       /* matching preads since arming */
+    uint64_t fired;
+};
+
+/* Path of handle h, or NULL; caller holds f->mu. */
+static const char *path_of(const xc_fault *f, int64_t h)
+{
+    for (size_t i = 0; i < f->n_handles; i++)
+        if (f->handles[i].handle == h)
+            return f->handles[i].path;
+    return NULL;
+}
+
+static int fault_open(void *ctx, const char *path, int direct,
+                      int64_t *handle)
+{
+    xc_fault *f = ctx;
+    int64_t h;
+    char *copy;
+    int rc;
+    copy = xc_strdup(path);
+    if (copy == NULL)
+        return -ENOMEM;
+    pthread_mutex_lock(&f->mu);
+    if (f->n_handles == f->cap_handles) {
+        size_t cap = f->cap_handles ? 2 * f->cap_handles : 8;
+        handle_path *p = xc_realloc(f->handles, cap * sizeof *p);
+        if (p == NULL) {
+            pthread_mutex_unlock(&f->mu);
+            xc_free(copy);
+            return -ENOMEM;
+        }
+        f->handles = p;
+        f->cap_handles = cap;
+    }
+    pthread_mutex_unlock(&f->mu);
+    rc = f->inner.open(f->inner.ctx, path, direct, &h);
+    if (rc < 0) {
+        xc_free(copy);
+        return rc;
+    }
+    pthread_mutex_lock(&f->mu);
+    f->handles[f->n_handles].handle = h;
+    f->handles[f->n_handles].path = copy;
+    f->n_handles++;
+    pthread_mutex_unlock(&f->mu);
+    *handle = h;
+    return 0;
+}
+
+/* Decides whether this pread meets the fault; caller holds f->mu. */
+static int meets_fault(xc_fault *f, int64_t handle)
+{
+    const char *path;
+    if (f->kind == XC_FAULT_NONE)
+        return 0;
+    if (f->filter != NULL) {
+        path = path_of(f, handle);
+        if (path == NULL || strstr(path, f->filter) == NULL)
+            return 0;
+    }
+    f->reads++;
+    if (f->reads == f->nth || (f->persistent && f->reads > f->nth)) {
+        f->fired++;
+        return 1;
+    }
+    return 0;
+}
+
+static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
+                           uint64_t offset)
+{
+    xc_fault *f = ctx;
+    int kind = XC_FAULT_NONE;
+    int64_t arg = 0;
+    pthread_mutex_lock(&f->mu);
+    if (meets_fault(f, handle)) {
+        kind = f->kind;
+        arg = f->arg;
+    }
+    pthread_mutex_unlock(&f->mu);
+    switch (kind) {
+    case XC_FAULT_PARTIAL:
+        if (arg >= 0 && (uint64_t)arg < len)
+            len = (size_t)arg;
+        break;
+    case XC_FAULT_EOF:
+        return 0;
+    case XC_FAULT_EIO:
+        return -EIO;
+    case XC_FAULT_EINTR:
+        return -EINTR;
+    case XC_FAULT_DELAY: {
+        struct timespec ts;
+        ts.tv_sec = (time_t)(arg / 1000000);
+        ts.tv_nsec = (long)(arg % 1000000) * 1000;
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        break;
+    }
+    default:
+        break;
+    }
+    return f->inner.pread(f->inner.ctx, handle, buf, len, offset);
+}
+
+static int fault_size(void *ctx, int64_t handle, uint64_t *out_bytes)
+{
+    xc_fault *f = ctx;
+    return f->inner.size(f->inner.ctx, handle, out_bytes);
+}
+
+static int fault_close(void *ctx, int64_t handle)
+{
+    xc_fault *f = ctx;
+    char *path = NULL;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->n_handles; i++) {
+        if (f->handles[i].handle == handle) {
+            path = f->handles[i].path;
+            f->handles[i] = f->handles[--f->n_handles];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    xc_free(path);
+    return f->inner.close(f->inner.ctx, handle);
+}
+
+int xc_fault_open(const xc_io *inner, xc_fault **out)
+{
+    xc_fault *f = xc_calloc(1, sizeof *f);
+    if (f == NULL)
+        return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                       "out of memory creating a fault injector");
+    f->inner = inner ? *inner : *xc_io_default();
+    f->vt.open = fault_open;
+    f->vt.pread = fault_pread;
+    f->vt.size = fault_size;
+    f->vt.close = fault_close;
+    f->vt.ctx = f;
+    pthread_mutex_init(&f->mu, NULL);
+    *out = f;
+    return XC_OK;
+}
+
+void xc_fault_close(xc_fault *f)
+{
+    if (f == NULL)
+        return;
+    for (size_t i = 0; i < f->n_handles; i++)
+        xc_free(f->handles[i].path);
+    xc_free(f->handles);
+    xc_free(f->filter);
+    pthread_mutex_destroy(&f->mu);
+    xc_free(f);
+}
+
+const xc_io *xc_fault_io(const xc_fault *f) { return &f->vt; }
+
+int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
+                 int64_t arg, const char *path_filter)
+{
+    char *filter = NULL;
+    if (kind < XC_FAULT_PARTIAL || kind > XC_FAULT_DELAY)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "unknown fault kind %d (valid: 1 partial, 2 eof, "
+                       "3 eio, 4 eintr, 5 delay)", kind);
+    if (nth == 0)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "fault countdown must start at 1, not 0");
+    if (arg < 0)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "fault argument must not be negative (got %lld)",
+                       (long long)arg);
+    if (path_filter != NULL && path_filter[0] != '\0') {
+        filter = xc_strdup(path_filter);
+        if (filter == NULL)
+            return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                           "out of memory arming a fault");
+    }
+    pthread_mutex_lock(&f->mu);
+    xc_free(f->filter);
+    f->filter = filter;
+    f->kind = kind;
+    f->nth = nth;
+    f->persistent = persistent != 0;
+    f->arg = arg;
+    f->reads = 0;
+    f->fired = 0;
+    pthread_mutex_unlock(&f->mu);
+    return XC_OK;
+}
+
+void xc_fault_disarm(xc_fault *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->kind = XC_FAULT_NONE;
+    xc_free(f->filter);
+    f->filter = NULL;
+    pthread_mutex_unlock(&f->mu);
+}
+
+uint64_t xc_fault_reads(const xc_fault *f)
+{
+    uint64_t n;
+    pthread_mutex_lock((pthread_mutex_t *)&f->mu);
+    n = f->reads;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->mu);
+    return n;
+}
+
+uint64_t xc_fault_fired(const xc_fault *f)
+{
+    uint64_t n;
+    pthread_mutex_lock((pthread_mutex_t *)&f->mu);
+    n = f->fired;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->mu);
+    return n;
+}
+
+int64_t xc_fault_open_handles(const xc_fault *f)
+{
+    int64_t n;
+    pthread_mutex_lock((pthread_mutex_t *)&f->mu);
+    n = (int64_t)f->n_handles;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->mu);
+    return n;
+}

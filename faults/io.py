@@ -1,0 +1,101 @@
+"""I/O faults under the C code: the engine's fault-injecting vtable, from Python.
+
+The injector is C (``engine/csrc/xc_fault.c``); Python only configures it, so
+no Python exception can ever cross a C read.  Pass ``IOFaults.io`` to
+``engine.Container(..., io=...)`` and arm a fault before the operation under
+test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine import _lib
+
+#: Fault kinds by name, as the C injector numbers them.
+KINDS: dict[str, int] = {
+    "partial": 1,  # the pread returns at most `arg` bytes (legal; loop continues)
+    "eof": 2,      # the pread returns 0: the file seems to end there
+    "eio": 3,      # the pread fails with EIO
+    "eintr": 4,    # the pread fails with EINTR (the loop must retry)
+    "delay": 5,    # sleep `arg` microseconds, then read normally
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One armed fault: which kind, at which matching read, for how long."""
+
+    kind: str
+    nth: int = 1
+    persistent: bool = False
+    arg: int = 0
+    path_filter: str = ""
+
+
+class IOFaults:
+    """A fault-injecting I/O vtable that forwards to the default POSIX one."""
+
+    def __init__(self) -> None:
+        ffi, lib = _lib.ffi(), _lib.lib()
+        out = ffi.new("xc_fault **")
+        _lib.check(lib.xc_fault_open(ffi.NULL, out))
+        self._ptr: Any = out[0]
+
+    @property
+    def io(self) -> Any:
+        """The ``const xc_io *`` to hand to a container."""
+        self._require_open()
+        return _lib.lib().xc_fault_io(self._ptr)
+
+    def arm(self, fault: Fault) -> None:
+        """Arm ``fault``, replacing any earlier one and restarting the count."""
+        self._require_open()
+        if fault.kind not in KINDS:
+            raise ValueError(f"unknown fault kind {fault.kind!r}; valid: "
+                             f"{', '.join(KINDS)}")
+        ffi = _lib.ffi()
+        flt = fault.path_filter.encode() if fault.path_filter else ffi.NULL
+        _lib.check(_lib.lib().xc_fault_arm(self._ptr, KINDS[fault.kind],
+                                           fault.nth, int(fault.persistent),
+                                           fault.arg, flt))
+
+    def disarm(self) -> None:
+        """Let every read through unchanged."""
+        self._require_open()
+        _lib.lib().xc_fault_disarm(self._ptr)
+
+    @property
+    def reads(self) -> int:
+        """Matching preads since the fault was armed."""
+        self._require_open()
+        return int(_lib.lib().xc_fault_reads(self._ptr))
+
+    @property
+    def fired(self) -> int:
+        """How many preads met the fault since it was armed."""
+        self._require_open()
+        return int(_lib.lib().xc_fault_fired(self._ptr))
+
+    @property
+    def open_handles(self) -> int:
+        """Descriptors opened through this injector and not yet closed."""
+        self._require_open()
+        return int(_lib.lib().xc_fault_open_handles(self._ptr))
+
+    def close(self) -> None:
+        """Free the injector; every container using it must be closed first."""
+        if self._ptr is not None:
+            _lib.lib().xc_fault_close(self._ptr)
+            self._ptr = None
+
+    def _require_open(self) -> None:
+        if self._ptr is None:
+            raise ValueError("the fault injector is closed")
+
+    def __enter__(self) -> IOFaults:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

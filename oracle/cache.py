@@ -1,0 +1,464 @@
+"""A plain-Python model of the expert cache, exactly per docs/CACHE.md.
+
+It answers "what must the engine report now" for any single-threaded
+sequence of calls: which slot a key lands in, which victim goes, every
+counter. Reads are instantaneous and succeed unless a test injects a failure
+(``fail=`` on :meth:`CacheModel.get`, ``failures=`` on
+:meth:`CacheModel.getmany`), so failure accounting can be compared too.
+
+One slot's life: EMPTY -> INFLIGHT (reserved, with its key) -> READY (whole
+payload) -> victim (INFLIGHT again for the new key), or back to EMPTY when a
+read fails. A slot is *protected* when ``holds + pins > 0`` (and, inside one
+``getmany``, when it holds a resident key named by the batch); protected and
+INFLIGHT slots are never victims.
+
+The victim rule (:func:`choose_victim`) is shared with ``oracle.sim``, so the
+simulator and the model cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from oracle.errors import AllPinned, Budget, IOFailure, Misuse, NotFound, ShortRead
+
+__all__ = [
+    "EMPTY", "INFLIGHT", "READY", "ALIGN_BYTES", "POLICIES", "COUNTERS",
+    "stride_bytes", "splitmix64", "lfru_sample", "parse_policy", "choose_victim",
+    "Ref", "SlotView", "CacheModel",
+]
+
+EMPTY, INFLIGHT, READY = "EMPTY", "INFLIGHT", "READY"
+ALIGN_BYTES = 4096
+_MASK64 = (1 << 64) - 1
+
+#: Every policy and its parameters with their defaults (docs/CACHE.md).
+POLICIES: dict[str, dict[str, int]] = {
+    "lru": {}, "fifo": {}, "lfu": {},
+    "lfru": {"sample": 4, "seed": 0},
+    "hotness": {"period": 256},
+}
+
+#: The counters of one window, in the order of docs/CACHE.md.
+COUNTERS = (
+    "requests", "hits", "misses", "prefetch_loads", "prefetch_first_uses",
+    "prefetch_evicted_unused", "evictions", "payload_bytes", "io_bytes",
+    "load_failures", "short_reads", "io_errors",
+)
+
+
+def stride_bytes(expert_bytes: int, align: int = ALIGN_BYTES) -> int:
+    """Slot stride: ``round_up(expert_bytes + 2 * align, align)``."""
+    return -(-(expert_bytes + 2 * align) // align) * align
+
+
+def splitmix64(x: int) -> int:
+    """The standard splitmix64 finaliser of ``x + golden gamma``, mod 2**64."""
+    z = (x + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def lfru_sample(seed: int, n_evictions: int, sample: int, m: int) -> list[int]:
+    """Positions into the ascending candidate list that LFRU considers.
+
+    All of ``0 .. m-1`` when ``sample >= m``; else ``h(seed, e*s + i) % m`` for
+    ``i = 0 .. s-1`` (repeats allowed), ``h(seed, x) = splitmix64((seed << 32) ^ x)``.
+    """
+    if sample >= m:
+        return list(range(m))
+    base = (seed << 32) & _MASK64
+    return [splitmix64(base ^ ((n_evictions * sample + i) & _MASK64)) % m
+            for i in range(sample)]
+
+
+def parse_policy(spec: str) -> tuple[str, dict[str, int]]:
+    """Parse ``name:key=value,...`` into the name and its full parameter map.
+
+    An unknown policy or parameter, or a bad value, is ``Misuse`` whose message
+    lists the valid ones.
+    """
+    name, _, rest = spec.partition(":")
+    if name not in POLICIES:
+        raise Misuse(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    params = dict(POLICIES[name])
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if key not in params or not eq:
+            valid = ", ".join(params) or "none"
+            raise Misuse(f"bad parameter {item!r} for {name}; valid: {valid}")
+        try:
+            params[key] = int(value, 0)
+        except ValueError:
+            raise Misuse(f"parameter {key} of {name} is not an integer: {value!r}"
+                         ) from None
+    if params.get("sample", 1) < 1 or params.get("period", 1) < 1:
+        raise Misuse(f"{name}: sample and period must be at least 1")
+    if not 0 <= params.get("seed", 0) <= _MASK64:
+        raise Misuse(f"{name}: seed must be an unsigned 64-bit integer")
+    return name, params
+
+
+def choose_victim(policy: str, params: Mapping[str, int], cands: np.ndarray,
+                  last_use: np.ndarray, insert_tick: np.ndarray, freq: np.ndarray,
+                  hot: np.ndarray, n_evictions: int) -> int:
+    """The policy's ``to_evict``: the victim slot among ``cands``; pure.
+
+    ``cands`` are the candidate slot numbers in ascending order (not empty);
+    the other arrays are indexed by slot (``hot`` holds each slot's key's
+    hotness count); ``n_evictions`` is the number of policy evictions so far.
+    """
+    if policy == "lru":
+        return int(cands[np.argmin(last_use[cands])])
+    if policy == "fifo":
+        return int(cands[np.argmin(insert_tick[cands])])
+    if policy == "lfru":
+        picked = lfru_sample(params["seed"], n_evictions, params["sample"], len(cands))
+        cands = cands[picked]
+        primary = freq
+    elif policy == "lfu":
+        primary = freq
+    elif policy == "hotness":
+        primary = hot
+    else:
+        raise Misuse(f"unknown policy {policy!r}")
+    # Ties on the primary end in last_use, which is unique.
+    return int(cands[np.lexsort((last_use[cands], primary[cands]))[0]])
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A held reference returned by ``get``; ``release`` it exactly once."""
+
+    id: int
+    layer: int
+    expert: int
+    slot: int
+    cache_id: int
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """A snapshot of one slot."""
+
+    state: str
+    key: tuple[int, int] | None
+    holds: int
+    pins: int
+    mark: bool
+    last_use: int
+    insert_tick: int
+    freq: int
+
+
+class CacheModel:
+    """The cache of docs/CACHE.md, single-threaded, reads injected or instant.
+
+    Give the budget as ``n_slots`` or ``budget_bytes`` (exactly one); fewer
+    than ``top_k + 1`` slots is ``Budget``. ``io_bytes_per_load`` is what one
+    load asks of io (default ``expert_bytes``: no widening, no chunks).
+    """
+
+    _next_cache_id = 1
+
+    def __init__(self, layers: Sequence[int], n_experts: int, top_k: int, *,
+                 expert_bytes: int, n_slots: int | None = None,
+                 budget_bytes: int | None = None, policy: str = "lru",
+                 io_bytes_per_load: int | None = None) -> None:
+        if list(layers) != sorted(set(layers)) or not layers or n_experts < 1:
+            raise Misuse("layers must be ascending and distinct; n_experts >= 1")
+        self.layers = list(layers)
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.expert_bytes = expert_bytes
+        self.stride = stride_bytes(expert_bytes)
+        self.io_bytes_per_load = (expert_bytes if io_bytes_per_load is None
+                                  else io_bytes_per_load)
+        if (n_slots is None) == (budget_bytes is None):
+            raise Misuse("give exactly one of n_slots and budget_bytes")
+        if n_slots is None:
+            n_slots = budget_bytes // self.stride
+        if n_slots < top_k + 1:
+            raise Budget(f"the cache needs {top_k + 1} slots (top_k + 1) but the "
+                         f"budget holds {n_slots}; the smallest budget_bytes that "
+                         f"works is {(top_k + 1) * self.stride}")
+        self.n_slots = n_slots
+        self.policy, self.params = parse_policy(policy)
+        self._layer_pos = {layer: i for i, layer in enumerate(self.layers)}
+        self.cache_id = CacheModel._next_cache_id
+        CacheModel._next_cache_id += 1
+        n = n_slots
+        self._state = [EMPTY] * n
+        self._key: list[int | None] = [None] * n
+        self._holds = [0] * n
+        self._pins = [0] * n
+        self._mark = [False] * n
+        self._last_use = [-1] * n
+        self._insert_tick = [-1] * n
+        self._freq = [0] * n
+        self._index: dict[int, int] = {}  # key id -> slot, for non-EMPTY slots
+        self._batch_protected: set[int] = set()
+        self._refs: dict[int, Ref] = {}
+        self._next_ref = 1
+        self.tick = 0
+        self.hot: dict[int, int] = {}  # hotness count per key id
+        self.demand_total = 0  # demand requests since open (hotness period)
+        self.n_policy_evictions = 0  # READY victims since open (LFRU's e)
+        self.counters = dict.fromkeys(COUNTERS, 0)
+
+    # -- keys -------------------------------------------------------------
+    def key_id(self, layer: int, expert: int) -> int:
+        """The key id ``layer_pos * n_experts + expert``; ``Misuse`` if invalid."""
+        if (type(layer) is not int or type(expert) is not int
+                or layer not in self._layer_pos or not 0 <= expert < self.n_experts):
+            raise Misuse(f"invalid key (layer {layer!r}, expert {expert!r})")
+        return self._layer_pos[layer] * self.n_experts + expert
+
+    def key_of(self, key_id: int) -> tuple[int, int]:
+        """The (layer, expert) of a key id."""
+        return self.layers[key_id // self.n_experts], key_id % self.n_experts
+
+    # -- internals --------------------------------------------------------
+    def _touch(self, slot: int) -> None:
+        self.tick += 1
+        self._last_use[slot] = self.tick
+
+    def _protected(self, slot: int) -> bool:
+        return (self._holds[slot] + self._pins[slot] > 0
+                or slot in self._batch_protected)
+
+    def _victim(self) -> int | None:
+        """Victim choice steps 1-3: lowest EMPTY, else the policy; None if none."""
+        for slot in range(self.n_slots):
+            if self._state[slot] == EMPTY:
+                return slot
+        cands = [s for s in range(self.n_slots)
+                 if self._state[s] == READY and not self._protected(s)]
+        if not cands:
+            return None
+        hot = [self.hot.get(k, 0) if k is not None else 0 for k in self._key]
+        return choose_victim(self.policy, self.params, np.array(cands),
+                             np.array(self._last_use), np.array(self._insert_tick),
+                             np.array(self._freq), np.array(hot),
+                             self.n_policy_evictions)
+
+    def _evict_into(self, slot: int, key: int) -> None:
+        """Make ``slot`` INFLIGHT for ``key``, evicting a READY occupant."""
+        assert self._state[slot] != INFLIGHT and not self._protected(slot)
+        if self._state[slot] == READY:
+            self.counters["evictions"] += 1
+            self.n_policy_evictions += 1
+            if self._mark[slot]:
+                self.counters["prefetch_evicted_unused"] += 1
+            del self._index[self._key[slot]]
+        self._state[slot], self._key[slot] = INFLIGHT, key
+        self._mark[slot] = False
+        self._last_use[slot] = self._insert_tick[slot] = -1
+        self._freq[slot] = 0
+        self._index[key] = slot
+
+    def _count_demand(self, key: int) -> None:
+        self.counters["requests"] += 1
+        self.hot[key] = self.hot.get(key, 0) + 1
+        self.demand_total += 1
+        period = self.params.get("period")  # hotness only
+        if period and self.demand_total % period == 0:
+            self.hot = {k: c >> 1 for k, c in self.hot.items()}
+
+    def _fail(self, slot: int, kind: str) -> None:
+        key = self._key[slot]
+        del self._index[key]
+        self._state[slot], self._key[slot] = EMPTY, None
+        self.counters["load_failures"] += 1
+        self.counters["short_reads" if kind == "short" else "io_errors"] += 1
+
+    def _hold(self, slot: int, layer: int, expert: int) -> Ref:
+        self._holds[slot] += 1
+        ref = Ref(self._next_ref, layer, expert, slot, self.cache_id)
+        self._next_ref += 1
+        self._refs[ref.id] = ref
+        return ref
+
+    # -- operations -------------------------------------------------------
+    def get(self, layer: int, expert: int, fail: str | None = None) -> Ref:
+        """Demand access: a held reference to the key's resident bytes.
+
+        ``fail`` ("short" or "io") makes this call's read fail, if it reads.
+        Raises ``Misuse`` or ``AllPinned`` with nothing changed, or
+        ``ShortRead`` / ``IOFailure`` after the failure has been counted.
+        """
+        if fail not in (None, "short", "io"):
+            raise ValueError(f"fail must be None, 'short' or 'io', not {fail!r}")
+        key = self.key_id(layer, expert)  # (1) validate
+        slot = self._index.get(key)  # (2) look up
+        if slot is not None:
+            # (3) INFLIGHT cannot be met single-threaded: getmany completes.
+            assert self._state[slot] == READY
+            self._count_demand(key)
+            self.counters["hits"] += 1
+            if self._mark[slot]:
+                self._mark[slot] = False
+                self.counters["prefetch_first_uses"] += 1
+            self._freq[slot] += 1
+            self._touch(slot)
+            return self._hold(slot, layer, expert)
+        slot = self._victim()  # (4) miss: choose a victim
+        if slot is None:
+            raise AllPinned(f"no slot for (layer {layer}, expert {expert}): all "
+                            f"{self.n_slots} are held, pinned or in flight")
+        self._count_demand(key)
+        self.counters["misses"] += 1
+        self._evict_into(slot, key)
+        self.counters["io_bytes"] += self.io_bytes_per_load  # (5) read
+        if fail is not None:
+            self._fail(slot, fail)
+            cls = ShortRead if fail == "short" else IOFailure
+            raise cls(f"load of (layer {layer}, expert {expert}) failed: {fail}",
+                      layer, expert)
+        self._state[slot] = READY  # (6) publish
+        self._freq[slot] = 1
+        self._touch(slot)
+        self._insert_tick[slot] = self._last_use[slot]
+        self.counters["payload_bytes"] += self.expert_bytes
+        return self._hold(slot, layer, expert)
+
+    def getmany(self, keys: Iterable[tuple[int, int]],
+                failures: Mapping[tuple[int, int], str] | None = None) -> int:
+        """Batch prefetch: reserve serially, read, publish in reservation order.
+
+        ``failures`` maps keys to "short" or "io" to fail their reads. Returns
+        how many were published; fails only with ``Misuse`` (nothing changed).
+        """
+        keys = list(keys)
+        failures = dict(failures or {})
+        ids = [self.key_id(layer, expert) for layer, expert in keys]  # validate all
+        if any(v not in ("short", "io") for v in failures.values()):
+            raise ValueError("failure kinds are 'short' or 'io'")
+        seen: set[int] = set()
+        reserved: list[tuple[int, int]] = []  # (slot, key id)
+        for key in ids:  # (1) reserve
+            if key in seen:
+                continue
+            seen.add(key)
+            slot = self._index.get(key)
+            if slot is not None:
+                if self._state[slot] == READY:
+                    self._batch_protected.add(slot)
+                    self._touch(slot)
+                continue
+            slot = self._victim()
+            if slot is None:
+                continue
+            self._evict_into(slot, key)
+            reserved.append((slot, key))
+        published = 0
+        for slot, key in reserved:  # (2) read, (3) publish in order
+            self.counters["io_bytes"] += self.io_bytes_per_load
+            kind = failures.get(self.key_of(key))
+            if kind is not None:
+                self._fail(slot, kind)
+                continue
+            self._state[slot] = READY
+            self._freq[slot] = 0
+            self._touch(slot)
+            self._insert_tick[slot] = self._last_use[slot]
+            self._mark[slot] = True
+            self.counters["prefetch_loads"] += 1
+            self.counters["payload_bytes"] += self.expert_bytes
+            published += 1
+        self._batch_protected.clear()
+        return published
+
+    def release(self, ref: Ref) -> None:
+        """Drop one hold; releasing twice or another cache's ref is ``Misuse``."""
+        if not isinstance(ref, Ref) or ref.cache_id != self.cache_id:
+            raise Misuse("release of a reference of another cache")
+        if self._refs.pop(ref.id, None) is None:
+            raise Misuse(f"reference {ref.id} released twice")
+        self._holds[ref.slot] -= 1
+
+    def pin(self, layer: int, expert: int) -> None:
+        """Pin a READY key (nests); ``NotFound`` if it is not READY."""
+        slot = self._index.get(self.key_id(layer, expert))
+        if slot is None or self._state[slot] != READY:
+            raise NotFound(f"(layer {layer}, expert {expert}) is not resident")
+        self._pins[slot] += 1
+
+    def unpin(self, layer: int, expert: int) -> None:
+        """Undo one pin: ``NotFound`` if not READY, ``Misuse`` if not pinned."""
+        slot = self._index.get(self.key_id(layer, expert))
+        if slot is None or self._state[slot] != READY:
+            raise NotFound(f"(layer {layer}, expert {expert}) is not resident")
+        if self._pins[slot] == 0:
+            raise Misuse(f"(layer {layer}, expert {expert}) is not pinned")
+        self._pins[slot] -= 1
+
+    def reset_stats(self) -> None:
+        """Start a new window: zero the counters, clear the unused-prefetch marks."""
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self._mark = [False] * self.n_slots
+
+    # -- observation ------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        """The counters plus every derived value (rates are 0 with no requests)."""
+        c = dict(self.counters)
+        req = c["requests"]
+        c["prefetch_unused_resident"] = sum(
+            1 for s in range(self.n_slots) if self._state[s] == READY and self._mark[s])
+        c["adjusted_hits_aggregate"] = max(c["hits"] - c["prefetch_loads"], 0)
+        c["adjusted_hits_exact"] = c["hits"] - c["prefetch_first_uses"]
+        rates = {"hit_rate": "hits",
+                 "adjusted_hit_rate_aggregate": "adjusted_hits_aggregate",
+                 "adjusted_hit_rate_exact": "adjusted_hits_exact"}
+        for name, count in rates.items():
+            c[name] = c[count] / req if req else 0.0
+        return c
+
+    def resident(self) -> set[tuple[int, int]]:
+        """The keys of the READY slots."""
+        return {self.key_of(k) for k, s in self._index.items()
+                if self._state[s] == READY}
+
+    def slots(self) -> list[SlotView]:
+        """A snapshot of every slot, in slot order."""
+        return [SlotView(self._state[s],
+                         None if self._key[s] is None else self.key_of(self._key[s]),
+                         self._holds[s], self._pins[s], self._mark[s],
+                         self._last_use[s], self._insert_tick[s], self._freq[s])
+                for s in range(self.n_slots)]
+
+    def slot_of(self, layer: int, expert: int) -> int | None:
+        """The slot holding a key (any non-EMPTY state), or None."""
+        return self._index.get(self.key_id(layer, expert))
+
+    def check(self) -> str | None:
+        """The first broken invariant of the model itself, or None."""
+        live = [0] * self.n_slots
+        for ref in self._refs.values():
+            live[ref.slot] += 1
+        if any(self._key[s] is not None and self._index.get(self._key[s]) != s
+               for s in range(self.n_slots)) or len(self._index) != sum(
+                   k is not None for k in self._key):
+            return "INV-INDEX"
+        for s in range(self.n_slots):
+            if self._state[s] != READY and (self._holds[s] or self._pins[s]
+                                            or self._mark[s]):
+                return "INV-NOT-READY-CLEAN"
+            if (self._state[s] == EMPTY) != (self._key[s] is None):
+                return "INV-EMPTY-KEY"
+            if self._holds[s] != live[s]:
+                return "INV-HOLDS"
+        uses = [self._last_use[s] for s in range(self.n_slots)
+                if self._state[s] == READY]
+        if len(set(uses)) != len(uses) or any(u > self.tick or u < 1 for u in uses):
+            return "INV-CLOCK"
+        c = self.counters
+        if (c["hits"] + c["misses"] != c["requests"]
+                or c["prefetch_first_uses"] > c["prefetch_loads"]
+                or c["short_reads"] + c["io_errors"] != c["load_failures"]):
+            return "INV-COUNTERS"
+        return None

@@ -1,0 +1,349 @@
+"""An independent safetensors reader, written from DESIGN §3.
+
+A file is an 8-byte little-endian u64 ``N``, ``N`` bytes of UTF-8 JSON, then
+the data buffer. The checks run in the fixed order below and the first that
+fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
+
+ 1. ``too_short``         the file has fewer than 8 bytes (offset: file length)
+ 2. ``header_too_large``  ``N`` > 100,000,000 (offset 0)
+ 3. ``header_past_end``   ``8 + N`` is past the end of the file (offset 0)
+ 4. ``not_utf8``          the header is not UTF-8 (offset: first bad byte)
+ 5. ``json``              the header is not strict JSON (offset: where the
+                          parser stopped, else 8). Python's ``json`` accepts
+                          ``NaN``/``Infinity`` and lone surrogate escapes; this
+                          reader does not, because JSON does not.
+ 6. entries, in document order, each checked for
+    ``duplicate`` (a name seen before, ``__metadata__`` included), then
+    ``schema`` (the top level is not an object; an entry is not an object
+    with a string ``dtype``, a ``shape`` list of unsigned ints and a
+    ``data_offsets`` list of two unsigned ints; ``__metadata__`` is not null
+    or an object of strings), then ``dtype`` (an unknown dtype name).
+    Unknown extra keys in an entry are ignored, as the official reader does.
+    Offset 8 (the header start): the JSON is not located further.
+ 7. tensors sorted by ``(begin, end)``, each checked for
+    ``offsets`` (begin is not the previous end, first begin is not 0, or
+    end < begin; offset: data start + expected begin), ``overflow`` (element
+    count or element count x bits above 2**64 - 1), ``bits`` (element count x
+    bits not a multiple of 8), ``size`` (end - begin is not the computed size);
+    the last three at data start + begin.
+ 8. ``length``            data start + last end differs from the file length
+                          (offset: the smaller of the two).
+
+A folder is read through ``model.safetensors.index.json`` (or is a single
+``*.safetensors`` file); an index is checked with kind ``index`` (offset
+``None``): it parses as JSON with ``weight_map`` (name -> shard file name) and
+``metadata.total_size``; every named shard exists in the folder; each shard
+is valid; every mapped tensor is in the shard the map names and every tensor
+of a shard is mapped to that shard; ``total_size`` is the sum of tensor bytes.
+Stray files in the folder are ignored; several shards and no index is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from oracle.errors import NotFound, OracleFormatError
+
+__all__ = [
+    "DTYPE_BITS", "MAX_HEADER_BYTES", "INDEX_NAME", "TensorInfo", "Container",
+    "open_container", "parse_buffer", "OracleFormatError",
+]
+
+#: Bit size of every dtype of DESIGN §3.
+DTYPE_BITS: dict[str, int] = {
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+}
+MAX_HEADER_BYTES = 100_000_000
+INDEX_NAME = "model.safetensors.index.json"
+_U64_MAX = 2**64 - 1
+_HEADER_START = 8
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a container: where its bytes are and what they mean."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard: str  # path of the shard file holding it
+    offset: int  # absolute byte offset in the shard
+    nbytes: int
+
+
+class _JsonError(Exception):
+    """Raised inside the JSON hooks: a construct JSON does not allow."""
+
+
+def _reject_constant(token: str) -> object:
+    raise _JsonError(f"{token} is not JSON")
+
+
+def _has_surrogate(text: str) -> bool:
+    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> dict:
+    """Keep every pair: duplicates are judged later, in document order."""
+    for key, value in pairs:
+        if _has_surrogate(key) or (isinstance(value, str) and _has_surrogate(value)):
+            raise _JsonError("lone surrogate escape")
+    result: dict = {"\0pairs": pairs}
+    return result
+
+
+def _strict_json(text: str) -> object:
+    """Parse strict JSON; objects come back as ``{"\\0pairs": [(k, v), ...]}``.
+
+    Raises ``_JsonError`` with a character position (or -1) on failure.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_pairs,
+                          parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise _JsonError(exc.msg, exc.pos) from None
+    except RecursionError:
+        raise _JsonError("nesting too deep", -1) from None
+
+
+def _is_uint(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _U64_MAX
+
+
+def _uint_list(value: object) -> bool:
+    return isinstance(value, list) and all(_is_uint(v) for v in value)
+
+
+def _str_map(value: object) -> bool:
+    if not (isinstance(value, dict) and "\0pairs" in value):
+        return False
+    return all(isinstance(v, str) for _, v in value["\0pairs"])
+
+
+def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
+                 ) -> tuple[list[TensorInfo], dict[str, str]]:
+    """Validate a safetensors file from its first bytes and its total length.
+
+    ``prefix`` holds at least the first ``8 + N`` bytes of the file (or all of
+    it); ``file_bytes`` is the file's length. Returns the tensors in header
+    order and the ``__metadata__`` map; raises ``OracleFormatError``.
+    """
+    # 1-3: the length prefix and the header's extent.
+    if file_bytes < 8 or len(prefix) < 8:
+        raise OracleFormatError("too_short", file_bytes, path)
+    (n_header,) = struct.unpack_from("<Q", prefix, 0)
+    if n_header > MAX_HEADER_BYTES:
+        raise OracleFormatError("header_too_large", 0, path, f"N = {n_header}")
+    data_start = _HEADER_START + n_header
+    if data_start > file_bytes or data_start > len(prefix):
+        raise OracleFormatError("header_past_end", 0, path,
+                                f"8 + N = {data_start} > {file_bytes} bytes")
+    raw = bytes(prefix[_HEADER_START:data_start])
+    # 4: UTF-8.
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OracleFormatError("not_utf8", _HEADER_START + exc.start, path) from None
+    # 5: strict JSON.
+    try:
+        doc = _strict_json(text)
+    except _JsonError as exc:
+        pos = exc.args[1] if len(exc.args) > 1 else -1
+        offset = (_HEADER_START + len(text[:pos].encode("utf-8"))
+                  if pos >= 0 else _HEADER_START)
+        raise OracleFormatError("json", offset, path, str(exc.args[0])) from None
+    # 6: entries in document order: duplicate, schema, dtype.
+    if not (isinstance(doc, dict) and "\0pairs" in doc):
+        raise OracleFormatError("schema", _HEADER_START, path,
+                                "top level is not an object")
+    seen: set[str] = set()
+    metadata: dict[str, str] = {}
+    entries: list[tuple[str, str, tuple[int, ...], int, int]] = []
+    for name, entry in doc["\0pairs"]:
+        if name in seen:
+            raise OracleFormatError("duplicate", _HEADER_START, path, repr(name))
+        seen.add(name)
+        if name == "__metadata__":
+            if entry is not None and not _str_map(entry):
+                raise OracleFormatError("schema", _HEADER_START, path,
+                                        "__metadata__ is not a map of strings")
+            metadata = {} if entry is None else dict(entry["\0pairs"])
+            continue
+        fields = dict(entry["\0pairs"]) if isinstance(entry, dict) else None
+        if (fields is None or not isinstance(fields.get("dtype"), str)
+                or not _uint_list(fields.get("shape"))
+                or not _uint_list(fields.get("data_offsets"))
+                or len(fields["data_offsets"]) != 2):
+            raise OracleFormatError("schema", _HEADER_START, path,
+                                    f"entry {name!r} is malformed")
+        if fields["dtype"] not in DTYPE_BITS:
+            raise OracleFormatError("dtype", _HEADER_START, path,
+                                    f"{name!r}: {fields['dtype']!r}")
+        begin, end = fields["data_offsets"]
+        entries.append((name, fields["dtype"], tuple(fields["shape"]), begin, end))
+    # 7: the buffer, tensors in offset order.
+    order = sorted(range(len(entries)), key=lambda i: (entries[i][3], entries[i][4], i))
+    expected = 0
+    for i in order:
+        name, dtype, shape, begin, end = entries[i]
+        if begin != expected or end < begin:
+            raise OracleFormatError("offsets", data_start + expected, path,
+                                    f"{name!r}: [{begin}, {end}) after {expected}")
+        n_elements = 1
+        for dim in shape:
+            n_elements *= dim
+        n_bits = n_elements * DTYPE_BITS[dtype]
+        if n_elements > _U64_MAX or n_bits > _U64_MAX:
+            raise OracleFormatError("overflow", data_start + begin, path, repr(name))
+        if n_bits % 8:
+            raise OracleFormatError("bits", data_start + begin, path,
+                                    f"{name!r}: {n_bits} bits")
+        if end - begin != n_bits // 8:
+            raise OracleFormatError("size", data_start + begin, path,
+                                    f"{name!r}: {end - begin} != {n_bits // 8}")
+        expected = end
+    # 8: the buffer ends exactly at the end of the file.
+    if data_start + expected != file_bytes:
+        raise OracleFormatError("length", min(data_start + expected, file_bytes), path,
+                                f"data ends at {data_start + expected}, "
+                                f"file has {file_bytes} bytes")
+    tensors = [TensorInfo(name, dtype, shape, path, data_start + begin, end - begin)
+               for name, dtype, shape, begin, end in entries]
+    return tensors, metadata
+
+
+def _parse_file(path: Path) -> tuple[list[TensorInfo], dict[str, str]]:
+    """Validate one safetensors file, reading only its header."""
+    with open(path, "rb") as f:
+        file_bytes = os.fstat(f.fileno()).st_size
+        prefix = f.read(8)
+        if len(prefix) == 8:
+            (n_header,) = struct.unpack("<Q", prefix)
+            if n_header <= MAX_HEADER_BYTES and 8 + n_header <= file_bytes:
+                prefix += f.read(n_header)
+    return parse_buffer(prefix, file_bytes, str(path))
+
+
+def _index_error(path: Path, detail: str) -> OracleFormatError:
+    return OracleFormatError("index", None, str(path), detail)
+
+
+def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
+    """Validate an index and its shards: tensors, shard and index metadata."""
+    try:
+        doc = _strict_json(index.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, _JsonError) as exc:
+        raise _index_error(index, f"not JSON: {exc}") from None
+    top = dict(doc["\0pairs"]) if isinstance(doc, dict) else {}
+    wmap, meta = top.get("weight_map"), top.get("metadata")
+    if not _str_map(wmap):
+        raise _index_error(index, "weight_map is not a map of strings")
+    pairs = wmap["\0pairs"]
+    if len({name for name, _ in pairs}) != len(pairs):
+        raise _index_error(index, "a tensor is named twice in weight_map")
+    meta_fields = dict(meta["\0pairs"]) if isinstance(meta, dict) else None
+    if meta_fields is None or not _is_uint(meta_fields.get("total_size")):
+        raise _index_error(index, "metadata.total_size is missing or not an integer")
+    folder = index.parent
+    shard_names = sorted({shard for _, shard in pairs})
+    for shard in shard_names:
+        if shard in ("", ".", "..") or "/" in shard or "\\" in shard:
+            raise _index_error(index, f"shard {shard!r} is not a file name")
+        if not (folder / shard).is_file():
+            raise _index_error(index, f"shard {shard!r} does not exist")
+    tensors: list[TensorInfo] = []
+    metadata: dict[str, str] = {}
+    found: dict[str, str] = {}
+    for shard in shard_names:
+        shard_tensors, shard_meta = _parse_file(folder / shard)
+        for key, value in shard_meta.items():
+            metadata.setdefault(key, value)
+        for t in shard_tensors:
+            if t.name in found:
+                raise _index_error(index, f"{t.name!r} is in {found[t.name]!r} "
+                                   f"and {shard!r}")
+            found[t.name] = shard
+        tensors.extend(shard_tensors)
+    for name, shard in pairs:
+        if found.get(name) != shard:
+            raise _index_error(index, f"{name!r} is mapped to {shard!r} but "
+                               f"found in {found.get(name)!r}")
+    if len(found) != len(pairs):
+        stray = sorted(set(found) - {name for name, _ in pairs})
+        raise _index_error(index, f"tensors not in weight_map: {stray[:3]}")
+    total = sum(t.nbytes for t in tensors)
+    if meta_fields["total_size"] != total:
+        raise _index_error(index, f"total_size {meta_fields['total_size']} != {total}")
+    index_meta = {k: v for k, v in meta_fields.items()}
+    return tensors, metadata, index_meta
+
+
+class Container:
+    """A validated safetensors container: one file, a folder, or an index.
+
+    Opening validates everything (DESIGN §3) and raises ``OracleFormatError``
+    on the first failed check; afterwards the tensor table is fixed.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        p = Path(path)
+        self.path = str(p)
+        self.index_metadata: dict = {}
+        if p.is_dir():
+            if (p / INDEX_NAME).is_file():
+                p = p / INDEX_NAME
+            else:
+                files = sorted(q for q in p.glob("*.safetensors") if q.is_file())
+                if len(files) != 1:
+                    raise _index_error(p, f"{len(files)} safetensors files and no "
+                                       f"{INDEX_NAME}")
+                p = files[0]
+        if p.name.endswith(".json"):
+            self._tensors, self.metadata, self.index_metadata = _parse_index(p)
+        else:
+            self._tensors, self.metadata = _parse_file(p)
+        self._by_name = {t.name: t for t in self._tensors}
+
+    def tensors(self) -> list[TensorInfo]:
+        """Every tensor: header order within a shard, shards in name order."""
+        return list(self._tensors)
+
+    def names(self) -> list[str]:
+        """Every tensor name, in :meth:`tensors` order."""
+        return [t.name for t in self._tensors]
+
+    def tensor(self, name: str) -> TensorInfo:
+        """The entry of one tensor; ``NotFound`` if there is none."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise NotFound(f"no tensor {name!r} in {self.path}") from None
+
+    def shards(self) -> list[str]:
+        """The shard files, in name order."""
+        return sorted({t.shard for t in self._tensors})
+
+    def read_bytes(self, name: str) -> bytes:
+        """The raw bytes of one tensor, read from its shard."""
+        info = self.tensor(name)
+        with open(info.shard, "rb") as f:
+            f.seek(info.offset)
+            data = f.read(info.nbytes)
+        if len(data) != info.nbytes:
+            raise OSError(f"{info.shard}: short read of {name!r} "
+                          f"({len(data)} of {info.nbytes} bytes)")
+        return data
+
+
+def open_container(path: str | os.PathLike) -> Container:
+    """Open and validate a safetensors file, a folder, or an index file."""
+    return Container(path)

@@ -1,0 +1,180 @@
+"""The policy simulator: hand-computed Belady runs, agreement with the cache
+model it shares its victim rule with, and exact agreement with libcachesim."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import libcachesim as lcs
+import numpy as np
+import pytest
+from conftest import TRACES_DIR
+
+from oracle.sim import next_use, simulate, simulate_with_model
+from oracle.traces import Trace, load_trace
+
+POLICIES = ["lru", "fifo", "lfu", "lfru", "lfru:sample=3,seed=7", "hotness",
+            "hotness:period=16"]
+_NEVER = np.iinfo(np.int64).max
+# XC_TRACES_DIR overrides the shared folder (a git worktree sits one level deeper).
+TRACES = Path(os.environ.get("XC_TRACES_DIR") or TRACES_DIR)
+
+
+def one_layer(*steps: list[int]) -> Trace:
+    """A one-layer trace: step t (token t) needs the experts listed."""
+    return Trace.from_steps([(t, 0, s) for t, s in enumerate(steps)], 1, 8)
+
+
+def synthetic(seed: int = 1, n_tokens: int = 150) -> Trace:
+    """A random routing trace: 4 layers, top-2 of 8 experts, skewed choices."""
+    rng = np.random.default_rng(seed)
+    weights = rng.dirichlet(np.ones(8) * 0.5, size=4)
+    steps = [(t, layer, rng.choice(8, 2, replace=False, p=weights[layer]).tolist())
+             for t in range(n_tokens) for layer in range(4)]
+    return Trace.from_steps(steps, 4, 8)
+
+
+def real_trace(name: str) -> Trace:
+    """A shared trace read in place; skip when the shared folder is absent."""
+    path = TRACES / name
+    if not path.is_file():
+        pytest.skip(f"shared traces not found at {TRACES} (expected beside the repo)")
+    return load_trace(path)
+
+
+def test_next_use():
+    """next_use gives the position of each key's next access, or int64 max."""
+    got = next_use(np.array([5, 6, 5, 5, 7])).tolist()
+    assert got == [2, _NEVER, 3, _NEVER, _NEVER]
+
+
+def test_belady_plain_by_hand():
+    """Belady, 2 slots, a b c a b: c evicts b (next 4 > 3), b evicts a (never; s0)."""
+    r = simulate(one_layer([0], [1], [2], [0], [1]), "belady", 2)
+    assert (r.misses, r.hits, r.compulsory, r.reloads, r.evictions) == (4, 1, 3, 1, 2)
+    assert simulate(one_layer([0], [1], [2], [0], [1]), "lru", 2).misses == 5
+
+
+def test_step_mode_protects_the_current_step():
+    """Steps [0] [1 2] [0] [2] [1], 2 slots: plain Belady evicts 1 for 2 (4 misses);
+    step mode must keep 1 and evict 0 instead (5 misses)."""
+    trace = one_layer([0], [1, 2], [0], [2], [1])
+    assert simulate(trace, "belady", 2, "plain").misses == 4
+    assert simulate(trace, "belady", 2, "step").misses == 5
+    with pytest.raises(ValueError, match="top_k"):
+        simulate(trace, "lru", 1, "step")
+
+
+@pytest.mark.parametrize("mode", ["plain", "step"])
+def test_simulator_agrees_with_the_cache_model(mode):
+    """Every policy replays a synthetic trace to the same counts as CacheModel."""
+    trace = synthetic()
+    for policy in POLICIES:
+        for capacity in (3, 5, 12):
+            a = simulate(trace, policy, capacity, mode)
+            b = simulate_with_model(trace, policy, capacity, mode)
+            assert (a.requests, a.hits, a.misses, a.evictions, a.compulsory) == (
+                b.requests, b.hits, b.misses, b.evictions, b.compulsory), (
+                    policy, capacity)
+            assert np.array_equal(a.key_misses, b.key_misses)
+
+
+@pytest.mark.parametrize("name", ["mixtral8x7b_humaneval.jsonl", "olmoe_299.jsonl"])
+def test_simulator_agrees_with_the_model_on_real_prefixes(name):
+    """On the first 3,000 accesses of each real trace, sim and model agree (step)."""
+    full = real_trace(name)
+    n = 3000
+    trace = Trace(full.token[:n], full.layer[:n], full.expert[:n], full.n_layers,
+                  full.n_experts, full.top_k)
+    for policy in POLICIES:
+        for capacity in (16, 96):
+            a, b = (simulate(trace, policy, capacity, "step"),
+                    simulate_with_model(trace, policy, capacity, "step"))
+            assert (a.misses, a.evictions) == (b.misses, b.evictions), (
+                policy, capacity)
+
+
+def test_belady_bounds_every_policy_and_gap():
+    """Belady never misses more than any policy; belady_gap is the difference."""
+    trace = synthetic(seed=2)
+    for mode in ("plain", "step"):
+        for capacity in (4, 8, 16):
+            opt = simulate(trace, "belady", capacity, mode).misses
+            for policy in POLICIES:
+                r = simulate(trace, policy, capacity, mode, belady=True)
+                assert r.belady_gap == r.misses - opt >= 0
+
+
+def test_per_layer_capacity():
+    """Per-layer runs are independent caches: the sum of single-layer runs."""
+    trace = synthetic(seed=3)
+    r = simulate(trace, "lru", 3, per_layer=True)
+    total = 0
+    for layer in range(4):
+        m = trace.layer == layer
+        sub = Trace(trace.token[m], trace.layer[m], trace.expert[m], 4, 8, 2)
+        total += simulate(sub, "lru", 3).misses
+    assert r.misses == total
+    full = simulate(trace, "lru", 8, per_layer=True)  # a whole layer fits
+    assert full.misses == full.compulsory and full.reloads == 0
+
+
+def lcs_misses(keys: list[int], policy: str, capacity: int) -> int:
+    """Misses of libcachesim with unit sizes, one Request per access.
+
+    Belady reads each request's next_access_vtime (the CSV reader leaves it
+    unset, which silently degrades Belady; -1 aborts the process), so every
+    request carries it, computed here by a plain dict pass from the end.
+    """
+    nxt, last = [_NEVER] * len(keys), {}
+    for i in range(len(keys) - 1, -1, -1):
+        nxt[i] = last.get(keys[i], _NEVER)
+        last[keys[i]] = i
+    cache = {"lru": lcs.LRU, "fifo": lcs.FIFO, "belady": lcs.Belady}[policy](
+        cache_size=capacity)
+    misses = 0
+    for i, key in enumerate(keys):
+        req = lcs.Request(obj_size=1, obj_id=key, clock_time=i,
+                          next_access_vtime=nxt[i])
+        misses += not cache.get(req)
+    return misses
+
+
+def test_libcachesim_agrees_on_a_synthetic_trace():
+    """LRU, FIFO and Belady miss counts equal libcachesim's exactly (plain mode)."""
+    trace = synthetic(seed=4, n_tokens=300)
+    keys = trace.keys().tolist()
+    for policy in ("lru", "fifo", "belady"):
+        for capacity in (1, 3, 7, 16, 31):
+            assert simulate(trace, policy, capacity).misses == lcs_misses(
+                keys, policy, capacity), (policy, capacity)
+
+
+# Golden values: our simulator, equal to libcachesim's counts in the same run.
+REAL = {
+    "mixtral8x7b_humaneval.jsonl": {
+        2: {"belady": 21222}, 32: {"belady": 12833},
+        64: {"lru": 14149, "fifo": 15580, "belady": 8283},
+        200: {"lru": 3728, "fifo": 4359, "belady": 1218},
+        500: {"lru": 256, "fifo": 256, "belady": 256},
+    },
+    "olmoe_299.jsonl": {
+        8: {"belady": 36197}, 64: {"lru": 38272, "belady": 22615},
+        200: {"lru": 20239, "fifo": 22313, "belady": 11089},
+        500: {"lru": 8690, "fifo": 9799, "belady": 3494},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_libcachesim_agrees_on_real_traces(name):
+    """On both shared traces LRU, FIFO and Belady misses equal libcachesim's."""
+    trace = real_trace(name)
+    keys = trace.keys().tolist()
+    for capacity, golden in REAL[name].items():
+        for policy in ("lru", "fifo", "belady"):
+            ours = simulate(trace, policy, capacity).misses
+            assert ours == lcs_misses(keys, policy, capacity), (policy, capacity)
+            if policy in golden:
+                assert ours == golden[policy]

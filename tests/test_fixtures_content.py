@@ -144,3 +144,17 @@ def test_verify_reports_size_header_and_missing_files(tmp_path):
     assert "header differs" in str(probs[1])
     assert probs[2].file == str(p2)
     assert "cannot recover the spec" in str(verify(tmp_path)[0])
+
+
+def test_identify_skips_junk_and_stops_at_a_bad_byte():
+    """Junk before a slice is skipped; a corrupted byte ends the agreeing run."""
+    k3 = preset("k3-mini")
+    name = k3.expert_names(0, 9)[2]  # w2.weight_packed, 512 bytes
+    junk = np.random.default_rng(1).integers(0, 256, 70_000, dtype=np.uint8)
+    m = identify(junk.tobytes() + expected_bytes(k3, name)[5:], k3)
+    assert (m.name, m.offset, m.buf_offset, m.nbytes) == (name, 5, 70_000, 507)
+    bad = bytearray(expected_bytes(k3, name))
+    bad[100] ^= 1
+    cut = identify_all(bytes(bad), k3)
+    assert [(p.name, p.offset, p.buf_offset, p.nbytes) for p in cut] == [
+        (name, 0, 0, 100), (None, 0, 100, 1), (name, 101, 101, 411)]

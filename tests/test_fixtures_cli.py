@@ -60,3 +60,12 @@ def test_module_entry_point_runs(tmp_path):
                        cwd=ROOT, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("deepseek-mini: 303 tensors")
+
+
+def test_fixtures_never_import_engine():
+    """Importing and running the generator loads no engine module."""
+    code = ("import sys, fixtures, fixtures.__main__, fixtures.from_header;"
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'engine']")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -19,5 +19,7 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("XC_HYPOTHESIS_PROFILE", "ci"))
 
-#: Real routing traces shared beside the project (read in place).
-TRACES_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+#: Real routing traces shared beside the project (read in place);
+#: XC_TRACES_DIR overrides it (a git worktree sits one level deeper).
+TRACES_DIR = Path(os.environ.get("XC_TRACES_DIR") or
+                  Path(__file__).resolve().parents[1].parent / "shared" / "traces")

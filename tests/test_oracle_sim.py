@@ -3,9 +3,6 @@ model it shares its victim rule with, and exact agreement with libcachesim."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import libcachesim as lcs
 import numpy as np
 import pytest
@@ -17,8 +14,7 @@ from oracle.traces import Trace, load_trace
 POLICIES = ["lru", "fifo", "lfu", "lfru", "lfru:sample=3,seed=7", "hotness",
             "hotness:period=16"]
 _NEVER = np.iinfo(np.int64).max
-# XC_TRACES_DIR overrides the shared folder (a git worktree sits one level deeper).
-TRACES = Path(os.environ.get("XC_TRACES_DIR") or TRACES_DIR)
+TRACES = TRACES_DIR
 
 
 def one_layer(*steps: list[int]) -> Trace:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,7 @@ from oracle.traces import (
     reuse_histogram,
 )
 
-# XC_TRACES_DIR overrides the shared folder (a git worktree sits one level deeper).
-TRACES = Path(os.environ.get("XC_TRACES_DIR") or TRACES_DIR)
+TRACES = TRACES_DIR
 
 
 def write_lines(path: Path, objs: list) -> Path:

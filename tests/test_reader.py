@@ -101,7 +101,8 @@ def test_sub_byte_dtypes_with_whole_bytes_are_raw_uint8(tmp_path):
     h = ("{" + entry("f4", "F4", [2, 2], 0, 2) + ","
          + entry("f6", "F6_E2M3", [4], 2, 5) + ","
          + entry("bf", "BF16", [1], 5, 7) + "}")
-    with engine.Container(write(tmp_path, st_bytes(h, b"\x01\x02abc\x80\x3f"))) as c:
+    raw = st_bytes(h, b"\x01\x02abc\x80\x3f")
+    with engine.Container(write(tmp_path, raw)) as c:
         assert c.info("f4").dtype == "F4" and c.info("f4").nbytes == 2
         got = c.read("f6")
         assert got.dtype == np.uint8 and got.tobytes() == b"abc"
@@ -110,7 +111,8 @@ def test_sub_byte_dtypes_with_whole_bytes_are_raw_uint8(tmp_path):
 
 def test_escapes_and_surrogate_pairs_in_names_decode(tmp_path):
     """\\u escapes (a surrogate pair included) and \\" decode to UTF-8 names."""
-    h = '{"a\\ud83d\\ude00\\u00e9\\"\\n":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    h = ('{"a\\ud83d\\ude00\\u00e9\\"\\n":'
+         '{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}')
     with engine.Container(write(tmp_path, st_bytes(h, b"z"))) as c:
         assert list(c) == ["a\U0001F600\u00e9\"\n"]
 
@@ -122,7 +124,7 @@ def test_empty_header_object_is_a_container_of_nothing(tmp_path):
 
 
 def test_unknown_fields_and_null_metadata_are_accepted(tmp_path):
-    """As in the official reader: extra entry fields are ignored, null metadata is none."""
+    """As in the official reader: extra fields are ignored, null metadata is none."""
     h = ('{"__metadata__":null,"a":{"dtype":"U8","shape":[1],'
          '"data_offsets":[0,1],"extra":{"deep":[1,2.5,true,null]}}}')
     with engine.Container(write(tmp_path, st_bytes(h, b"q"))) as c:
@@ -145,7 +147,7 @@ def test_header_one_past_the_cap_is_too_large(tmp_path):
 
 
 def test_header_exactly_at_the_cap_passes_the_cap_check(tmp_path):
-    """N = 100,000,000 over a sparse zero-filled header passes steps 2-4 and fails JSON at byte 8."""
+    """N = 100,000,000 over sparse zeros passes steps 2-4, then fails JSON at byte 8."""
     p = tmp_path / "cap.safetensors"
     with open(p, "wb") as f:
         f.write(struct.pack("<Q", CAP))
@@ -349,7 +351,7 @@ def test_offsets_are_checked_before_sizes(tmp_path):
 
 
 def test_overflowing_shape(tmp_path):
-    """[2**40, 2**40, 0] overflows multiplying left to right, as the official reader does."""
+    """[2**40, 2**40, 0] overflows left to right, as in the official reader."""
     big = 2**40
     h = "{" + entry("a", "U8", [big, big, 0], 0, 0) + "}"
     e = fail(tmp_path, st_bytes(h))

@@ -486,7 +486,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
         return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "too many dimensions");
     t->dims_at = (uint32_t)st->n_dims;
     t->ndim = (uint8_t)nd;
-    memcpy(st->dims + st->n_dims, dims, (size_t)nd * sizeof *dims);
+    if (nd > 0) /* st->dims is still NULL before the first dimension */
+        memcpy(st->dims + st->n_dims, dims, (size_t)nd * sizeof *dims);
     st->n_dims += (size_t)nd;
     t->begin = offs[0];
     t->end = offs[1];

@@ -1,6 +1,7 @@
 """The streaming expert cache: a C core with a Python face."""
 
 from engine import errors
+from engine.container import Container, TensorInfo
 from engine.errors import (
     AllPinnedError,
     BudgetError,
@@ -17,6 +18,7 @@ from engine.errors import (
 __all__ = [
     "AllPinnedError",
     "BudgetError",
+    "Container",
     "EngineError",
     "EngineIOError",
     "FileChangedError",
@@ -25,5 +27,6 @@ __all__ = [
     "NotFoundError",
     "OutOfMemoryError",
     "ShortReadError",
+    "TensorInfo",
     "errors",
 ]

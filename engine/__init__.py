@@ -1,6 +1,7 @@
 """The streaming expert cache: a C core with a Python face."""
 
 from engine import errors
+from engine.cache import Expert, ExpertCache
 from engine.errors import (
     AllPinnedError,
     BudgetError,
@@ -8,6 +9,7 @@ from engine.errors import (
     EngineIOError,
     FileChangedError,
     FormatError,
+    InvariantError,
     MisuseError,
     NotFoundError,
     OutOfMemoryError,
@@ -19,8 +21,11 @@ __all__ = [
     "BudgetError",
     "EngineError",
     "EngineIOError",
+    "Expert",
+    "ExpertCache",
     "FileChangedError",
     "FormatError",
+    "InvariantError",
     "MisuseError",
     "NotFoundError",
     "OutOfMemoryError",

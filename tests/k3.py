@@ -28,12 +28,26 @@ def _tensor_bytes(expert: int, t: int, nbytes: int) -> bytes:
     return rng.integers(0, 256, nbytes, dtype=np.uint8).tobytes()
 
 
-def write_k3_mini(out_dir: Path) -> Path:
-    """Write model-00001-of-00001.safetensors in the k3-mini layout."""
+def tensor_bytes(expert: int, suffix: str) -> bytes:
+    """What the file holds for (layer 0, expert, suffix)."""
+    t = K3_TENSORS.index(suffix)
+    return _tensor_bytes(expert, t, int(np.prod(SHAPES[suffix.split(".")[1]])))
+
+
+def write_k3_mini(out_dir: Path, *, reversed_tensors: bool = False) -> Path:
+    """Write model-00001-of-00001.safetensors in the k3-mini layout.
+
+    ``reversed_tensors`` stores each expert's tensors in reverse list order,
+    so no expert is contiguous (the per-tensor read path); the header and
+    file sizes are then those of this variant, not k3-mini's.
+    """
     header: dict[str, Any] = {}
     payload = bytearray()
+    order = list(enumerate(K3_TENSORS))
+    if reversed_tensors:
+        order.reverse()
     for e in range(N_EXPERTS):
-        for t, suffix in enumerate(K3_TENSORS):
+        for t, suffix in order:
             shape = SHAPES[suffix.split(".")[1]]
             n = int(np.prod(shape))
             name = K3_TEMPLATE.format(layer=0, expert=e, tensor=suffix)
@@ -42,10 +56,11 @@ def write_k3_mini(out_dir: Path) -> Path:
             payload += _tensor_bytes(e, t, n)
     text = json.dumps(header, separators=(", ", ": ")).encode()
     text += b" " * (-len(text) % 8)
-    assert 8 + len(text) == DATA_START, len(text)
     path = Path(out_dir) / "model-00001-of-00001.safetensors"
     path.write_bytes(len(text).to_bytes(8, "little") + text + payload)
-    assert path.stat().st_size == FILE_BYTES
+    if not reversed_tensors:
+        assert 8 + len(text) == DATA_START, len(text)
+        assert path.stat().st_size == FILE_BYTES
     return path
 
 

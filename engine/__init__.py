@@ -2,6 +2,7 @@
 
 from engine import errors
 from engine.cache import Expert, ExpertCache
+from engine.container import Container, TensorInfo
 from engine.errors import (
     AllPinnedError,
     BudgetError,
@@ -19,6 +20,7 @@ from engine.errors import (
 __all__ = [
     "AllPinnedError",
     "BudgetError",
+    "Container",
     "EngineError",
     "EngineIOError",
     "Expert",
@@ -30,5 +32,6 @@ __all__ = [
     "NotFoundError",
     "OutOfMemoryError",
     "ShortReadError",
+    "TensorInfo",
     "errors",
 ]

@@ -67,15 +67,54 @@ const xc_io *xc_io_default(void);
 int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
                     void *buf, size_t len, uint64_t offset, size_t *got);
 
-/* --- safetensors container (subset used by the cache) --- */
+#define XC_DIRECT_ALIGN 4096
+size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
+int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
+                       void *buf, size_t buf_len, uint64_t offset,
+                       size_t len, size_t align, size_t *payload_start);
+int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
+                      int64_t *handle, int *direct_active, char *note,
+                      size_t note_len);
+
 #define XC_MAX_DIMS 8
+#define XC_HEADER_MAX_BYTES 100000000
+
 typedef struct xc_st xc_st;
+
+typedef struct xc_tensor_info {
+    const char *name;
+    int dtype;
+    int ndim;
+    int64_t shape[8];
+    uint32_t shard;
+    uint64_t offset;
+    uint64_t nbytes;
+} xc_tensor_info;
+
 typedef struct xc_st_opts {
     const xc_io *io;
     int direct;
 } xc_st_opts;
+
 int xc_st_open(const char *path, const xc_st_opts *opts, xc_st **out);
 void xc_st_close(xc_st *st);
+size_t xc_st_n_tensors(const xc_st *st);
+size_t xc_st_n_shards(const xc_st *st);
+int xc_st_tensor(const xc_st *st, size_t i, xc_tensor_info *out);
+int xc_st_find(const xc_st *st, const char *name, size_t *out_index);
+const char *xc_st_shard_path(const xc_st *st, size_t i);
+uint64_t xc_st_shard_data_start(const xc_st *st, size_t i);
+uint64_t xc_st_shard_header_bytes(const xc_st *st, size_t i);
+int64_t xc_st_shard_handle(const xc_st *st, size_t i);
+int xc_st_shard_direct(const xc_st *st, size_t i);
+const xc_io *xc_st_io(const xc_st *st);
+size_t xc_st_n_metadata(const xc_st *st);
+int xc_st_metadata(const xc_st *st, size_t i, const char **key,
+                   const char **value);
+int xc_st_direct_active(const xc_st *st);
+const char *xc_st_direct_note(const xc_st *st);
+int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
+int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 
 /* --- expert cache (contracts in xc.h) --- */
 typedef struct xc_cache xc_cache;

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine import _lib
+from engine.container import NUMPY_DTYPES
 from engine.errors import InvariantError
 
 #: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
@@ -34,11 +35,6 @@ _COUNTERS = ("requests", "hits", "misses", "prefetch_loads",
              "prefetch_first_uses", "prefetch_evicted_unused", "evictions",
              "payload_bytes", "io_bytes", "load_failures", "short_reads",
              "io_errors", "load_ns", "prefetch_unused_resident")
-# numpy dtypes by safetensors name; the others are served as raw uint8.
-_NUMPY = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16,
-          "U16": np.uint16, "F16": np.float16, "I32": np.int32,
-          "U32": np.uint32, "F32": np.float32, "I64": np.int64,
-          "U64": np.uint64, "F64": np.float64, "C64": np.complex64}
 
 
 class _Layout:
@@ -55,7 +51,7 @@ class _Layout:
             name = ffi.string(info.name).decode()
             dname = ffi.string(lib.xc_dtype_name(info.dtype)).decode()
             shape = tuple(int(info.shape[d]) for d in range(info.ndim))
-            dtype = _NUMPY.get(dname)
+            dtype = NUMPY_DTYPES.get(dname)
             if dtype is None:  # numpy lacks it: raw bytes, shape kept if 8-bit
                 dtype = np.uint8
                 if lib.xc_dtype_bits(info.dtype) != 8:

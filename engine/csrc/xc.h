@@ -153,6 +153,43 @@ const xc_io *xc_io_default(void);
 int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
                     void *buf, size_t len, uint64_t offset, size_t *got);
 
+/* Alignment of O_DIRECT reads: offset, length and buffer address must all
+ * be multiples of it.  4096 is the logical block size of every device the
+ * project targets; xc_io_open_probed proves it with a real read. */
+#define XC_DIRECT_ALIGN 4096
+
+/* Bytes an aligned read of [offset, offset + len) occupies once widened to
+ * align (offset rounded down, offset + len rounded up), or 0 if align is not
+ * a power of two or the widened range overflows.  Cannot fail otherwise. */
+size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
+
+/* Reads [offset, offset + len) widened to align, so that it may be issued on
+ * an O_DIRECT handle: one read of the whole widened range into buf, which
+ * must be aligned to align and hold xc_io_aligned_span(offset, len, align)
+ * bytes (buf_len says how many it holds).  The widened range may run past
+ * the end of the file; that is fine as long as the payload itself arrived.
+ * On success *payload_start is where byte `offset` landed in buf (offset
+ * modulo align), so the payload is buf[*payload_start, +len).  align 1
+ * means no widening.  Returns XC_OK, XC_E_SHORT_READ if the file ends
+ * before offset + len, XC_E_IO, or XC_E_MISUSE for a bad align, a
+ * misaligned buf or a buf_len too small.  buf's content after a failure is
+ * unspecified; *payload_start is written only on success. */
+int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
+                       void *buf, size_t buf_len, uint64_t offset,
+                       size_t len, size_t align, size_t *payload_start);
+
+/* Opens path through io for reading.  With want_direct, opens it O_DIRECT
+ * and probes that with one read of XC_DIRECT_ALIGN bytes at offset 0; if
+ * the open or the probe is refused, closes that handle, reopens the file
+ * buffered and writes the reason into note (never a silent fallback).
+ * *direct_active is 1 only when the probe succeeded.  note (may be NULL)
+ * gets "" when there is nothing to report.  Returns XC_OK, XC_E_NOT_FOUND
+ * when the file does not exist, XC_E_IO for other open errors, XC_E_NOMEM
+ * for the probe buffer; no handle is left open after a failure. */
+int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
+                      int64_t *handle, int *direct_active, char *note,
+                      size_t note_len);
+
 /* ------------------------------------------------------------------ */
 /* Safetensors container                                                */
 /* ------------------------------------------------------------------ */
@@ -215,15 +252,34 @@ int64_t xc_st_shard_handle(const xc_st *st, size_t i);
 /* The io vtable the container reads through.  Cannot fail. */
 const xc_io *xc_st_io(const xc_st *st);
 
-/* __metadata__ entries of the first shard, in header order. */
+/* __metadata__ entries of the first shard, in header order: the count
+ * (cannot fail), and entry i's key and value, owned by st.  xc_st_metadata
+ * returns XC_E_MISUSE if i is out of range. */
 size_t xc_st_n_metadata(const xc_st *st);
 int xc_st_metadata(const xc_st *st, size_t i, const char **key,
                    const char **value);
 
-/* Whether O_DIRECT is in effect (1) or was asked for and fell back (0, with
- * the reason in xc_st_direct_note()). */
+/* Whether O_DIRECT is in effect on every shard (1), or not (0): not asked
+ * for, or asked for and fell back on at least one shard.  xc_st_direct_note
+ * says which, in words: "O_DIRECT not requested", "O_DIRECT active on N
+ * shard(s) ...", or the first fallback's reason (file and errno).  The
+ * note lives as long as st.  Neither can fail. */
 int xc_st_direct_active(const xc_st *st);
 const char *xc_st_direct_note(const xc_st *st);
+
+/* Whether shard i's handle is O_DIRECT (then every read on it must go
+ * through xc_io_read_aligned with XC_DIRECT_ALIGN).  0 if out of range. */
+int xc_st_shard_direct(const xc_st *st, size_t i);
+
+/* Writes every tensor name in container order, each followed by one NUL
+ * byte, into buf, and the number of bytes that takes into *needed.  Writes
+ * to buf only if buf_len >= *needed (buf may then be NULL with buf_len 0 to
+ * ask the size).  Names never contain U+0000, so the result splits cleanly.
+ * Returns XC_OK, or XC_E_MISUSE (nothing written) when buf is too small. */
+int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
+
+/* Number of header bytes N of shard i, or 0 if out of range. */
+uint64_t xc_st_shard_header_bytes(const xc_st *st, size_t i);
 
 /* Reads tensor i's bytes into dst (dst_len must be at least its nbytes)
  * through the container's io.  XC_E_SHORT_READ / XC_E_IO on failure, with

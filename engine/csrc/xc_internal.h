@@ -34,4 +34,14 @@ void *xc_aligned_alloc(size_t align, size_t n);
 char *xc_strdup(const char *s);
 void xc_free(void *p);
 
+/* What is at path: 0 nothing, 1 a file (or anything not a folder), 2 a
+ * folder, or a negative errno when stat fails for another reason. */
+int xc_path_kind(const char *path);
+
+/* The names of the entries of folder dir that end in suffix, sorted by
+ * strcmp, each and the array from xc_malloc (caller frees all).  Returns
+ * XC_OK, XC_E_NOT_FOUND / XC_E_IO for an unreadable folder, XC_E_NOMEM;
+ * nothing is left allocated after a failure. */
+int xc_list_dir(const char *dir, const char *suffix, char ***out, size_t *n);
+
 #endif /* XC_INTERNAL_H */

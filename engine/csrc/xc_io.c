@@ -7,10 +7,23 @@
  * of this range or a clear error" lives here, above the vtable.  That split
  * is what lets the fault layer inject EINTR storms and partial reads *under*
  * the loop and prove that the loop, not luck, handles them.
+ *
+ * O_DIRECT is opt-in and never trusted on the word of open(): some file
+ * systems (tmpfs among them) refuse the flag, others accept it and then fail
+ * the first read with EINVAL.  xc_io_open_probed therefore reads one aligned
+ * block before calling O_DIRECT "active", and on any refusal reopens the file
+ * buffered and writes the reason into a note the caller reports -- a silent
+ * fallback would make a benchmark of "direct" reads measure the page cache.
+ * Direct reads must start, end and land on XC_DIRECT_ALIGN boundaries;
+ * xc_io_read_aligned widens a byte range to those boundaries and says where
+ * the wanted bytes begin inside the widened buffer.
  */
 #include "xc_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -72,8 +85,12 @@ static const xc_io posix_io = {posix_open, posix_pread, posix_size,
 
 const xc_io *xc_io_default(void) { return &posix_io; }
 
-int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
-                    void *buf, size_t len, uint64_t offset, size_t *got)
+/* The read loop behind xc_io_read_full and xc_io_read_aligned.  With
+ * eof_ok, end of file ends the loop quietly (the caller decides whether
+ * what arrived is enough); otherwise it is XC_E_SHORT_READ. */
+static int read_loop(const xc_io *io, int64_t handle, const char *path,
+                     void *buf, size_t len, uint64_t offset, size_t *got,
+                     int eof_ok)
 {
     size_t done = 0;
     unsigned char *p = buf;
@@ -95,6 +112,8 @@ int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
         if (n == 0) {
             if (got)
                 *got = done;
+            if (eof_ok)
+                return XC_OK;
             return xc_fail(XC_E_SHORT_READ, (int64_t)(offset + done), -1, -1,
                            "%s: short read: %zu of %zu bytes at byte %llu "
                            "(end of file at byte %llu)",
@@ -111,4 +130,180 @@ int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
     if (got)
         *got = done;
     return XC_OK;
+}
+
+int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
+                    void *buf, size_t len, uint64_t offset, size_t *got)
+{
+    return read_loop(io, handle, path, buf, len, offset, got, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Aligned reads and O_DIRECT                                           */
+/* ------------------------------------------------------------------ */
+
+static int is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align)
+{
+    uint64_t lo, hi;
+    if (!is_pow2(align))
+        return 0;
+    lo = offset & ~(uint64_t)(align - 1);
+    if (offset > UINT64_MAX - len || offset + len > UINT64_MAX - align)
+        return 0;
+    hi = (offset + len + align - 1) & ~(uint64_t)(align - 1);
+    if (hi - lo > SIZE_MAX)
+        return 0;
+    return (size_t)(hi - lo);
+}
+
+int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
+                       void *buf, size_t buf_len, uint64_t offset, size_t len,
+                       size_t align, size_t *payload_start)
+{
+    size_t span = xc_io_aligned_span(offset, len, align), got = 0, lead;
+    uint64_t lo;
+    int rc;
+    if (span == 0 && len != 0)
+        return xc_fail(XC_E_MISUSE, (int64_t)offset, -1, -1,
+                       "%s: aligned read of %zu bytes at byte %llu: bad "
+                       "alignment %zu or range overflow",
+                       path ? path : "(file)", len,
+                       (unsigned long long)offset, align);
+    if (buf_len < span || ((uintptr_t)buf & (align - 1)) != 0)
+        return xc_fail(XC_E_MISUSE, (int64_t)offset, -1, -1,
+                       "%s: aligned read needs a %zu-aligned buffer of %zu "
+                       "bytes, got %zu bytes", path ? path : "(file)", align,
+                       span, buf_len);
+    lo = offset & ~(uint64_t)(align - 1);
+    lead = (size_t)(offset - lo);
+    if (len == 0) {
+        *payload_start = lead;
+        return XC_OK;
+    }
+    rc = read_loop(io, handle, path, buf, span, lo, &got, 1);
+    if (rc != XC_OK)
+        return rc;
+    if (got < lead + len)
+        return xc_fail(XC_E_SHORT_READ, (int64_t)(lo + got), -1, -1,
+                       "%s: short read: %zu of %zu bytes at byte %llu "
+                       "(end of file at byte %llu)", path ? path : "(file)",
+                       got > lead ? got - lead : 0, len,
+                       (unsigned long long)offset,
+                       (unsigned long long)(lo + got));
+    *payload_start = lead;
+    return XC_OK;
+}
+
+int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
+                      int64_t *handle, int *direct_active, char *note,
+                      size_t note_len)
+{
+    int64_t h = -1;
+    int rc;
+    if (note && note_len)
+        note[0] = '\0';
+    *direct_active = 0;
+    if (want_direct) {
+        rc = io->open(io->ctx, path, 1, &h);
+        if (rc == 0) {
+            /* An O_DIRECT open can succeed on a file system that then
+             * refuses the reads (EINVAL); only a real read proves it. */
+            size_t got = 0;
+            void *probe = xc_aligned_alloc(XC_DIRECT_ALIGN, XC_DIRECT_ALIGN);
+            if (probe == NULL) {
+                io->close(io->ctx, h);
+                return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: no memory for "
+                               "the O_DIRECT probe buffer", path);
+            }
+            rc = read_loop(io, h, path, probe, XC_DIRECT_ALIGN, 0, &got, 1);
+            xc_free(probe);
+            if (rc == XC_OK) {
+                *handle = h;
+                *direct_active = 1;
+                return XC_OK;
+            }
+            io->close(io->ctx, h);
+            if (note && note_len)
+                snprintf(note, note_len, "%s: O_DIRECT probe read failed "
+                         "(%s); using buffered reads", path,
+                         xc_last_error()->message);
+        } else if (rc == -ENOENT) {
+            return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file",
+                           path);
+        } else if (note && note_len) {
+            snprintf(note, note_len, "%s: O_DIRECT open failed: %s (errno "
+                     "%d); using buffered reads", path, strerror(-rc), -rc);
+        }
+    }
+    rc = io->open(io->ctx, path, 0, &h);
+    if (rc == -ENOENT)
+        return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file", path);
+    if (rc != 0)
+        return xc_fail(XC_E_IO, -1, -1, -1, "%s: open failed: %s (errno %d)",
+                       path, strerror(-rc), -rc);
+    *handle = h;
+    return XC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Paths (internal)                                                     */
+/* ------------------------------------------------------------------ */
+
+int xc_path_kind(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+    return S_ISDIR(st.st_mode) ? 2 : 1;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int xc_list_dir(const char *dir, const char *suffix, char ***out, size_t *n)
+{
+    DIR *d;
+    struct dirent *e;
+    char **names = NULL;
+    size_t count = 0, cap = 0, slen = strlen(suffix);
+    *out = NULL;
+    *n = 0;
+    d = opendir(dir);
+    if (d == NULL)
+        return xc_fail(errno == ENOENT ? XC_E_NOT_FOUND : XC_E_IO, -1, -1, -1,
+                       "%s: cannot list the folder: %s", dir,
+                       strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < slen || strcmp(e->d_name + len - slen, suffix) != 0)
+            continue;
+        if (count == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            char **grown = xc_realloc(names, ncap * sizeof *names);
+            if (grown == NULL)
+                goto nomem;
+            names = grown;
+            cap = ncap;
+        }
+        if ((names[count] = xc_strdup(e->d_name)) == NULL)
+            goto nomem;
+        count++;
+    }
+    closedir(d);
+    if (count)
+        qsort(names, count, sizeof *names, cmp_names);
+    *out = names;
+    *n = count;
+    return XC_OK;
+nomem:
+    closedir(d);
+    for (size_t i = 0; i < count; i++)
+        xc_free(names[i]);
+    xc_free(names);
+    return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: no memory to list the "
+                   "folder", dir);
 }

@@ -16,7 +16,7 @@
  * xc_io_read_full() and must arrive whole; a short piece fails the load even
  * if a later piece would have made the total add up.
  *
- * O_DIRECT.  When the container reads with O_DIRECT, a contiguous read is
+ * O_DIRECT.  When an expert's shard reads with O_DIRECT, a contiguous read is
  * widened to XC_ALIGN on both ends and lands at the start of the slot, so
  * the payload begins (file offset mod XC_ALIGN) bytes in; the stride leaves
  * room for that.  A short read at end of file is accepted when the payload
@@ -72,6 +72,7 @@ void xc_load_close(xc_loader *ld)
     xc_free(ld->layers);
     xc_free(ld->shard);
     xc_free(ld->contiguous);
+    xc_free(ld->direct);
     xc_free(ld->file_offset);
     memset(ld, 0, sizeof *ld);
 }
@@ -192,7 +193,14 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
                 contiguous = 0;
         }
         ld->contiguous[key] = (uint8_t)contiguous;
-        if (ld->direct && !contiguous)
+        ld->direct[key] = xc_st_shard_direct(ld->st, ld->shard[key]) == 1;
+        if (ld->direct[key] && ld->chunk_bytes % XC_ALIGN != 0)
+            return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                           "chunk_bytes %llu must be a multiple of %llu "
+                           "for O_DIRECT reads",
+                           (unsigned long long)ld->chunk_bytes,
+                           (unsigned long long)XC_ALIGN);
+        if (ld->direct[key] && !contiguous)
             return xc_fail(XC_E_MISUSE, -1, layer, expert,
                            "layer %d expert %d: tensors are not one "
                            "contiguous run, which O_DIRECT reads cannot "
@@ -216,22 +224,16 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
     ld->n_keys = (uint32_t)(o->n_layers * (size_t)o->n_experts);
     ld->n_tensors = o->n_tensors;
     ld->chunk_bytes = o->chunk_bytes;
-    ld->direct = xc_st_direct_active(st) == 1;
-    if (ld->direct && ld->chunk_bytes % XC_ALIGN != 0) {
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "chunk_bytes %llu must be a multiple of %u for "
-                       "O_DIRECT reads",
-                       (unsigned long long)ld->chunk_bytes, XC_ALIGN);
-    }
     ld->layers = xc_malloc(o->n_layers * sizeof *ld->layers);
     ld->names = xc_calloc(o->n_tensors, sizeof *ld->names);
     ld->tensors = xc_calloc(o->n_tensors, sizeof *ld->tensors);
     ld->shard = xc_calloc(ld->n_keys, sizeof *ld->shard);
     ld->contiguous = xc_calloc(ld->n_keys, sizeof *ld->contiguous);
+    ld->direct = xc_calloc(ld->n_keys, sizeof *ld->direct);
     ld->file_offset = xc_calloc((size_t)ld->n_keys * o->n_tensors,
                                 sizeof *ld->file_offset);
     if (!ld->layers || !ld->names || !ld->tensors || !ld->shard ||
-        !ld->contiguous || !ld->file_offset)
+        !ld->contiguous || !ld->direct || !ld->file_offset)
         goto nomem;
     memcpy(ld->layers, o->layers, o->n_layers * sizeof *ld->layers);
     for (i = 0; i < o->n_tensors; i++)
@@ -317,7 +319,7 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
 
     begin = off[0];
     end = off[0] + ld->expert_bytes;
-    if (ld->direct) {
+    if (ld->direct[key]) {
         begin = begin / XC_ALIGN * XC_ALIGN;
         end = (end + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN;
     }
@@ -333,7 +335,7 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                              (size_t)(stop - at), at, &got);
         /* O_DIRECT widening may run past end of file: fine if the payload
          * itself is covered. */
-        if (rc == XC_E_SHORT_READ && ld->direct && stop == end &&
+        if (rc == XC_E_SHORT_READ && ld->direct[key] && stop == end &&
             at + got >= off[0] + ld->expert_bytes)
             rc = XC_OK;
         at = stop;

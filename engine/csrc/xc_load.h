@@ -10,7 +10,7 @@
 
 /* Reads are widened to this alignment under O_DIRECT; the slot stride
  * leaves room for the widening on both ends (docs/CACHE.md). */
-#define XC_ALIGN 4096u
+#define XC_ALIGN ((uint64_t)XC_DIRECT_ALIGN)
 
 typedef struct xc_loader {
     const xc_st *st;
@@ -25,9 +25,9 @@ typedef struct xc_loader {
     uint64_t expert_bytes;
     uint64_t stride;
     uint64_t chunk_bytes;
-    int direct;               /* the container reads with O_DIRECT */
     uint32_t *shard;          /* per key */
     uint8_t *contiguous;      /* per key: one run in file order */
+    uint8_t *direct;          /* per key: its shard reads O_DIRECT */
     uint64_t *file_offset;    /* per key x tensor: absolute offset */
 } xc_loader;
 

@@ -1,0 +1,197 @@
+"""The Python face of the C safetensors reader: :class:`Container`.
+
+A container is one ``.safetensors`` file, a folder holding
+``model.safetensors.index.json`` (or exactly one ``.safetensors`` file), or
+the index file itself.  Opening it validates every header completely in C
+(DESIGN §3) and indexes the names; a problem raises
+:class:`engine.errors.FormatError` whose ``kind`` names the failed check and
+whose ``offset`` is the absolute byte offset in the file named by the
+message.  Reads go through the C io seam, with the GIL released.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from engine import _lib
+from engine.errors import MisuseError
+
+#: numpy dtypes of the safetensors dtypes numpy can hold (little-endian, as
+#: the format stores them).  The others (BF16, F8_*, F4, F6_*) are read as
+#: raw uint8 bytes.
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype("?"),
+    "U8": np.dtype("u1"),
+    "I8": np.dtype("i1"),
+    "I16": np.dtype("<i2"),
+    "U16": np.dtype("<u2"),
+    "F16": np.dtype("<f2"),
+    "I32": np.dtype("<i4"),
+    "U32": np.dtype("<u4"),
+    "F32": np.dtype("<f4"),
+    "I64": np.dtype("<i8"),
+    "U64": np.dtype("<u8"),
+    "F64": np.dtype("<f8"),
+    "C64": np.dtype("<c8"),
+}
+
+
+class TensorInfo(NamedTuple):
+    """Where one tensor lives: absolute ``offset`` in shard ``shard``."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard: int
+    offset: int
+    nbytes: int
+
+
+class Container:
+    """A validated safetensors container; a context manager.
+
+    The C object (``_ptr``, an ``xc_st *``) lives until :meth:`close` or
+    garbage collection; other engine modules (the cache) take it from here.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *,
+                 direct: bool = False) -> None:
+        ffi, lib = _lib.ffi(), _lib.lib()
+        self._path = os.fspath(path)
+        opts = ffi.new("xc_st_opts *")
+        opts.io = ffi.NULL
+        opts.direct = 1 if direct else 0
+        out = ffi.new("xc_st **")
+        _lib.check(lib.xc_st_open(os.fsencode(self._path), opts, out))
+        self._ptr: Any = ffi.gc(out[0], lib.xc_st_close)
+        self._names: list[str] | None = None
+        n_shards = lib.xc_st_n_shards(self._ptr)
+        self.shards: list[str] = [
+            os.fsdecode(ffi.string(lib.xc_st_shard_path(self._ptr, i)))
+            for i in range(n_shards)
+        ]
+        self.metadata: dict[str, str] = {}
+        key, value = ffi.new("const char **"), ffi.new("const char **")
+        for i in range(lib.xc_st_n_metadata(self._ptr)):
+            _lib.check(lib.xc_st_metadata(self._ptr, i, key, value))
+            self.metadata[ffi.string(key[0]).decode()] = (
+                ffi.string(value[0]).decode())
+        self.direct_active: bool = bool(lib.xc_st_direct_active(self._ptr))
+        self.direct_note: str = ffi.string(
+            lib.xc_st_direct_note(self._ptr)).decode("utf-8", "replace")
+
+    # -- lifetime ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every shard and free the C object; idempotent."""
+        ptr = self.__dict__.pop("_ptr", None)
+        if ptr is not None:
+            _lib.ffi().release(ptr)
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _handle(self) -> Any:
+        try:
+            return self._ptr
+        except AttributeError:
+            raise MisuseError(f"{self._path}: the container is closed",
+                              status=-7, kind="misuse") from None
+
+    # -- names ------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Every tensor name in container order (shard by shard, by offset)."""
+        if self._names is None:
+            ffi, lib = _lib.ffi(), _lib.lib()
+            ptr = self._handle()
+            needed = ffi.new("size_t *")
+            lib.xc_st_names(ptr, ffi.NULL, 0, needed)
+            buf = ffi.new("char[]", max(int(needed[0]), 1))
+            _lib.check(lib.xc_st_names(ptr, buf, len(buf), needed))
+            blob = ffi.buffer(buf, int(needed[0]))[:]
+            names = blob.decode("utf-8").split("\0")
+            self._names = names[:-1]
+        return list(self._names)
+
+    def __len__(self) -> int:
+        return int(_lib.lib().xc_st_n_tensors(self._handle()))
+
+    def __iter__(self) -> Iterator[str]:
+        if self._names is None:
+            self.names()
+        assert self._names is not None
+        return iter(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        idx = _lib.ffi().new("size_t *")
+        return _lib.lib().xc_st_find(self._handle(), name.encode(), idx) == 0
+
+    def _index(self, name: str) -> int:
+        idx = _lib.ffi().new("size_t *")
+        _lib.check(_lib.lib().xc_st_find(self._handle(), name.encode(), idx))
+        return int(idx[0])
+
+    # -- tensors ----------------------------------------------------------
+
+    def _info_at(self, i: int, ti: Any = None) -> TensorInfo:
+        ffi, lib = _lib.ffi(), _lib.lib()
+        if ti is None:
+            ti = ffi.new("xc_tensor_info *")
+        _lib.check(lib.xc_st_tensor(self._handle(), i, ti))
+        return TensorInfo(
+            name=ffi.string(ti.name).decode(),
+            dtype=ffi.string(lib.xc_dtype_name(ti.dtype)).decode(),
+            shape=tuple(int(ti.shape[k]) for k in range(ti.ndim)),
+            shard=int(ti.shard),
+            offset=int(ti.offset),
+            nbytes=int(ti.nbytes),
+        )
+
+    def tensors(self) -> list[TensorInfo]:
+        """Every tensor's :class:`TensorInfo`, in container order."""
+        ti = _lib.ffi().new("xc_tensor_info *")
+        return [self._info_at(i, ti) for i in range(len(self))]
+
+    def info(self, name: str) -> TensorInfo:
+        """The tensor called ``name``; NotFoundError (a LookupError) if absent."""
+        return self._info_at(self._index(name))
+
+    def _read_into(self, name: str) -> tuple[TensorInfo, np.ndarray]:
+        i = self._index(name)
+        info = self._info_at(i)
+        out = np.empty(info.nbytes, dtype=np.uint8)
+        ffi = _lib.ffi()
+        _lib.check(_lib.lib().xc_st_read_tensor(
+            self._handle(), i, ffi.from_buffer(out), info.nbytes))
+        return info, out
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor's data with its dtype and shape.
+
+        Dtypes numpy lacks (BF16, F8_*, F4, F6_*) come back as a flat uint8
+        array of the tensor's bytes; ``info(name).dtype`` names the real one.
+        """
+        info, raw = self._read_into(name)
+        dt = NUMPY_DTYPES.get(info.dtype)
+        if dt is None:
+            return raw
+        return raw.view(dt).reshape(info.shape)
+
+    def read_bytes(self, name: str) -> bytes:
+        """The tensor's bytes exactly as stored."""
+        return self._read_into(name)[1].tobytes()
+
+    def __repr__(self) -> str:
+        state = "closed" if "_ptr" not in self.__dict__ else (
+            f"{len(self)} tensors, {len(self.shards)} shard(s)")
+        return f"Container({self._path!r}: {state})"

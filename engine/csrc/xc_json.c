@@ -1,0 +1,429 @@
+/*
+ * xc_json.c -- a small, strict, bounded JSON cursor.
+ *
+ * Only what a safetensors header and a shard index need: objects, arrays,
+ * strings with every escape (\uXXXX surrogate pairs included), numbers by
+ * the RFC 8259 grammar, and the three literals.  No tree is built: the
+ * reader walks the header once and keeps only what it needs, which is what
+ * makes a 29 MB header with 200,000 entries cheap.  Nesting is bounded
+ * (XJ_MAX_DEPTH), every read is bounded by len, and numbers are parsed with
+ * overflow checks rather than trusted.
+ */
+#include "xc_json.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* UTF-8                                                                */
+/* ------------------------------------------------------------------ */
+
+int xj_utf8_valid(const unsigned char *p, size_t n, size_t *bad_at)
+{
+    size_t i = 0;
+    while (i < n) {
+        /* ASCII runs dominate headers: test eight bytes at a time. */
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (w & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
+        unsigned c = p[i];
+        size_t need;
+        unsigned lo = 0x80, hi = 0xBF; /* bounds of the second byte */
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0)
+                lo = 0xA0; /* overlong */
+            else if (c == 0xED)
+                hi = 0x9F; /* UTF-16 surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0)
+                lo = 0x90; /* overlong */
+            else if (c == 0xF4)
+                hi = 0x8F; /* above U+10FFFF */
+        } else {
+            *bad_at = i;
+            return 0;
+        }
+        if (n - i - 1 < need) {
+            *bad_at = i;
+            return 0;
+        }
+        if (p[i + 1] < lo || p[i + 1] > hi) {
+            *bad_at = i;
+            return 0;
+        }
+        for (size_t k = 2; k <= need; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) {
+                *bad_at = i;
+                return 0;
+            }
+        }
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Errors and whitespace                                                */
+/* ------------------------------------------------------------------ */
+
+int xj_fail(const xj *j, int code, size_t at, const char *fmt, ...)
+{
+    char what[768];
+    va_list ap;
+    uint64_t abs_at = j->base + at;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return xc_fail(code, (int64_t)abs_at, -1, -1, "%s: byte %llu: %s",
+                   j->path, (unsigned long long)abs_at, what);
+}
+
+void xj_ws(xj *j)
+{
+    while (j->pos < j->len) {
+        char c = j->buf[j->pos];
+        if (c != ' ' && c != '\n' && c != '\r' && c != '\t')
+            return;
+        j->pos++;
+    }
+}
+
+static const char *describe(const xj *j)
+{
+    int c = xj_peek(j);
+    if (c < 0)
+        return "the end of the JSON";
+    if (c == '"')
+        return "a string";
+    if (c == '{')
+        return "an object";
+    if (c == '[')
+        return "an array";
+    if (c == '-' || (c >= '0' && c <= '9'))
+        return "a number";
+    return "an unexpected character";
+}
+
+int xj_expect(xj *j, char c)
+{
+    xj_ws(j);
+    if (xj_peek(j) != (unsigned char)c)
+        return xj_fail(j, XC_E_FORMAT_JSON, j->pos, "expected '%c', found %s",
+                       c, describe(j));
+    j->pos++;
+    return XC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Strings                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Nonzero if any byte of w is '"', '\\' or below 0x20.  Exact as to
+ * whether one exists (a borrow can only flag a byte above a real hit). */
+static inline uint64_t special_bytes(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+    uint64_t zq = (q - ones) & ~q, zb = (b - ones) & ~b;
+    uint64_t ctl = (w - ones * 0x20) & ~w;
+    return (zq | zb | ctl) & high;
+}
+
+static int hex4(const xj *j, size_t at, unsigned *out)
+{
+    unsigned v = 0;
+    if (j->len - at < 4)
+        return xj_fail(j, XC_E_FORMAT_JSON, at, "truncated \\u escape");
+    for (int k = 0; k < 4; k++) {
+        char c = j->buf[at + (size_t)k];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return xj_fail(j, XC_E_FORMAT_JSON, at + (size_t)k,
+                           "bad hex digit in \\u escape");
+    }
+    *out = v;
+    return XC_OK;
+}
+
+static size_t put_utf8(char *dst, unsigned cp)
+{
+    if (cp < 0x80) {
+        dst[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        dst[0] = (char)(0xC0 | (cp >> 6));
+        dst[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        dst[0] = (char)(0xE0 | (cp >> 12));
+        dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        dst[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    dst[0] = (char)(0xF0 | (cp >> 18));
+    dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    dst[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+int xj_string(xj *j, char **out, size_t *out_len, int *has_nul)
+{
+    char *b = j->buf;
+    size_t open_at = j->pos;
+    size_t r = open_at + 1; /* read position */
+    size_t w = r;           /* write position; w <= r always */
+    int rc, nul = 0;
+
+    if (xj_peek(j) != '"')
+        return xj_fail(j, XC_E_FORMAT_JSON, j->pos, "expected a string, "
+                       "found %s", describe(j));
+    for (;;) {
+        size_t run = r;
+        /* The padding after len is zeros, which stop this scan. */
+        for (;;) {
+            uint64_t word;
+            memcpy(&word, b + r, 8);
+            if (special_bytes(word))
+                break;
+            r += 8;
+        }
+        while ((unsigned char)b[r] >= 0x20 && b[r] != '"' && b[r] != '\\')
+            r++;
+        if (w != run)
+            memmove(b + w, b + run, r - run);
+        w += r - run;
+        if (r >= j->len)
+            return xj_fail(j, XC_E_FORMAT_JSON, open_at,
+                           "unterminated string");
+        if (b[r] == '"')
+            break;
+        if (b[r] != '\\')
+            return xj_fail(j, XC_E_FORMAT_JSON, r,
+                           "control character 0x%02x in a string",
+                           (unsigned)(unsigned char)b[r]);
+        /* An escape: r is at the backslash. */
+        if (r + 1 >= j->len)
+            return xj_fail(j, XC_E_FORMAT_JSON, open_at,
+                           "unterminated string");
+        char e = b[r + 1];
+        char plain = 0;
+        switch (e) {
+        case '"': plain = '"'; break;
+        case '\\': plain = '\\'; break;
+        case '/': plain = '/'; break;
+        case 'b': plain = '\b'; break;
+        case 'f': plain = '\f'; break;
+        case 'n': plain = '\n'; break;
+        case 'r': plain = '\r'; break;
+        case 't': plain = '\t'; break;
+        case 'u': break;
+        default:
+            return xj_fail(j, XC_E_FORMAT_JSON, r, "bad escape '\\%c'",
+                           (unsigned char)e >= 0x20 && (unsigned char)e < 0x7f
+                               ? e : '?');
+        }
+        if (e != 'u') {
+            b[w++] = plain;
+            r += 2;
+            continue;
+        }
+        unsigned cp, lo;
+        if ((rc = hex4(j, r + 2, &cp)) != XC_OK)
+            return rc;
+        if (cp >= 0xDC00 && cp <= 0xDFFF)
+            return xj_fail(j, XC_E_FORMAT_JSON, r,
+                           "lone low surrogate \\u%04X", cp);
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (j->len - r < 12 || b[r + 6] != '\\' || b[r + 7] != 'u')
+                return xj_fail(j, XC_E_FORMAT_JSON, r,
+                               "lone high surrogate \\u%04X", cp);
+            if ((rc = hex4(j, r + 8, &lo)) != XC_OK)
+                return rc;
+            if (lo < 0xDC00 || lo > 0xDFFF)
+                return xj_fail(j, XC_E_FORMAT_JSON, r,
+                               "high surrogate \\u%04X not followed by a low "
+                               "surrogate", cp);
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            r += 12;
+        } else {
+            r += 6;
+        }
+        if (cp == 0)
+            nul = 1;
+        w += put_utf8(b + w, cp);
+    }
+    /* r is at the closing quote; w <= r, so the terminator overwrites only
+     * bytes already consumed. */
+    b[w] = '\0';
+    j->pos = r + 1;
+    *out = b + open_at + 1;
+    *out_len = w - (open_at + 1);
+    if (has_nul)
+        *has_nul = nul;
+    return XC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Numbers                                                              */
+/* ------------------------------------------------------------------ */
+
+static int is_digit(int c) { return c >= '0' && c <= '9'; }
+
+/* Consumes one number by the JSON grammar.  *is_uint says whether it is a
+ * plain non-negative integer (no sign, fraction or exponent). */
+static int number_syntax(xj *j, int *is_uint)
+{
+    size_t at = j->pos;
+    int plain = 1;
+    if (xj_peek(j) == '-') {
+        plain = 0;
+        j->pos++;
+    }
+    if (xj_peek(j) == '0') {
+        j->pos++;
+        if (is_digit(xj_peek(j)))
+            return xj_fail(j, XC_E_FORMAT_JSON, at,
+                           "number with a leading zero");
+    } else if (is_digit(xj_peek(j))) {
+        while (is_digit(xj_peek(j)))
+            j->pos++;
+    } else {
+        return xj_fail(j, XC_E_FORMAT_JSON, at, "malformed number");
+    }
+    if (xj_peek(j) == '.') {
+        plain = 0;
+        j->pos++;
+        if (!is_digit(xj_peek(j)))
+            return xj_fail(j, XC_E_FORMAT_JSON, at, "malformed number");
+        while (is_digit(xj_peek(j)))
+            j->pos++;
+    }
+    if (xj_peek(j) == 'e' || xj_peek(j) == 'E') {
+        plain = 0;
+        j->pos++;
+        if (xj_peek(j) == '+' || xj_peek(j) == '-')
+            j->pos++;
+        if (!is_digit(xj_peek(j)))
+            return xj_fail(j, XC_E_FORMAT_JSON, at, "malformed number");
+        while (is_digit(xj_peek(j)))
+            j->pos++;
+    }
+    *is_uint = plain;
+    return XC_OK;
+}
+
+int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
+            uint64_t *out)
+{
+    size_t at = j->pos;
+    int c = xj_peek(j), plain, rc;
+    uint64_t v = 0;
+    if (c != '-' && !is_digit(c))
+        return xj_fail(j, type_code, at, "%s must be a non-negative integer, "
+                       "found %s", what, describe(j));
+    if ((rc = number_syntax(j, &plain)) != XC_OK)
+        return rc;
+    if (!plain)
+        return xj_fail(j, type_code, at, "%s must be a non-negative integer, "
+                       "found %.*s", what, (int)(j->pos - at < 40
+                                                 ? j->pos - at : 40),
+                       j->buf + at);
+    for (size_t k = at; k < j->pos; k++) {
+        uint64_t d = (uint64_t)(j->buf[k] - '0');
+        if (v > (max - d) / 10)
+            return xj_fail(j, type_code, at, "%s %.*s exceeds the limit of "
+                           "%llu", what, (int)(j->pos - at < 40
+                                               ? j->pos - at : 40),
+                           j->buf + at, (unsigned long long)max);
+        v = v * 10 + d;
+    }
+    *out = v;
+    return XC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Any value                                                            */
+/* ------------------------------------------------------------------ */
+
+static int literal(xj *j, const char *word)
+{
+    size_t n = strlen(word);
+    if (j->len - j->pos < n || memcmp(j->buf + j->pos, word, n) != 0)
+        return xj_fail(j, XC_E_FORMAT_JSON, j->pos, "expected a JSON value");
+    j->pos += n;
+    return XC_OK;
+}
+
+int xj_skip(xj *j, int depth)
+{
+    int rc, c, plain;
+    char *s;
+    size_t n;
+    xj_ws(j);
+    c = xj_peek(j);
+    switch (c) {
+    case '"':
+        return xj_string(j, &s, &n, NULL);
+    case 't':
+        return literal(j, "true");
+    case 'f':
+        return literal(j, "false");
+    case 'n':
+        return literal(j, "null");
+    case '{':
+    case '[':
+        if (depth + 1 > XJ_MAX_DEPTH)
+            return xj_fail(j, XC_E_FORMAT_JSON, j->pos,
+                           "nesting deeper than %d levels", XJ_MAX_DEPTH);
+        j->pos++;
+        xj_ws(j);
+        if (xj_peek(j) == (c == '{' ? '}' : ']')) {
+            j->pos++;
+            return XC_OK;
+        }
+        for (;;) {
+            if (c == '{') {
+                xj_ws(j);
+                if ((rc = xj_string(j, &s, &n, NULL)) != XC_OK)
+                    return rc;
+                if ((rc = xj_expect(j, ':')) != XC_OK)
+                    return rc;
+            }
+            if ((rc = xj_skip(j, depth + 1)) != XC_OK)
+                return rc;
+            xj_ws(j);
+            if (xj_peek(j) == ',') {
+                j->pos++;
+                continue;
+            }
+            return xj_expect(j, c == '{' ? '}' : ']');
+        }
+    default:
+        if (c == '-' || is_digit(c))
+            return number_syntax(j, &plain);
+        return xj_fail(j, XC_E_FORMAT_JSON, j->pos, "expected a JSON value, "
+                       "found %s", describe(j));
+    }
+}

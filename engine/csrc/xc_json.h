@@ -1,0 +1,69 @@
+/*
+ * xc_json.h -- the bounded JSON cursor the safetensors reader is built on;
+ * internal, not part of the public boundary.
+ *
+ * The cursor walks a writable buffer of len bytes followed by at least
+ * XJ_PAD readable bytes (zeros), so word-at-a-time scans may look past the
+ * end without a bounds test in the inner loop: a zero byte is a control
+ * character, which stops every scan.  Strings are decoded in place (an
+ * escape never decodes to more bytes than it is written with) and
+ * NUL-terminated there, so names cost no allocation.  Every failure is
+ * reported through xc_fail with the file's path and the absolute byte offset
+ * (base + position in the buffer).
+ */
+#ifndef XC_JSON_H
+#define XC_JSON_H
+
+#include "xc_internal.h"
+
+#define XJ_PAD 16
+#define XJ_MAX_DEPTH 128 /* serde_json's recursion limit; a header needs 3 */
+
+typedef struct xj {
+    char *buf;         /* len bytes of JSON, then XJ_PAD zero bytes */
+    size_t len;
+    size_t pos;
+    uint64_t base;     /* absolute file offset of buf[0] */
+    const char *path;  /* named in every message */
+} xj;
+
+/* Whether p[0..n) is well-formed UTF-8 (no overlongs, surrogates or code
+ * points above U+10FFFF).  On failure *bad_at is the index of the first
+ * byte of the first ill-formed sequence. */
+int xj_utf8_valid(const unsigned char *p, size_t n, size_t *bad_at);
+
+/* Records code with "path: byte X: message" (X = base + at) and returns it. */
+int xj_fail(const xj *j, int code, size_t at, const char *fmt, ...)
+    XC_PRINTF(4, 5);
+
+/* Skips JSON whitespace (space, tab, LF, CR). */
+void xj_ws(xj *j);
+
+/* The byte at the cursor, or -1 at the end of the buffer. */
+static inline int xj_peek(const xj *j)
+{
+    return j->pos < j->len ? (unsigned char)j->buf[j->pos] : -1;
+}
+
+/* Skips whitespace, then consumes byte c or fails with XC_E_FORMAT_JSON. */
+int xj_expect(xj *j, char c);
+
+/* Parses the string at the cursor (which must be '"'), decoding escapes in
+ * place.  *out points at the NUL-terminated result inside buf, *out_len is
+ * its length and *has_nul says whether it contains U+0000.  Syntax errors
+ * (unterminated, control character, bad escape, lone surrogate) are
+ * XC_E_FORMAT_JSON. */
+int xj_string(xj *j, char **out, size_t *out_len, int *has_nul);
+
+/* Parses a number at the cursor that must be a non-negative integer not
+ * above max.  Malformed numbers are XC_E_FORMAT_JSON; a value that is not a
+ * number, or a valid number that is negative, fractional, has an exponent or
+ * exceeds max, is type_code (XC_E_FORMAT_SCHEMA for headers). */
+int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
+            uint64_t *out);
+
+/* Validates and skips any JSON value at the cursor; depth is the nesting
+ * level of the enclosing container.  Errors are XC_E_FORMAT_JSON. */
+int xj_skip(xj *j, int depth);
+
+#endif /* XC_JSON_H */

@@ -90,7 +90,10 @@ class Expert:
 
     def release(self) -> None:
         """Give the hold back; a second release is a MisuseError."""
-        _lib.check(_lib.lib().xc_cache_release(self._cache._ptr, self._ref))
+        cache = self._cache
+        rc = cache._release(cache._ptr, self._ref)
+        if rc:
+            _lib.check(rc)
         self._released = True
 
     def _alive(self) -> None:
@@ -150,13 +153,15 @@ class ExpertCache:
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
         self._layout = _Layout(self._ptr)
         self._lib = lib
-        self._new_ref = lambda: ffi.new("xc_ref *")
+        # bound once: the hit path is a few hundred ns and lookups show
+        self._get, self._release = lib.xc_cache_get, lib.xc_cache_release
+        self._new = ffi.new
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
         """Demand access: a held reference to (layer, expert), loaded if needed."""
-        ref = self._new_ref()
-        rc = self._lib.xc_cache_get(self._ptr, layer, expert, ref)
+        ref = self._new("xc_ref *")
+        rc = self._get(self._ptr, layer, expert, ref)
         if rc:
             _lib.check(rc)
         return Expert(self, ref, (layer, expert))

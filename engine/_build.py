@@ -9,6 +9,14 @@ the same recorded flags.
 from __future__ import annotations
 
 import os
+import sys
+
+# Run as a script (`python engine/_build.py`, as CI does), this folder is
+# sys.path[0], where engine/inspect.py would shadow the standard library's
+# inspect module that cffi imports.  The package does not need it there.
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(
+        os.path.abspath(__file__)):
+    del sys.path[0]
 from pathlib import Path
 
 from cffi import FFI

@@ -116,8 +116,10 @@ class Container:
             lib.xc_st_names(ptr, ffi.NULL, 0, needed)
             buf = ffi.new("char[]", max(int(needed[0]), 1))
             _lib.check(lib.xc_st_names(ptr, buf, len(buf), needed))
-            blob = ffi.buffer(buf, int(needed[0]))[:]
-            names = blob.decode("utf-8").split("\0")
+            # One decode and one split of a NUL-joined blob: far cheaper
+            # than one C call and one ffi.string per name at 200k names.
+            text = str(ffi.buffer(buf, int(needed[0])), "utf-8")
+            names = text.split("\0")
             self._names = names[:-1]
         return list(self._names)
 

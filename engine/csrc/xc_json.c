@@ -91,16 +91,6 @@ int xj_fail(const xj *j, int code, size_t at, const char *fmt, ...)
                    j->path, (unsigned long long)abs_at, what);
 }
 
-void xj_ws(xj *j)
-{
-    while (j->pos < j->len) {
-        char c = j->buf[j->pos];
-        if (c != ' ' && c != '\n' && c != '\r' && c != '\t')
-            return;
-        j->pos++;
-    }
-}
-
 static const char *describe(const xj *j)
 {
     int c = xj_peek(j);

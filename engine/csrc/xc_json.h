@@ -37,7 +37,15 @@ int xj_fail(const xj *j, int code, size_t at, const char *fmt, ...)
     XC_PRINTF(4, 5);
 
 /* Skips JSON whitespace (space, tab, LF, CR). */
-void xj_ws(xj *j);
+static inline void xj_ws(xj *j)
+{
+    while (j->pos < j->len) {
+        char c = j->buf[j->pos];
+        if (c != ' ' && c != '\n' && c != '\r' && c != '\t')
+            return;
+        j->pos++;
+    }
+}
 
 /* The byte at the cursor, or -1 at the end of the buffer. */
 static inline int xj_peek(const xj *j)

@@ -282,7 +282,8 @@ typedef struct st_parse {
     int last_dtype;
 } st_parse;
 
-static int is_key(const char *k, size_t n, const char *want)
+/* Inlined so that strlen and memcmp of a literal fold to a few compares. */
+static inline int is_key(const char *k, size_t n, const char *want)
 {
     return strlen(want) == n && memcmp(k, want, n) == 0;
 }
@@ -358,8 +359,7 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
 {
     int n = 0, rc;
     size_t at = j->pos;
-    char what[64];
-    snprintf(what, sizeof what, "a %s entry", field);
+    const char *what = max == 2 ? "a data_offsets entry" : "a shape entry";
     if (xj_peek(j) != '[')
         return xj_fail(j, XC_E_FORMAT_SCHEMA, at, "tensor \"%.200s\": %s "
                        "must be an array of integers", name, field);
@@ -486,7 +486,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
         return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "too many dimensions");
     t->dims_at = (uint32_t)st->n_dims;
     t->ndim = (uint8_t)nd;
-    memcpy(st->dims + st->n_dims, dims, (size_t)nd * sizeof *dims);
+    if (nd > 0) /* st->dims is still NULL before the first dimension */
+        memcpy(st->dims + st->n_dims, dims, (size_t)nd * sizeof *dims);
     st->n_dims += (size_t)nd;
     t->begin = offs[0];
     t->end = offs[1];
@@ -541,6 +542,23 @@ static int parse_header(st_parse *p)
                     return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
                                    "name too long or too many tensors");
                 h = name_hash(k, kn);
+                if (grow((void **)&st->t, &st->cap_t, st->n_t,
+                         sizeof *st->t) != XC_OK ||
+                    table_reserve(&p->dup, 1) != XC_OK)
+                    return nomem(j->path, "tensor table");
+                /* The table is too big for the cache: start fetching the
+                 * name's slot now and look it up after parsing the entry.
+                 * The duplicate still wins over a later error in the entry
+                 * (document order), see below. */
+                __builtin_prefetch(&p->dup.slots[h & p->dup.mask]);
+                t = &st->t[st->n_t];
+                memset(t, 0, sizeof *t);
+                t->key.name = k;
+                t->key.len = (uint32_t)kn;
+                t->key.hash = h;
+                t->entry_at = j->base + kat;
+                t->shard = p->shard;
+                rc = parse_entry(p, t);
                 prev = table_find(&p->dup, st->t + p->first, sizeof *st->t,
                                   k, kn, h);
                 if (prev >= 0)
@@ -550,18 +568,7 @@ static int parse_header(st_parse *p)
                                    (unsigned long long)
                                        st->t[p->first + (size_t)prev]
                                            .entry_at);
-                if (grow((void **)&st->t, &st->cap_t, st->n_t,
-                         sizeof *st->t) != XC_OK ||
-                    table_reserve(&p->dup, 1) != XC_OK)
-                    return nomem(j->path, "tensor table");
-                t = &st->t[st->n_t];
-                memset(t, 0, sizeof *t);
-                t->key.name = k;
-                t->key.len = (uint32_t)kn;
-                t->key.hash = h;
-                t->entry_at = j->base + kat;
-                t->shard = p->shard;
-                if ((rc = parse_entry(p, t)) != XC_OK)
+                if (rc != XC_OK)
                     return rc;
                 table_put(&p->dup, h, (uint32_t)(st->n_t - p->first));
                 st->n_t++;
@@ -848,10 +855,20 @@ static int load_shard(xc_st *st, size_t s)
     p.m_first = st->n_meta;
     p.last_dtype = XC_DT_U8;
     sh->first = st->n_t;
+    /* A tensor entry takes at least ~50 header bytes; reserving for N/128
+     * entries up front saves most of the rehashing of a large header. */
+    if (table_reserve(&p.dup, (size_t)(n / 128)) != XC_OK)
+        return nomem(sh->path, "name table");
     rc = parse_header(&p);
-    table_free(&p.dup);
     table_free(&p.mdup);
     sh->count = st->n_t - sh->first;
+    if (s == 0 && rc == XC_OK && st->names.slots == NULL) {
+        /* Shard 0's indices are container indices: keep its table as the
+         * container's unless sorting moves them (see finalize). */
+        st->names = p.dup;
+        memset(&p.dup, 0, sizeof p.dup);
+    }
+    table_free(&p.dup);
     if (s != 0) /* only the first shard's metadata is kept */
         st->n_meta = p.m_first;
     if (rc != XC_OK)
@@ -859,6 +876,8 @@ static int load_shard(xc_st *st, size_t s)
     /* 6-10 */
     if ((rc = sort_shard(st, sh, &moved)) != XC_OK)
         return rc;
+    if (moved)
+        table_free(&st->names); /* stale: finalize rebuilds it */
     return check_data(st, s);
 }
 
@@ -912,10 +931,17 @@ static int add_shard(xc_st *st, char *path)
 static int finalize(xc_st *st)
 {
     size_t bytes = 0;
-    if (table_reserve(&st->names, st->n_t) != XC_OK)
-        return nomem(st->n_shards ? st->shards[0].path : NULL, "name index");
+    int rebuild = st->n_shards != 1 || st->names.slots == NULL ||
+                  st->names.n != st->n_t;
+    if (rebuild) {
+        table_free(&st->names);
+        if (table_reserve(&st->names, st->n_t) != XC_OK)
+            return nomem(st->n_shards ? st->shards[0].path : NULL,
+                         "name index");
+    }
     for (size_t i = 0; i < st->n_t; i++) {
-        table_put(&st->names, st->t[i].key.hash, (uint32_t)i);
+        if (rebuild)
+            table_put(&st->names, st->t[i].key.hash, (uint32_t)i);
         bytes += (size_t)st->t[i].key.len + 1;
     }
     st->names_bytes = bytes;

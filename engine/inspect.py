@@ -1,0 +1,52 @@
+"""Validate a safetensors container and print one summary line.
+
+    python -m engine.inspect <file.safetensors | folder | index.json>
+
+Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
+and exits 0, or prints ``FAIL <kind> <file> byte <offset>: <message>`` and
+exits 1.  The C reader does every check (DESIGN §3); this only reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from engine.container import Container
+from engine.errors import EngineError
+
+
+def summarize(path: str, *, direct: bool = False) -> str:
+    """Open ``path`` and return its one-line summary (raises EngineError)."""
+    with Container(path, direct=direct) as c:
+        infos = c.tensors()
+        total = sum(t.nbytes for t in infos)
+        dtypes = Counter(t.dtype for t in infos)
+        dt = " ".join(f"{k}x{v}" for k, v in sorted(dtypes.items())) or "none"
+        line = (f"OK {path}: {len(infos)} tensors, {len(c.shards)} shard(s), "
+                f"{total} bytes, dtypes {dt}")
+        if direct:
+            line += f"; {c.direct_note}"
+        return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    ap = argparse.ArgumentParser(prog="python -m engine.inspect",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("path", help="a .safetensors file, a folder, or an index")
+    ap.add_argument("--direct", action="store_true",
+                    help="probe O_DIRECT and report whether it is in effect")
+    ns = ap.parse_args(argv)
+    try:
+        print(summarize(ns.path, direct=ns.direct))
+    except EngineError as e:
+        where = "" if e.offset is None else f" byte {e.offset}"
+        print(f"FAIL {e.kind}{where}: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

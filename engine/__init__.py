@@ -1,6 +1,7 @@
 """The streaming expert cache: a C core with a Python face."""
 
 from engine import errors
+from engine.cache import Expert, ExpertCache
 from engine.container import Container, TensorInfo
 from engine.errors import (
     AllPinnedError,
@@ -9,6 +10,7 @@ from engine.errors import (
     EngineIOError,
     FileChangedError,
     FormatError,
+    InvariantError,
     MisuseError,
     NotFoundError,
     OutOfMemoryError,
@@ -21,8 +23,11 @@ __all__ = [
     "Container",
     "EngineError",
     "EngineIOError",
+    "Expert",
+    "ExpertCache",
     "FileChangedError",
     "FormatError",
+    "InvariantError",
     "MisuseError",
     "NotFoundError",
     "OutOfMemoryError",

@@ -116,6 +116,76 @@ const char *xc_st_direct_note(const xc_st *st);
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 
+/* --- expert cache (contracts in xc.h) --- */
+typedef struct xc_cache xc_cache;
+typedef struct xc_cache_opts {
+    size_t n_slots;
+    uint64_t budget_bytes;
+    int top_k;
+    const char *policy;
+    const char *expert_template;
+    const char *const *tensors;
+    size_t n_tensors;
+    const int32_t *layers;
+    size_t n_layers;
+    int32_t n_experts;
+    uint64_t chunk_bytes;
+    int batch_threads;
+} xc_cache_opts;
+enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
+enum {
+    XC_INV_KEY_UNIQUE = 1,
+    XC_INV_INDEX = 2,
+    XC_INV_EMPTY = 3,
+    XC_INV_INFLIGHT = 4,
+    XC_INV_CLOCK = 5,
+    XC_INV_COUNTERS = 6,
+    XC_INV_PREFETCH = 7,
+    XC_INV_POLICY = 8,
+};
+typedef struct xc_ref {
+    int32_t slot;
+    uint32_t generation;
+    const uint8_t *data;
+    uint64_t nbytes;
+} xc_ref;
+typedef struct xc_stats {
+    uint64_t requests, hits, misses;
+    uint64_t prefetch_loads, prefetch_first_uses, prefetch_evicted_unused;
+    uint64_t evictions, payload_bytes, io_bytes;
+    uint64_t load_failures, short_reads, io_errors;
+    uint64_t load_ns;
+    uint64_t prefetch_unused_resident;
+} xc_stats;
+typedef struct xc_slot_tensor {
+    const char *name;
+    int dtype;
+    int ndim;
+    int64_t shape[XC_MAX_DIMS];
+    uint64_t offset;
+    uint64_t nbytes;
+} xc_slot_tensor;
+int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
+void xc_cache_close(xc_cache *c);
+int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
+int xc_cache_release(xc_cache *c, const xc_ref *ref);
+int xc_cache_getmany(xc_cache *c, const int32_t *layers,
+                     const int32_t *experts, size_t n, size_t *published);
+int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert);
+int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert);
+void xc_cache_stats(xc_cache *c, xc_stats *out);
+void xc_cache_reset_stats(xc_cache *c);
+int xc_cache_check(xc_cache *c);
+int xc_cache_slot(xc_cache *c, size_t i, int *state, int32_t *layer,
+                  int32_t *expert, uint32_t *holds, uint32_t *pins,
+                  int *unused_mark);
+size_t xc_cache_n_slots(const xc_cache *c);
+uint64_t xc_cache_stride(const xc_cache *c);
+uint64_t xc_cache_expert_bytes(const xc_cache *c);
+size_t xc_cache_n_tensors(const xc_cache *c);
+int xc_cache_tensor(const xc_cache *c, size_t i, xc_slot_tensor *out);
+int xc_cache_contiguous(const xc_cache *c, int32_t layer, int32_t expert);
+
 enum {
     XC_FAULT_NONE = 0,
     XC_FAULT_PARTIAL = 1,

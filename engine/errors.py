@@ -73,3 +73,12 @@ def from_status(status: int, kind: str, message: str, *, offset: int = -1,
         cls = _BY_STATUS.get(status, EngineError)
     return cls(message, status=status, kind=kind, offset=offset, layer=layer,
                expert=expert)
+
+
+class InvariantError(EngineError, AssertionError):
+    """``check()`` found a broken invariant; ``inv`` is its ``INV-*`` id."""
+
+    def __init__(self, message: str, *, inv: str, number: int) -> None:
+        super().__init__(message, status=number, kind=inv)
+        self.inv = inv
+        self.number = number

@@ -7,9 +7,6 @@ import pytest
 import engine
 from fixtures import PRESETS, expected_bytes, generate
 
-if not hasattr(engine, "Container"):
-    pytest.skip("engine.Container not built yet", allow_module_level=True)
-
 
 @pytest.fixture(scope="module")
 def containers(tmp_path_factory):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import libcachesim as lcs
 import numpy as np
 import pytest
-from conftest import TRACES_DIR
 
 from oracle.sim import next_use, simulate, simulate_with_model
 from oracle.traces import Trace, load_trace
+from tests.conftest import TRACES_DIR
 
 POLICIES = ["lru", "fifo", "lfu", "lfru", "lfru:sample=3,seed=7", "hotness",
             "hotness:period=16"]

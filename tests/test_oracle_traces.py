@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TRACES_DIR
 
 from oracle.sim import simulate
 from oracle.traces import (
@@ -21,6 +20,7 @@ from oracle.traces import (
     reuse_distances,
     reuse_histogram,
 )
+from tests.conftest import TRACES_DIR
 
 TRACES = TRACES_DIR
 

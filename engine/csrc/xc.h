@@ -286,6 +286,176 @@ uint64_t xc_st_shard_header_bytes(const xc_st *st, size_t i);
  * the tensor name, shard and offset in the message. */
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 
+/* ------------------------------------------------------------------ */
+/* Expert cache                                                         */
+/* ------------------------------------------------------------------ */
+
+/* Ownership: a cache borrows its container (st must outlive the cache) and
+ * owns one aligned arena of n_slots x stride bytes.  A reference returned by
+ * xc_cache_get points into that arena; its bytes stay valid and unchanged
+ * until the reference is released (the slot cannot be evicted while held).
+ * Every function below is safe to call from several threads at once, except
+ * xc_cache_close.  docs/CACHE.md is the exact semantics (victims, clock,
+ * counters); the comments here are the contracts. */
+
+typedef struct xc_cache xc_cache;
+
+typedef struct xc_cache_opts {
+    size_t n_slots;            /* budget in slots; 0: use budget_bytes */
+    uint64_t budget_bytes;     /* budget in bytes when n_slots == 0 */
+    int top_k;                 /* experts per token; need n_slots >= top_k+1 */
+    const char *policy;        /* "lru" (NULL), "fifo", "lfu",
+                                * "lfru:sample=4,seed=0", "hotness:period=256" */
+    const char *expert_template; /* with {layer}, {expert}, {tensor} */
+    const char *const *tensors;  /* tensor suffixes, in slot order */
+    size_t n_tensors;
+    const int32_t *layers;     /* MoE layer indices, strictly ascending */
+    size_t n_layers;
+    int32_t n_experts;         /* experts per layer */
+    uint64_t chunk_bytes;      /* 0: one read per contiguous expert */
+    int batch_threads;         /* readers of getmany, caller included (>= 1) */
+} xc_cache_opts;
+
+/* Slot states (docs/CACHE.md "Slots and budget"). */
+enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
+
+/* Invariants walked by xc_cache_check(), in the order it checks them; the
+ * return value is the number.  INV-KEY-UNIQUE: a key is in at most one slot.
+ * INV-INDEX: the key index maps exactly the non-EMPTY slots.  INV-EMPTY: an
+ * EMPTY slot has no holds, pins or unused mark.  INV-INFLIGHT: an INFLIGHT
+ * slot has no holds, pins or mark, and the INFLIGHT slots are exactly the
+ * reads under way (one each).  INV-CLOCK: last_use values of non-EMPTY
+ * slots are unique and <= tick; insert_tick <= last_use.  INV-COUNTERS:
+ * hits + misses == requests, load_failures == short_reads + io_errors,
+ * prefetch_evicted_unused <= evictions, payload_bytes is a whole number of
+ * experts no more than misses + prefetch_loads.  INV-PREFETCH:
+ * prefetch_first_uses + prefetch_evicted_unused + prefetch_unused_resident
+ * == prefetch_loads (every prefetch of this window is used, evicted unused
+ * or still waiting).  INV-POLICY: the policy's own state is consistent
+ * (hotness: count table; lfru: eviction count <= evictions since open). */
+enum {
+    XC_INV_KEY_UNIQUE = 1,
+    XC_INV_INDEX = 2,
+    XC_INV_EMPTY = 3,
+    XC_INV_INFLIGHT = 4,
+    XC_INV_CLOCK = 5,
+    XC_INV_COUNTERS = 6,
+    XC_INV_PREFETCH = 7,
+    XC_INV_POLICY = 8,
+};
+
+/* A held reference: data points at the expert's payload (expert_bytes long)
+ * inside slot `slot`; generation identifies this publish of the slot. */
+typedef struct xc_ref {
+    int32_t slot;
+    uint32_t generation;
+    const uint8_t *data;
+    uint64_t nbytes;
+} xc_ref;
+
+/* One window of counters (docs/CACHE.md "Counters").  prefetch_unused_resident
+ * is derived when the snapshot is taken; load_ns is wall time spent in reads
+ * of published and failed loads (informational, not part of the semantics). */
+typedef struct xc_stats {
+    uint64_t requests, hits, misses;
+    uint64_t prefetch_loads, prefetch_first_uses, prefetch_evicted_unused;
+    uint64_t evictions, payload_bytes, io_bytes;
+    uint64_t load_failures, short_reads, io_errors;
+    uint64_t load_ns;
+    uint64_t prefetch_unused_resident;
+} xc_stats;
+
+/* Where tensor i of every expert lives inside a payload. name is the suffix
+ * given in opts.tensors (owned by the cache). */
+typedef struct xc_slot_tensor {
+    const char *name;
+    int dtype;
+    int ndim;
+    int64_t shape[XC_MAX_DIMS];
+    uint64_t offset;           /* from the payload start (xc_ref.data) */
+    uint64_t nbytes;
+} xc_slot_tensor;
+
+/* Opens a cache over st.  Resolves every (layer, expert) of opts through the
+ * template and checks that each tensor exists (XC_E_NOT_FOUND naming layer,
+ * expert and tensor), has the dtype and shape of expert 0 of the first layer
+ * and lives in that expert's one shard (XC_E_MISUSE naming the tensor).  Bad
+ * options (unknown policy or parameter, layers not ascending, n_experts < 1,
+ * top_k < 1, batch_threads < 1) are XC_E_MISUSE; fewer than top_k + 1 slots
+ * is XC_E_BUDGET with the slots needed, the slots the budget gives and the
+ * smallest budget_bytes that works.  Allocates the arena and starts
+ * batch_threads - 1 reader threads.  On failure nothing is allocated, no
+ * thread is left running and *out is not written.  st is borrowed. */
+int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
+
+/* Stops the reader threads and frees everything.  References still held
+ * become dangling.  Must not race with any other call on c.  NULL is a
+ * no-op.  Cannot fail. */
+void xc_cache_close(xc_cache *c);
+
+/* Demand access (docs/CACHE.md get steps 1-6): returns a held reference to
+ * (layer, expert), loading it if needed and waiting for another thread's
+ * read of the same key.  XC_E_MISUSE for a key outside the cache (nothing
+ * changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
+ * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
+ * is EMPTY again, the failure counted, the evicted key stays evicted, the
+ * message names layer and expert).  *out is written only on success. */
+int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
+
+/* Gives back one hold taken by xc_cache_get.  XC_E_MISUSE (nothing changed)
+ * for a reference of another cache, a slot republished since, or a slot
+ * with no hold left (a double release).  Does not touch the clock. */
+int xc_cache_release(xc_cache *c, const xc_ref *ref);
+
+/* Batch prefetch (docs/CACHE.md getmany steps 1-3): reserves slots for the
+ * missing keys serially, reads them in parallel on the cache's readers and
+ * publishes them serially; *published (may be NULL) receives how many were
+ * published.  A short count is not an error (no slot, or a failed read,
+ * which is counted).  XC_E_MISUSE if any key is invalid, before anything
+ * changed.  XC_E_NOMEM only before anything changed. */
+int xc_cache_getmany(xc_cache *c, const int32_t *layers,
+                     const int32_t *experts, size_t n, size_t *published);
+
+/* Pin / unpin a READY key (pins nest).  pin: XC_E_NOT_FOUND when the key is
+ * not READY; unpin: XC_E_MISUSE when it has no pin.  Both XC_E_MISUSE for a
+ * key outside the cache; nothing changed after a failure.  Neither counts as
+ * a request nor touches the clock. */
+int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert);
+int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert);
+
+/* A consistent snapshot of this window's counters.  Cannot fail. */
+void xc_cache_stats(xc_cache *c, xc_stats *out);
+
+/* Starts a new window: zeroes every counter and clears every unused-prefetch
+ * mark.  Residents, holds, pins, the clock and policy state are kept.
+ * Cannot fail. */
+void xc_cache_reset_stats(xc_cache *c);
+
+/* Walks every structure under the lock.  Returns 0, or the number of the
+ * first broken invariant (XC_INV_*) with a message naming it and the slot
+ * in xc_last_error().  Changes nothing. */
+int xc_cache_check(xc_cache *c);
+
+/* Snapshot of slot i: state, key (-1, -1 when EMPTY), holds, pins and the
+ * unused-prefetch mark; any out-pointer may be NULL.  XC_E_MISUSE if i is
+ * out of range. */
+int xc_cache_slot(xc_cache *c, size_t i, int *state, int32_t *layer,
+                  int32_t *expert, uint32_t *holds, uint32_t *pins,
+                  int *unused_mark);
+
+/* Geometry, fixed at open.  Cannot fail. */
+size_t xc_cache_n_slots(const xc_cache *c);
+uint64_t xc_cache_stride(const xc_cache *c);
+uint64_t xc_cache_expert_bytes(const xc_cache *c);
+size_t xc_cache_n_tensors(const xc_cache *c);
+
+/* Layout of tensor i inside every payload.  XC_E_MISUSE if out of range. */
+int xc_cache_tensor(const xc_cache *c, size_t i, xc_slot_tensor *out);
+
+/* Whether expert (layer, expert) is one contiguous run in its shard (1),
+ * read per tensor (0), or not a key of the cache (XC_E_MISUSE). */
+int xc_cache_contiguous(const xc_cache *c, int32_t layer, int32_t expert);
+
 
 /* ------------------------------------------------------------------ */
 /* Fault injection under the I/O seam                                   */

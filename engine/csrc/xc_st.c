@@ -478,8 +478,10 @@ static int parse_entry(st_parse *p, st_tensor *t)
         return xj_fail(j, XC_E_FORMAT_SCHEMA, (size_t)(t->entry_at - j->base),
                        "tensor \"%.200s\" has no %s", name, miss);
     }
+    /* grow() only grows when its n reaches cap; pass cap so that it does
+     * (passing n_dims looped forever when n_dims < cap < n_dims + nd). */
     while (st->n_dims + (size_t)nd > st->cap_dims)
-        if (grow((void **)&st->dims, &st->cap_dims, st->n_dims,
+        if (grow((void **)&st->dims, &st->cap_dims, st->cap_dims,
                  sizeof *st->dims) != XC_OK)
             return nomem(j->path, "shapes");
     if (st->n_dims + (size_t)nd > UINT32_MAX)

@@ -1,0 +1,62 @@
+"""ns per get+release hit: from C, from Python, beside an empty cffi call.
+
+Builds bench/hit_path.c with the engine sources, runs it on a k3-mini made
+by fixtures, then times the same hit from Python through ExpertCache.get
+and through the raw binding, and an empty cffi call (xc_alloc_count) as the
+floor.  Best of 5 rounds each.  Last line: the ratios.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import fixtures  # noqa: E402
+from engine import Container, ExpertCache, _lib  # noqa: E402
+
+
+def best_ns(stmt, n, **names):
+    return min(timeit.repeat(stmt, number=n, repeat=5, globals=names)) / n * 1e9
+
+
+def main():
+    tmp = Path(tempfile.mkdtemp())
+    fixtures.generate("k3-mini", tmp / "k3")
+    shard = tmp / "k3" / "model-00001-of-00001.safetensors"
+    exe = tmp / "hit_path"
+    csrc = ROOT / "engine" / "csrc"
+    subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-pthread",
+                    "-I", str(csrc), str(ROOT / "bench" / "hit_path.c"),
+                    *map(str, sorted(csrc.glob("*.c"))), "-o", str(exe)],
+                   check=True)
+    c_ns = float(subprocess.run([str(exe), str(shard), "2000000"], check=True,
+                                capture_output=True, text=True).stdout)
+
+    cache = ExpertCache(Container(str(shard)), n_slots=8, top_k=4)
+    cache.get(0, 3).release()
+    lib, ffi = _lib.lib(), _lib.ffi()
+    ptr, ref = cache._ptr, ffi.new("xc_ref *")
+    n = 200000
+    floor = best_ns("f()", n, f=lib.xc_alloc_count)
+    raw = best_ns("g(p, 0, 3, r); rel(p, r)", n, g=lib.xc_cache_get,
+                  rel=lib.xc_cache_release, p=ptr, r=ref)
+    api = best_ns("c.get(0, 3).release()", n, c=cache)
+    cache.close()
+    shutil.rmtree(tmp)
+    print(f"C get+release hit:                {c_ns:8.1f} ns (goal < 100)")
+    print(f"empty cffi call (floor):          {floor:8.1f} ns")
+    print(f"Python raw binding get+release:   {raw:8.1f} ns")
+    print(f"Python ExpertCache.get().release: {api:8.1f} ns")
+    print(f"ratio: C {c_ns:.1f} ns; Python raw {raw / floor:.2f}x floor, "
+          f"ExpertCache {api / floor:.2f}x floor (goal <= 3x)")
+
+
+if __name__ == "__main__":
+    main()

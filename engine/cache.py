@@ -1,0 +1,265 @@
+"""The expert cache's Python face: held experts as zero-copy numpy views.
+
+All policy lives in the C core (``engine/csrc/xc_cache.c``, semantics in
+``docs/CACHE.md``); this module only converts arguments, ties lifetimes
+together and turns status codes into exceptions through ``_lib.check``.
+
+Lifetimes: an :class:`ExpertCache` keeps its container alive; an
+:class:`Expert` keeps its cache alive.  The numpy views of an expert are
+valid until the expert is released -- after that the slot may be reused
+for another expert and the views would show its bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine import _lib
+from engine.container import NUMPY_DTYPES
+from engine.errors import InvariantError
+
+#: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
+K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
+               "experts.{expert}.{tensor}")
+K3_TENSORS = ("w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+              "w2.weight_scale", "w3.weight_packed", "w3.weight_scale")
+
+_STATES = {0: "empty", 1: "inflight", 2: "ready"}
+_INV_NAMES = {1: "INV-KEY-UNIQUE", 2: "INV-INDEX", 3: "INV-EMPTY",
+              4: "INV-INFLIGHT", 5: "INV-CLOCK", 6: "INV-COUNTERS",
+              7: "INV-PREFETCH", 8: "INV-POLICY"}
+_COUNTERS = ("requests", "hits", "misses", "prefetch_loads",
+             "prefetch_first_uses", "prefetch_evicted_unused", "evictions",
+             "payload_bytes", "io_bytes", "load_failures", "short_reads",
+             "io_errors", "load_ns", "prefetch_unused_resident")
+
+
+class _Layout:
+    """Where each tensor sits in a payload, and how numpy should see it."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, ptr: Any) -> None:
+        ffi, lib = _lib.ffi(), _lib.lib()
+        info = ffi.new("xc_slot_tensor *")
+        items = []
+        for i in range(lib.xc_cache_n_tensors(ptr)):
+            _lib.check(lib.xc_cache_tensor(ptr, i, info))
+            name = ffi.string(info.name).decode()
+            dname = ffi.string(lib.xc_dtype_name(info.dtype)).decode()
+            shape = tuple(int(info.shape[d]) for d in range(info.ndim))
+            dtype = NUMPY_DTYPES.get(dname)
+            if dtype is None:  # numpy lacks it: raw bytes, shape kept if 8-bit
+                dtype = np.uint8
+                if lib.xc_dtype_bits(info.dtype) != 8:
+                    shape = (int(info.nbytes),)
+            items.append((name, int(info.offset), int(info.nbytes),
+                          np.dtype(dtype), shape))
+        self.items = tuple(items)
+
+
+class Expert:
+    """A held reference to one resident expert; release it (or use ``with``)."""
+
+    __slots__ = ("_cache", "_ref", "key", "_released")
+
+    def __init__(self, cache: ExpertCache, ref: Any, key: tuple[int, int]) -> None:
+        self._cache = cache
+        self._ref = ref
+        self.key = key
+        self._released = False
+
+    @property
+    def data(self) -> np.ndarray:
+        """The whole payload as a read-only zero-copy uint8 view."""
+        self._alive()
+        buf = _lib.ffi().buffer(self._ref.data, self._ref.nbytes)
+        a = np.frombuffer(buf, dtype=np.uint8)
+        a.flags.writeable = False
+        return a
+
+    @property
+    def tensors(self) -> dict[str, np.ndarray]:
+        """Each tensor as a read-only zero-copy view with its dtype and shape."""
+        data = self.data
+        return {name: data[off:off + n].view(dtype).reshape(shape)
+                for name, off, n, dtype, shape in self._cache._layout.items}
+
+    def release(self) -> None:
+        """Give the hold back; a second release is a MisuseError."""
+        cache = self._cache
+        rc = cache._release(cache._ptr, self._ref)
+        if rc:
+            _lib.check(rc)
+        self._released = True
+
+    def _alive(self) -> None:
+        if self._released:
+            from engine.errors import MisuseError
+            raise MisuseError(f"expert {self.key} was released")
+
+    def __enter__(self) -> Expert:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._released:
+            self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "held"
+        return f"<Expert layer={self.key[0]} expert={self.key[1]} {state}>"
+
+
+class ExpertCache:
+    """Slots of experts streamed from a container (see docs/CACHE.md)."""
+
+    def __init__(self, container: Any, *, n_slots: int | None = None,
+                 budget_bytes: int | None = None, top_k: int,
+                 policy: str = "lru", expert_template: str = K3_TEMPLATE,
+                 tensors: Sequence[str] = K3_TENSORS,
+                 layers: Sequence[int] = (0,), n_experts: int = 24,
+                 chunk_bytes: int = 0, batch_threads: int = 2) -> None:
+        ffi, lib = _lib.ffi(), _lib.lib()
+        if (n_slots is None) == (budget_bytes is None):
+            from engine.errors import MisuseError
+            raise MisuseError("give exactly one of n_slots and budget_bytes")
+        self._container = container
+        names = [ffi.new("char[]", t.encode()) for t in tensors]
+        keep = {
+            "policy": ffi.new("char[]", policy.encode()),
+            "template": ffi.new("char[]", expert_template.encode()),
+            "names": names,
+            "tensors": ffi.new("const char *[]", names),
+            "layers": ffi.new("int32_t[]", list(layers)),
+        }
+        o = ffi.new("xc_cache_opts *")
+        o.n_slots = n_slots or 0
+        o.budget_bytes = budget_bytes or 0
+        o.top_k = top_k
+        o.policy = keep["policy"]
+        o.expert_template = keep["template"]
+        o.tensors = keep["tensors"]
+        o.n_tensors = len(names)
+        o.layers = keep["layers"]
+        o.n_layers = len(layers)
+        o.n_experts = n_experts
+        o.chunk_bytes = chunk_bytes
+        o.batch_threads = batch_threads
+        out = ffi.new("xc_cache **")
+        _lib.check(lib.xc_cache_open(container._ptr, o, out))
+        self._ptr = ffi.gc(out[0], lib.xc_cache_close)
+        self._layout = _Layout(self._ptr)
+        self._lib = lib
+        # bound once: the hit path is a few hundred ns and lookups show
+        self._get, self._release = lib.xc_cache_get, lib.xc_cache_release
+        self._new = ffi.new
+
+    # -- access ---------------------------------------------------------
+    def get(self, layer: int, expert: int) -> Expert:
+        """Demand access: a held reference to (layer, expert), loaded if needed."""
+        ref = self._new("xc_ref *")
+        rc = self._get(self._ptr, layer, expert, ref)
+        if rc:
+            _lib.check(rc)
+        return Expert(self, ref, (layer, expert))
+
+    def getmany(self, keys: Iterable[tuple[int, int]]) -> int:
+        """Batch prefetch of (layer, expert) keys; returns how many were loaded."""
+        ffi = _lib.ffi()
+        keys = list(keys)
+        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
+        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
+        out = ffi.new("size_t *")
+        _lib.check(self._lib.xc_cache_getmany(self._ptr, layers, experts,
+                                              len(keys), out))
+        return int(out[0])
+
+    def pin(self, layer: int, expert: int) -> None:
+        """Protect a resident expert from eviction (nests)."""
+        _lib.check(self._lib.xc_cache_pin(self._ptr, layer, expert))
+
+    def unpin(self, layer: int, expert: int) -> None:
+        """Undo one pin."""
+        _lib.check(self._lib.xc_cache_unpin(self._ptr, layer, expert))
+
+    # -- counters and introspection -------------------------------------
+    def stats(self) -> dict[str, float]:
+        """This window's counters plus the derived adjusted hits and rates."""
+        s = _lib.ffi().new("xc_stats *")
+        self._lib.xc_cache_stats(self._ptr, s)
+        d: dict[str, float] = {k: int(getattr(s, k)) for k in _COUNTERS}
+        req = d["requests"]
+        d["adjusted_hits_aggregate"] = max(d["hits"] - d["prefetch_loads"], 0)
+        d["adjusted_hits_exact"] = d["hits"] - d["prefetch_first_uses"]
+        for name in ("hit_rate", "adjusted_hit_rate_aggregate",
+                     "adjusted_hit_rate_exact"):
+            num = d["hits" if name == "hit_rate" else
+                    name.replace("_rate", "s")]
+            d[name] = num / req if req else 0.0
+        return d
+
+    def reset_stats(self) -> None:
+        """Start a new counter window (residents and policy state are kept)."""
+        self._lib.xc_cache_reset_stats(self._ptr)
+
+    def check(self) -> None:
+        """Walk every structure; raise InvariantError naming the first broken INV."""
+        n = self._lib.xc_cache_check(self._ptr)
+        if n:
+            inv = _INV_NAMES.get(n, f"INV-{n}")
+            raise InvariantError(_lib.last_error()[4], inv=inv, number=n)
+
+    def slots(self) -> list[dict[str, Any]]:
+        """A snapshot of every slot: state, key, holds, pins, unused mark."""
+        ffi = _lib.ffi()
+        st, la, ex = ffi.new("int *"), ffi.new("int32_t *"), ffi.new("int32_t *")
+        ho, pi, mk = ffi.new("uint32_t *"), ffi.new("uint32_t *"), ffi.new("int *")
+        out = []
+        for i in range(self.n_slots):
+            _lib.check(self._lib.xc_cache_slot(self._ptr, i, st, la, ex, ho, pi,
+                                               mk))
+            key = None if st[0] == 0 else (int(la[0]), int(ex[0]))
+            out.append({"state": _STATES[st[0]], "key": key,
+                        "holds": int(ho[0]), "pins": int(pi[0]),
+                        "unused_mark": bool(mk[0])})
+        return out
+
+    def resident(self) -> set[tuple[int, int]]:
+        """The keys of READY slots."""
+        return {s["key"] for s in self.slots() if s["state"] == "ready"}
+
+    def contiguous(self, layer: int, expert: int) -> bool:
+        """Whether the expert is one contiguous run in its shard."""
+        return bool(_lib.check(self._lib.xc_cache_contiguous(self._ptr, layer,
+                                                             expert)))
+
+    @property
+    def n_slots(self) -> int:
+        """Number of slots."""
+        return int(self._lib.xc_cache_n_slots(self._ptr))
+
+    @property
+    def stride(self) -> int:
+        """Bytes per slot."""
+        return int(self._lib.xc_cache_stride(self._ptr))
+
+    @property
+    def expert_bytes(self) -> int:
+        """Payload bytes of one expert."""
+        return int(self._lib.xc_cache_expert_bytes(self._ptr))
+
+    # -- lifetime -------------------------------------------------------
+    def close(self) -> None:
+        """Free the cache now; experts still held become invalid."""
+        if self._ptr is not None:
+            _lib.ffi().release(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> ExpertCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

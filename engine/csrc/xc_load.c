@@ -1,0 +1,346 @@
+/*
+ * xc_load.c -- the expert loader: from (layer, expert) to bytes in a slot.
+ *
+ * An expert is whatever the naming template and the tensor list resolve to
+ * in this container; nothing here knows a model.  All the thinking happens
+ * once, at open: every name is formatted and looked up, every expert is
+ * checked against the first one (same dtypes and shapes, so one slot layout
+ * serves all), each expert must sit in one shard, and each is classified as
+ * contiguous (its tensors in list order with no gaps: one read) or not (one
+ * read per tensor).  What remains for the hot path is a table lookup and a
+ * few preads.
+ *
+ * Chunking.  A contiguous read may be split at file offsets that are
+ * multiples of chunk_bytes, so that very large experts are requested in
+ * pieces the device handles well.  Each piece goes through
+ * xc_io_read_full() and must arrive whole; a short piece fails the load even
+ * if a later piece would have made the total add up.
+ *
+ * O_DIRECT.  When an expert's shard reads with O_DIRECT, a contiguous read is
+ * widened to XC_ALIGN on both ends and lands at the start of the slot, so
+ * the payload begins (file offset mod XC_ALIGN) bytes in; the stride leaves
+ * room for that.  A short read at end of file is accepted when the payload
+ * itself arrived whole.  Experts read per tensor cannot be widened into one
+ * packed payload, so that combination is refused at open.
+ */
+#include "xc_internal.h"
+#include "xc_load.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Formats template with layer, expert and tensor into buf (cap bytes).
+ * Returns the length the full name needs (like snprintf). */
+static size_t format_name(const char *tmpl, int32_t layer, int32_t expert,
+                          const char *tensor, char *buf, size_t cap)
+{
+    size_t n = 0;
+    const char *p = tmpl;
+    char num[16];
+    while (*p) {
+        const char *piece = NULL;
+        size_t len = 1, skip = 1;
+        if (strncmp(p, "{layer}", 7) == 0) {
+            snprintf(num, sizeof num, "%d", (int)layer);
+            piece = num, len = strlen(num), skip = 7;
+        } else if (strncmp(p, "{expert}", 8) == 0) {
+            snprintf(num, sizeof num, "%d", (int)expert);
+            piece = num, len = strlen(num), skip = 8;
+        } else if (strncmp(p, "{tensor}", 8) == 0) {
+            piece = tensor, len = strlen(tensor), skip = 8;
+        } else {
+            piece = p;
+        }
+        if (n + len < cap)
+            memcpy(buf + n, piece, len);
+        n += len;
+        p += skip;
+    }
+    if (cap)
+        buf[n < cap ? n : cap - 1] = '\0';
+    return n;
+}
+
+void xc_load_close(xc_loader *ld)
+{
+    size_t i;
+    if (ld->names)
+        for (i = 0; i < ld->n_tensors; i++)
+            xc_free(ld->names[i]);
+    xc_free(ld->names);
+    xc_free(ld->tensors);
+    xc_free(ld->layers);
+    xc_free(ld->shard);
+    xc_free(ld->contiguous);
+    xc_free(ld->direct);
+    xc_free(ld->file_offset);
+    memset(ld, 0, sizeof *ld);
+}
+
+static int check_opts(const xc_cache_opts *o)
+{
+    size_t i;
+    if (o->expert_template == NULL || o->tensors == NULL ||
+        o->n_tensors == 0 || o->layers == NULL || o->n_layers == 0)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "cache options need an expert_template, at least one "
+                       "tensor and at least one layer");
+    if (o->n_experts < 1)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "n_experts must be at least 1 (got %d)",
+                       (int)o->n_experts);
+    for (i = 0; i < o->n_tensors; i++)
+        if (o->tensors[i] == NULL)
+            return xc_fail(XC_E_MISUSE, -1, -1, -1, "tensor %zu is NULL", i);
+    for (i = 1; i < o->n_layers; i++)
+        if (o->layers[i] <= o->layers[i - 1])
+            return xc_fail(XC_E_MISUSE, -1, o->layers[i], -1,
+                           "layers must be strictly ascending: %d follows %d",
+                           (int)o->layers[i], (int)o->layers[i - 1]);
+    if ((uint64_t)o->n_layers * (uint64_t)o->n_experts > UINT32_MAX / 2)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "%zu layers x %d experts is too many keys",
+                       o->n_layers, (int)o->n_experts);
+    return XC_OK;
+}
+
+static int same_shape(const xc_tensor_info *a, const xc_slot_tensor *b)
+{
+    int d;
+    if (a->dtype != b->dtype || a->ndim != b->ndim || a->nbytes != b->nbytes)
+        return 0;
+    for (d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+/* Resolves tensor t of key into *info; records NOT_FOUND naming it. */
+static int resolve(xc_loader *ld, const char *tmpl, uint32_t key, size_t t,
+                   xc_tensor_info *info, size_t *index)
+{
+    char name[1024];
+    int32_t layer, expert;
+    int rc;
+    xc_load_unkey(ld, key, &layer, &expert);
+    if (format_name(tmpl, layer, expert, ld->names[t], name, sizeof name) >=
+        sizeof name)
+        return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                       "layer %d expert %d: tensor name from template '%s' "
+                       "and '%s' is longer than %zu bytes",
+                       (int)layer, (int)expert, tmpl, ld->names[t],
+                       sizeof name - 1);
+    if (xc_st_find(ld->st, name, index) != XC_OK)
+        return xc_fail(XC_E_NOT_FOUND, -1, layer, expert,
+                       "layer %d expert %d: tensor '%s' (%s) is not in the "
+                       "container", (int)layer, (int)expert, ld->names[t],
+                       name);
+    if ((rc = xc_st_tensor(ld->st, *index, info)) != XC_OK)
+        return rc;
+    return XC_OK;
+}
+
+/* Fills the per-key tables and checks every expert against key 0. */
+static int resolve_all(xc_loader *ld, const char *tmpl)
+{
+    xc_tensor_info info;
+    size_t t, index;
+    uint32_t key;
+    int rc;
+    for (key = 0; key < ld->n_keys; key++) {
+        int32_t layer, expert;
+        int contiguous = 1;
+        xc_load_unkey(ld, key, &layer, &expert);
+        for (t = 0; t < ld->n_tensors; t++) {
+            xc_slot_tensor *lt = &ld->tensors[t];
+            if ((rc = resolve(ld, tmpl, key, t, &info, &index)) != XC_OK)
+                return rc;
+            if (key == 0) {
+                lt->name = ld->names[t];
+                lt->dtype = info.dtype;
+                lt->ndim = info.ndim;
+                memcpy(lt->shape, info.shape, sizeof lt->shape);
+                lt->nbytes = info.nbytes;
+                lt->offset = ld->expert_bytes;
+                ld->expert_bytes += info.nbytes;
+            } else if (!same_shape(&info, lt)) {
+                return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                               "layer %d expert %d: tensor '%s' has dtype %s "
+                               "ndim %d (%llu bytes), unlike the first "
+                               "expert's %s ndim %d (%llu bytes); every "
+                               "expert must share one layout",
+                               (int)layer, (int)expert, info.name,
+                               xc_dtype_name(info.dtype), info.ndim,
+                               (unsigned long long)info.nbytes,
+                               xc_dtype_name(lt->dtype), lt->ndim,
+                               (unsigned long long)lt->nbytes);
+            }
+            if (t == 0) {
+                ld->shard[key] = info.shard;
+            } else if (info.shard != ld->shard[key]) {
+                return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                               "layer %d expert %d: tensor '%s' is in shard "
+                               "%u but the expert's first tensor is in shard "
+                               "%u; an expert must live in one shard",
+                               (int)layer, (int)expert, info.name,
+                               info.shard, ld->shard[key]);
+            }
+            ld->file_offset[(size_t)key * ld->n_tensors + t] = info.offset;
+            if (t > 0 &&
+                info.offset != ld->file_offset[(size_t)key * ld->n_tensors +
+                                                t - 1] +
+                                   ld->tensors[t - 1].nbytes)
+                contiguous = 0;
+        }
+        ld->contiguous[key] = (uint8_t)contiguous;
+        ld->direct[key] = xc_st_shard_direct(ld->st, ld->shard[key]) == 1;
+        if (ld->direct[key] && ld->chunk_bytes % XC_ALIGN != 0)
+            return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                           "chunk_bytes %llu must be a multiple of %llu "
+                           "for O_DIRECT reads",
+                           (unsigned long long)ld->chunk_bytes,
+                           (unsigned long long)XC_ALIGN);
+        if (ld->direct[key] && !contiguous)
+            return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                           "layer %d expert %d: tensors are not one "
+                           "contiguous run, which O_DIRECT reads cannot "
+                           "pack; open the container without direct",
+                           (int)layer, (int)expert);
+    }
+    return XC_OK;
+}
+
+int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
+{
+    size_t i;
+    int rc;
+    memset(ld, 0, sizeof *ld);
+    if ((rc = check_opts(o)) != XC_OK)
+        return rc;
+    ld->st = st;
+    ld->io = xc_st_io(st);
+    ld->n_layers = o->n_layers;
+    ld->n_experts = o->n_experts;
+    ld->n_keys = (uint32_t)(o->n_layers * (size_t)o->n_experts);
+    ld->n_tensors = o->n_tensors;
+    ld->chunk_bytes = o->chunk_bytes;
+    ld->layers = xc_malloc(o->n_layers * sizeof *ld->layers);
+    ld->names = xc_calloc(o->n_tensors, sizeof *ld->names);
+    ld->tensors = xc_calloc(o->n_tensors, sizeof *ld->tensors);
+    ld->shard = xc_calloc(ld->n_keys, sizeof *ld->shard);
+    ld->contiguous = xc_calloc(ld->n_keys, sizeof *ld->contiguous);
+    ld->direct = xc_calloc(ld->n_keys, sizeof *ld->direct);
+    ld->file_offset = xc_calloc((size_t)ld->n_keys * o->n_tensors,
+                                sizeof *ld->file_offset);
+    if (!ld->layers || !ld->names || !ld->tensors || !ld->shard ||
+        !ld->contiguous || !ld->direct || !ld->file_offset)
+        goto nomem;
+    memcpy(ld->layers, o->layers, o->n_layers * sizeof *ld->layers);
+    for (i = 0; i < o->n_tensors; i++)
+        if ((ld->names[i] = xc_strdup(o->tensors[i])) == NULL)
+            goto nomem;
+    if ((rc = resolve_all(ld, o->expert_template)) != XC_OK) {
+        xc_load_close(ld);
+        return rc;
+    }
+    ld->stride = (ld->expert_bytes + 2 * (uint64_t)XC_ALIGN + XC_ALIGN - 1) /
+                 XC_ALIGN * XC_ALIGN;
+    return XC_OK;
+nomem:
+    xc_load_close(ld);
+    return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                   "no memory for the expert tables of %u keys", ld->n_keys);
+}
+
+int xc_load_key(const xc_loader *ld, int32_t layer, int32_t expert,
+                uint32_t *key)
+{
+    size_t lo = 0, hi = ld->n_layers;
+    while (lo < hi) { /* binary search: layers are strictly ascending */
+        size_t mid = lo + (hi - lo) / 2;
+        if (ld->layers[mid] < layer)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == ld->n_layers || ld->layers[lo] != layer || expert < 0 ||
+        expert >= ld->n_experts)
+        return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                       "(layer %d, expert %d) is not a key of this cache "
+                       "(%zu layers from %d to %d, %d experts each)",
+                       (int)layer, (int)expert, ld->n_layers,
+                       (int)ld->layers[0], (int)ld->layers[ld->n_layers - 1],
+                       (int)ld->n_experts);
+    *key = (uint32_t)(lo * (size_t)ld->n_experts + (size_t)expert);
+    return XC_OK;
+}
+
+void xc_load_unkey(const xc_loader *ld, uint32_t key, int32_t *layer,
+                   int32_t *expert)
+{
+    *layer = ld->layers[key / (uint32_t)ld->n_experts];
+    *expert = (int32_t)(key % (uint32_t)ld->n_experts);
+}
+
+/* Re-records this thread's last io error with the expert it belongs to. */
+static int blame(const xc_loader *ld, uint32_t key, int rc)
+{
+    char msg[sizeof xc_last_error()->message];
+    int64_t off = xc_last_error()->offset;
+    int32_t layer, expert;
+    xc_load_unkey(ld, key, &layer, &expert);
+    memcpy(msg, xc_last_error()->message, sizeof msg);
+    return xc_fail(rc, off, layer, expert, "layer %d expert %d: %s",
+                   (int)layer, (int)expert, msg);
+}
+
+int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
+                 uint64_t *payload_off, uint64_t *asked_bytes)
+{
+    uint32_t shard = ld->shard[key];
+    int64_t h = xc_st_shard_handle(ld->st, shard);
+    const char *path = xc_st_shard_path(ld->st, shard);
+    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    uint64_t asked = 0, begin, end, at;
+    size_t t, got;
+    int rc = XC_OK;
+
+    if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
+        for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
+            asked += ld->tensors[t].nbytes;
+            rc = xc_io_read_full(ld->io, h, path,
+                                 slot + ld->tensors[t].offset,
+                                 ld->tensors[t].nbytes, off[t], &got);
+        }
+        *payload_off = 0;
+        *asked_bytes = asked;
+        return rc == XC_OK ? XC_OK : blame(ld, key, rc);
+    }
+
+    begin = off[0];
+    end = off[0] + ld->expert_bytes;
+    if (ld->direct[key]) {
+        begin = begin / XC_ALIGN * XC_ALIGN;
+        end = (end + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN;
+    }
+    for (at = begin; at < end && rc == XC_OK;) {
+        uint64_t stop = end;
+        if (ld->chunk_bytes) {
+            uint64_t next = (at / ld->chunk_bytes + 1) * ld->chunk_bytes;
+            if (next < stop)
+                stop = next;
+        }
+        asked += stop - at;
+        rc = xc_io_read_full(ld->io, h, path, slot + (at - begin),
+                             (size_t)(stop - at), at, &got);
+        /* O_DIRECT widening may run past end of file: fine if the payload
+         * itself is covered. */
+        if (rc == XC_E_SHORT_READ && ld->direct[key] && stop == end &&
+            at + got >= off[0] + ld->expert_bytes)
+            rc = XC_OK;
+        at = stop;
+    }
+    *payload_off = off[0] - begin;
+    *asked_bytes = asked;
+    return rc == XC_OK ? XC_OK : blame(ld, key, rc);
+}

@@ -1,0 +1,54 @@
+/*
+ * xc_load.h -- the expert loader, shared by the cache and its tests; not
+ * public.  A loader resolves every (layer, expert) of a cache to its tensors
+ * once, at open, and afterwards reads one expert into one slot on demand.
+ */
+#ifndef XC_LOAD_H
+#define XC_LOAD_H
+
+#include "xc.h"
+
+/* Reads are widened to this alignment under O_DIRECT; the slot stride
+ * leaves room for the widening on both ends (docs/CACHE.md). */
+#define XC_ALIGN ((uint64_t)XC_DIRECT_ALIGN)
+
+typedef struct xc_loader {
+    const xc_st *st;
+    const xc_io *io;
+    int32_t *layers;          /* copy of opts.layers, ascending */
+    size_t n_layers;
+    int32_t n_experts;
+    uint32_t n_keys;          /* n_layers * n_experts */
+    size_t n_tensors;
+    xc_slot_tensor *tensors;  /* layout inside a payload */
+    char **names;             /* copies of the tensor suffixes */
+    uint64_t expert_bytes;
+    uint64_t stride;
+    uint64_t chunk_bytes;
+    uint32_t *shard;          /* per key */
+    uint8_t *contiguous;      /* per key: one run in file order */
+    uint8_t *direct;          /* per key: its shard reads O_DIRECT */
+    uint64_t *file_offset;    /* per key x tensor: absolute offset */
+} xc_loader;
+
+/* Resolves and validates every expert (see xc_cache_open's contract for the
+ * errors).  On failure *ld owns nothing. */
+int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o);
+void xc_load_close(xc_loader *ld);
+
+/* Key of (layer, expert), or XC_E_MISUSE (recorded) if it is not one. */
+int xc_load_key(const xc_loader *ld, int32_t layer, int32_t expert,
+                uint32_t *key);
+/* Layer and expert of a key (key < n_keys).  Cannot fail. */
+void xc_load_unkey(const xc_loader *ld, uint32_t key, int32_t *layer,
+                   int32_t *expert);
+
+/* Reads key's payload into slot (stride bytes, XC_ALIGN-aligned).  On
+ * success *payload_off is where the payload begins inside the slot.
+ * *asked_bytes always receives the bytes asked of io, failed pieces
+ * included.  XC_E_SHORT_READ / XC_E_IO with layer and expert recorded on
+ * this thread.  Safe from several threads for different slots. */
+int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
+                 uint64_t *payload_off, uint64_t *asked_bytes);
+
+#endif /* XC_LOAD_H */

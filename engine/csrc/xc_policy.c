@@ -1,0 +1,122 @@
+/*
+ * xc_policy.c -- the policy table and the spec parser.
+ *
+ * A spec is "name" or "name:key=value,key=value" with unsigned decimal
+ * values.  Everything about a policy except its parameter names lives in its
+ * own file; this file only finds it by name and fills its parameters.
+ */
+#include "xc_internal.h"
+#include "xc_policy.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const xc_policy_ops *const table[] = {
+    &xc_policy_lru_ops, &xc_policy_fifo_ops, &xc_policy_lfu_ops,
+    &xc_policy_lfru_ops, &xc_policy_hotness_ops,
+};
+#define N_POLICIES (sizeof table / sizeof table[0])
+
+void xc_policy_nop(xc_policy *p, uint32_t key) { (void)p; (void)key; }
+int xc_policy_check_nop(const xc_policy *p) { (void)p; return 0; }
+
+static int bad_name(const char *spec, size_t len)
+{
+    return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                   "unknown policy '%.*s'; valid: lru, fifo, lfu, "
+                   "lfru:sample=N,seed=N, hotness:period=N",
+                   (int)len, spec);
+}
+
+static int bad_param(const xc_policy_ops *ops, const char *what, size_t len)
+{
+    char valid[128] = "";
+    size_t i;
+    for (i = 0; i < XC_POLICY_MAX_PARAMS && ops->param_names[i]; i++) {
+        if (i)
+            strncat(valid, ", ", sizeof valid - strlen(valid) - 1);
+        strncat(valid, ops->param_names[i], sizeof valid - strlen(valid) - 1);
+    }
+    return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                   "policy %s: bad parameter '%.*s'; valid parameters: %s "
+                   "(as key=unsigned integer)",
+                   ops->name, (int)len, what, i ? valid : "none");
+}
+
+/* Parses one "key=value" of length len into p->param. */
+static int parse_param(xc_policy *p, const char *s, size_t len)
+{
+    const xc_policy_ops *ops = p->ops;
+    const char *eq = memchr(s, '=', len);
+    size_t i, klen;
+    char num[32], *end;
+    unsigned long long v;
+    if (eq == NULL)
+        return bad_param(ops, s, len);
+    klen = (size_t)(eq - s);
+    for (i = 0; i < XC_POLICY_MAX_PARAMS && ops->param_names[i]; i++)
+        if (strlen(ops->param_names[i]) == klen &&
+            memcmp(ops->param_names[i], s, klen) == 0)
+            break;
+    if (i == XC_POLICY_MAX_PARAMS || ops->param_names[i] == NULL)
+        return bad_param(ops, s, len);
+    if (len - klen - 1 == 0 || len - klen - 1 >= sizeof num ||
+        eq[1] < '0' || eq[1] > '9')
+        return bad_param(ops, s, len);
+    memcpy(num, eq + 1, len - klen - 1);
+    num[len - klen - 1] = '\0';
+    errno = 0;
+    v = strtoull(num, &end, 10);
+    if (errno || *end != '\0')
+        return bad_param(ops, s, len);
+    p->param[i] = v;
+    return XC_OK;
+}
+
+int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys)
+{
+    const char *colon;
+    size_t name_len, i;
+    int rc;
+    memset(p, 0, sizeof *p);
+    if (spec == NULL || *spec == '\0')
+        spec = "lru";
+    colon = strchr(spec, ':');
+    name_len = colon ? (size_t)(colon - spec) : strlen(spec);
+    for (i = 0; i < N_POLICIES; i++)
+        if (strlen(table[i]->name) == name_len &&
+            memcmp(table[i]->name, spec, name_len) == 0)
+            break;
+    if (i == N_POLICIES)
+        return bad_name(spec, name_len);
+    p->ops = table[i];
+    p->n_keys = n_keys;
+    memcpy(p->param, p->ops->param_default, sizeof p->param);
+    if (colon) {
+        const char *s = colon + 1;
+        for (;;) {
+            const char *comma = strchr(s, ',');
+            size_t len = comma ? (size_t)(comma - s) : strlen(s);
+            if ((rc = parse_param(p, s, len)) != XC_OK) {
+                memset(p, 0, sizeof *p);
+                return rc;
+            }
+            if (!comma)
+                break;
+            s = comma + 1;
+        }
+    }
+    if ((rc = p->ops->init(p)) != XC_OK) {
+        memset(p, 0, sizeof *p);
+        return rc;
+    }
+    return XC_OK;
+}
+
+void xc_policy_close(xc_policy *p)
+{
+    if (p->ops)
+        p->ops->fini(p);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,95 @@
+/*
+ * xc_policy.h -- the eviction policy table.
+ *
+ * A policy never sees the cache.  It sees an abstract view -- the candidate
+ * slots as (slot, key, last_use, insert_tick, freq) rows in ascending slot
+ * order -- plus the events the cache reports (a demand request, a hit, an
+ * insert, an eviction) by key.  That is all an offline simulator has too, so
+ * the simulator can link these same files and replay a trace to the live
+ * counters exactly (docs/CACHE.md "Victim choice").
+ *
+ * Adding a policy: copy xc_policy_fifo.c (the simplest), fill the slots you
+ * need, add its ops to the table in xc_policy.c.  `to_evict` must
+ * be pure: choosing a victim changes nothing; evicting does (on_evict).
+ * All callbacks run with the cache lock held and must not fail.
+ */
+#ifndef XC_POLICY_H
+#define XC_POLICY_H
+
+#include "xc.h"
+
+/* One candidate: what any policy may know about a READY, unprotected slot. */
+typedef struct xc_pcand {
+    int32_t slot;
+    uint32_t key;          /* layer_pos * n_experts + expert */
+    uint64_t last_use;     /* unique logical tick of the last touch */
+    uint64_t insert_tick;  /* last_use stamped at publish */
+    uint64_t freq;         /* demand accesses since this publish */
+} xc_pcand;
+
+#define XC_POLICY_MAX_PARAMS 4
+
+/* Parsed parameters of a policy spec "name:key=value,...", and the state the
+ * built-in policies need.  One struct rather than a void * per policy keeps
+ * the table small and lets check() look at it. */
+typedef struct xc_policy {
+    const struct xc_policy_ops *ops;
+    uint64_t param[XC_POLICY_MAX_PARAMS]; /* by index in ops->param_names */
+    uint32_t n_keys;
+    uint64_t n_evicted;    /* policy evictions since open (lfru's e) */
+    uint64_t n_requests;   /* demand requests since open (hotness) */
+    uint32_t *count;       /* per-key hotness counts, or NULL */
+} xc_policy;
+
+typedef struct xc_policy_ops {
+    const char *name;
+    const char *param_names[XC_POLICY_MAX_PARAMS]; /* NULL-terminated */
+    uint64_t param_default[XC_POLICY_MAX_PARAMS];
+    /* Allocates what the policy needs; XC_E_NOMEM (recorded) on failure. */
+    int (*init)(xc_policy *p);
+    void (*fini)(xc_policy *p);
+    /* Index into c[0..n-1] (n >= 1) of the victim.  Pure. */
+    size_t (*to_evict)(const xc_policy *p, const xc_pcand *c, size_t n);
+    void (*on_request)(xc_policy *p, uint32_t key); /* every counted get */
+    void (*on_hit)(xc_policy *p, uint32_t key);
+    void (*on_insert)(xc_policy *p, uint32_t key);
+    void (*on_evict)(xc_policy *p, uint32_t key);   /* a READY victim */
+    /* 0 when the policy's state is consistent, else records why. */
+    int (*check)(const xc_policy *p);
+} xc_policy_ops;
+
+/* Parses spec ("lru", "lfru:sample=3,seed=7"; NULL means "lru") and
+ * initialises *p for n_keys keys.  XC_E_MISUSE naming the valid policies or
+ * parameters; XC_E_NOMEM.  On failure *p owns nothing. */
+int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys);
+void xc_policy_close(xc_policy *p);
+
+/* The cache (and a simulator) report events through these, so the counts
+ * every policy may rely on are kept in one place. */
+static inline void xc_policy_request(xc_policy *p, uint32_t key)
+{
+    p->n_requests++;
+    p->ops->on_request(p, key);
+}
+static inline void xc_policy_hit(xc_policy *p, uint32_t key)
+{
+    p->ops->on_hit(p, key);
+}
+static inline void xc_policy_insert(xc_policy *p, uint32_t key)
+{
+    p->ops->on_insert(p, key);
+}
+static inline void xc_policy_evict(xc_policy *p, uint32_t key)
+{
+    p->n_evicted++;
+    p->ops->on_evict(p, key);
+}
+
+/* Helpers shared by the policy files: no-op callbacks. */
+void xc_policy_nop(xc_policy *p, uint32_t key);
+int xc_policy_check_nop(const xc_policy *p);
+
+extern const xc_policy_ops xc_policy_lru_ops, xc_policy_fifo_ops,
+    xc_policy_lfu_ops, xc_policy_lfru_ops, xc_policy_hotness_ops;
+
+#endif /* XC_POLICY_H */

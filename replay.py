@@ -19,6 +19,7 @@ checkout, or its ``engine`` folder) against its own pins and these scenarios.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import json
@@ -130,11 +131,24 @@ def build_engine(engine_dir: Path, out_dir: Path) -> tuple[Path, list[str]]:
         capture_output=True, text=True, env=env, cwd=str(out_dir),
     )
     if proc.returncode != 0:
-        raise CannotRun("engine build failed:\n" + (proc.stderr or proc.stdout)
-                        [-4000:])
+        raise CannotRun("engine build failed:\n" + _compiler_message(
+            proc.stderr or proc.stdout))
     so = Path(proc.stdout.strip().splitlines()[-1])
     flags = _recorded_flags(engine_dir)
     return so, flags
+
+
+def _compiler_message(text: str, max_lines: int = 60) -> str:
+    """The compiler's diagnostics from a failed build, without the traceback."""
+    lines = text.splitlines()
+    if "Traceback (most recent call last):" in lines:
+        cut = lines.index("Traceback (most recent call last):")
+        last = lines[-1] if lines else ""
+        lines = lines[:cut] + [last]
+    errors = [i for i, ln in enumerate(lines) if "error:" in ln]
+    if errors:
+        lines = lines[max(errors[0] - 2, 0):]
+    return "\n".join(lines[:max_lines])
 
 
 def _recorded_flags(engine_dir: Path) -> list[str]:
@@ -173,6 +187,349 @@ def load_engine(engine_dir: Path, so_path: Path) -> Any:
 
 
 # --------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------
+#
+# A scenario is a JSON file of fixtures/scenarios/: a fixture preset, cache
+# options, optional variants (option overrides that re-run the same steps,
+# e.g. chunked reads) and a list of steps.  Each step is an operation or a
+# check; a check names the values it pins.  Every scenario runs on a fresh
+# copy of its fixture, once against the engine and once against the oracle.
+
+#: Error kinds every backend reports for a failed operation.
+_KINDS = {"ShortReadError": "short_read", "ShortRead": "short_read",
+          "EngineIOError": "io", "IOFailure": "io",
+          "AllPinnedError": "all_pinned", "AllPinned": "all_pinned",
+          "MisuseError": "misuse", "Misuse": "misuse",
+          "NotFoundError": "not_found", "NotFound": "not_found",
+          "BudgetError": "budget", "Budget": "budget"}
+
+
+def _kind_of(exc: BaseException) -> str:
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _KINDS:
+            return _KINDS[cls.__name__]
+    raise exc
+
+
+class EngineBackend:
+    """The freshly built engine behind the scenario operations."""
+
+    name = "engine"
+
+    def __init__(self, engine: Any, folder: Path, spec: Any,
+                 opts: dict[str, Any]) -> None:
+        self.container = engine.Container(str(folder))
+        self.cache = engine.ExpertCache(
+            self.container, n_slots=opts["n_slots"], top_k=spec.top_k,
+            policy=opts.get("policy", "lru"),
+            expert_template=spec.expert_template,
+            tensors=[t[0] for t in spec.expert_tensors], layers=spec.layers,
+            n_experts=spec.n_experts, chunk_bytes=opts.get("chunk_bytes", 0),
+            batch_threads=opts.get("batch_threads", 2))
+
+    def get(self, layer: int, expert: int) -> bytes:
+        """Demand access; return the served payload and release it."""
+        with self.cache.get(layer, expert) as ex:
+            return bytes(ex.data)
+
+    def getmany(self, keys: list[tuple[int, int]]) -> int:
+        """Batch prefetch."""
+        return self.cache.getmany(keys)
+
+    def reset(self) -> None:
+        """Start a new counter window."""
+        self.cache.reset_stats()
+
+    def values(self) -> dict[str, Any]:
+        """Counters and slot facts a check may pin."""
+        v: dict[str, Any] = dict(self.cache.stats())
+        slots = self.cache.slots()
+        v["n_slots"] = len(slots)
+        v["ready_slots"] = sum(s["state"] == "ready" for s in slots)
+        v["inflight_slots"] = sum(s["state"] == "inflight" for s in slots)
+        v["resident"] = sorted([list(k) for k in self.cache.resident()])
+        try:
+            self.cache.check()
+            v["invariants"] = "clean"
+        except Exception as e:  # noqa: BLE001 - reported as a value
+            v["invariants"] = str(e)
+        return v
+
+    def close(self) -> None:
+        """Free the cache and the container."""
+        self.cache.close()
+        self.container.close()
+
+
+class OracleBackend:
+    """The numpy oracle: its own reader feeding its own cache model."""
+
+    name = "oracle"
+
+    def __init__(self, folder: Path, spec: Any, opts: dict[str, Any]) -> None:
+        from oracle.cache import CacheModel  # noqa: PLC0415
+        from oracle.safetensors import Container  # noqa: PLC0415
+
+        self.spec = spec
+        self.reader = Container(folder)
+        self.model = CacheModel(spec.layers, spec.n_experts, spec.top_k,
+                                expert_bytes=spec.expert_nbytes,
+                                n_slots=opts["n_slots"],
+                                policy=opts.get("policy", "lru"))
+        self.payload: dict[tuple[int, int], bytes] = {}
+
+    def _load(self, layer: int, expert: int) -> bytes | None:
+        try:
+            return b"".join(self.reader.read_bytes(n)
+                            for n in self.spec.expert_names(layer, expert))
+        except OSError:
+            return None
+
+    def get(self, layer: int, expert: int) -> bytes:
+        """Demand access through the model, reading what a miss would read."""
+        key = (layer, expert)
+        if self.model.slot_of(layer, expert) is not None:
+            ref = self.model.get(layer, expert)
+        else:
+            data = self._load(layer, expert)
+            ref = self.model.get(layer, expert,
+                                 fail=None if data is not None else "short")
+            assert data is not None
+            self.payload[key] = data
+        self.model.release(ref)
+        return self.payload[key]
+
+    def getmany(self, keys: list[tuple[int, int]]) -> int:
+        """Batch prefetch through the model with the reads it would make."""
+        loaded = {}
+        failures = {}
+        for k in keys:
+            if k not in loaded and self.model.slot_of(*k) is None:
+                data = self._load(*k)
+                if data is None:
+                    failures[k] = "short"
+                else:
+                    loaded[k] = data
+        n = self.model.getmany(keys, failures=failures)
+        for k in self.model.resident():
+            if k in loaded:
+                self.payload[k] = loaded[k]
+        return n
+
+    def reset(self) -> None:
+        """Start a new counter window."""
+        self.model.reset_stats()
+
+    def values(self) -> dict[str, Any]:
+        """Counters and slot facts a check may pin."""
+        from oracle.cache import INFLIGHT, READY  # noqa: PLC0415
+
+        v: dict[str, Any] = dict(self.model.stats())
+        slots = self.model.slots()
+        v["n_slots"] = len(slots)
+        v["ready_slots"] = sum(s.state == READY for s in slots)
+        v["inflight_slots"] = sum(s.state == INFLIGHT for s in slots)
+        v["resident"] = sorted([list(k) for k in self.model.resident()])
+        bad = self.model.check()
+        v["invariants"] = "clean" if bad is None else bad
+        return v
+
+    def close(self) -> None:
+        """Nothing to free."""
+
+
+def _make_backend(kind: str, engine: Any, spec: Any, opts: dict[str, Any],
+                  folder: Path) -> Any:
+    if kind == "engine":
+        return EngineBackend(engine, folder, spec, opts)
+    return OracleBackend(folder, spec, opts)
+
+
+def _keys(step: dict[str, Any]) -> list[tuple[int, int]]:
+    layer = step.get("layer", 0)
+    if "range" in step:
+        experts = list(range(*step["range"]))
+    else:
+        experts = list(step["experts"])
+    return [(layer, e) for e in experts]
+
+
+class ScenarioRun:
+    """Runs one scenario variant's steps against one backend."""
+
+    def __init__(self, scenario: dict[str, Any], variant: str, spec: Any,
+                 pristine: Path, scratch: Path, make: Any,
+                 report: Report) -> None:
+        self.sc, self.variant, self.spec = scenario, variant, spec
+        self.pristine, self.scratch, self.make = pristine, scratch, make
+        self.report = report
+        self._backend_name = make.args[0]
+        self.backend: Any = None
+        self.reads = self.wrong = 0
+        self.published: int | None = None
+        self.last_error: str | None = None
+
+    def _open(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+        if self.scratch.exists():
+            shutil.rmtree(self.scratch)
+        shutil.copytree(self.pristine, self.scratch)
+        self.backend = self.make(self.scratch)
+
+    def _expected(self, layer: int, expert: int) -> bytes:
+        from fixtures import expected_bytes  # noqa: PLC0415
+
+        return b"".join(expected_bytes(self.spec, n)
+                        for n in self.spec.expert_names(layer, expert))
+
+    def _get(self, layer: int, expert: int) -> None:
+        try:
+            data = self.backend.get(layer, expert)
+        except Exception as e:  # noqa: BLE001 - kinds are compared by checks
+            self.last_error = _kind_of(e)
+            return
+        self.last_error = None
+        self.reads += 1
+        if data != self._expected(layer, expert):
+            self.wrong += 1
+
+    def run(self) -> None:
+        """Execute every step, reporting each check; a crash is a failed check."""
+        try:
+            self._open()
+            for step in self.sc["steps"]:
+                self._step(step)
+        except CannotRun:
+            raise
+        except Exception as e:  # noqa: BLE001 - the backend broke mid-scenario
+            self.report.add(self.sc["name"] + self.variant, self._backend_name,
+                            "scenario ran to completion" + self.variant, False,
+                            f"{type(e).__name__}: {e}", "completion",
+                            f"{type(e).__name__}: {e}")
+        finally:
+            if self.backend is not None:
+                self.backend.close()
+
+    def _step(self, step: dict[str, Any]) -> None:
+        op = step.get("op", "check")
+        if op == "open":
+            self._open()
+        elif op == "get":
+            for _ in range(step.get("repeat", 1)):
+                for k in _keys(step):
+                    self._get(*k)
+        elif op == "getmany":
+            batches = step.get("batches") or [[e for _, e in _keys(step)]]
+            layer = step.get("layer", 0)
+            for b in batches:
+                try:
+                    self.published = self.backend.getmany([(layer, e) for e in b])
+                    self.last_error = None
+                except Exception as e:  # noqa: BLE001
+                    self.last_error = _kind_of(e)
+                if step.get("then_get"):
+                    for e in b:
+                        self._get(layer, e)
+        elif op == "reset":
+            self.backend.reset()
+        elif op == "truncate":
+            self._truncate(step)
+        elif op == "check":
+            self._check(step)
+        else:
+            raise CannotRun(f"scenario {self.sc['name']}: unknown op {op!r}")
+
+    def _truncate(self, step: dict[str, Any]) -> None:
+        from fixtures import plan  # noqa: PLC0415
+
+        run = plan(self.spec).expert_runs(step.get("layer", 0), step["expert"])[0]
+        with open(self.scratch / run.file, "r+b") as f:
+            f.truncate(run.offset)
+
+    def _check(self, step: dict[str, Any]) -> None:
+        values = self.backend.values()
+        values.update(reads=self.reads, wrong_reads=self.wrong,
+                      published=self.published, last_error=self.last_error)
+        expect = step["expect"]
+        bad = {k: values.get(k) for k, want in expect.items()
+               if values.get(k) != want}
+        if "wrong_reads" in expect:
+            detail = f"{values['wrong_reads']} of {values['reads']} reads wrong"
+            others = [k for k in expect if k not in ("wrong_reads", "reads")]
+        else:
+            detail, others = "", list(expect)
+        parts = [detail] if detail else []
+        parts += [f"{k} {_fmt(values.get(k))}" for k in others]
+        text = ", ".join(parts)
+        if bad:
+            text += "; expected " + ", ".join(f"{k} {_fmt(expect[k])}"
+                                              for k in bad)
+        self.report.add(self.sc["name"] + self.variant, self.backend.name,
+                        step["name"] + self.variant, not bad, text,
+                        expect, {k: values.get(k) for k in expect})
+        self.reads = self.wrong = 0
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list) and len(v) > 6:
+        return f"[{len(v)} items]"
+    return json.dumps(v) if isinstance(v, (list, type(None))) else str(v)
+
+
+def load_scenarios(only: list[str]) -> list[dict[str, Any]]:
+    """Every scenario file, in name order, filtered by substrings in ``only``."""
+    out = []
+    for p in sorted(SCENARIO_DIR.glob("*.json")):
+        try:
+            sc = json.loads(p.read_text())
+        except ValueError as e:
+            raise CannotRun(f"{p}: not JSON ({e})") from e
+        for field in ("name", "fixture", "cache", "steps"):
+            if field not in sc:
+                raise CannotRun(f"{p}: scenario lacks the field {field!r}")
+        if not only or any(o in sc["name"] for o in only):
+            out.append(sc)
+    if not out:
+        raise CannotRun(f"no scenarios found in {SCENARIO_DIR}"
+                        + (f" matching {only}" if only else ""))
+    return out
+
+
+def run_scenarios(engine: Any, work: Path, report: Report,
+                  only: list[str]) -> list[str]:
+    """Run every scenario (and variant) against engine and oracle."""
+    import fixtures  # noqa: PLC0415
+
+    names = []
+    made: dict[str, Path] = {}
+    for sc in load_scenarios(only):
+        preset = sc["fixture"]
+        if preset not in made:
+            made[preset] = work / "pristine" / preset
+            made[preset].parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fixtures.generate(preset, made[preset])
+            except (OSError, ValueError) as e:
+                raise CannotRun(f"cannot generate fixture {preset!r}: {e}") from e
+        spec = fixtures.preset(preset)
+        variants = sc.get("variants") or [{"suffix": "", "cache": {}}]
+        print(f"{sc['name']}: {sc.get('title', '')}", flush=True)
+        for var in variants:
+            opts = {**sc["cache"], **var.get("cache", {})}
+            for backend in ("engine", "oracle"):
+                make = functools.partial(_make_backend, backend, engine, spec,
+                                         opts)
+                ScenarioRun(sc, var.get("suffix", ""), spec, made[preset],
+                            work / "scratch" / backend, make, report).run()
+            names.append(sc["name"] + var.get("suffix", ""))
+    return names
+
+
+# --------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------
 
@@ -180,7 +537,7 @@ def load_engine(engine_dir: Path, so_path: Path) -> Any:
 class Report:
     """Collects checks, prints one aligned line each, and writes JSON."""
 
-    def __init__(self, width: int = 44) -> None:
+    def __init__(self, width: int = 60) -> None:
         self.width = width
         self.checks: list[dict[str, Any]] = []
 
@@ -260,11 +617,9 @@ def main(argv: list[str] | None = None) -> int:
         build_s = time.perf_counter() - t_build
         print(f"Built the engine in {build_s:.1f} s ({' '.join(cflags)})")
         engine = load_engine(engine_dir, so)
-        from fixtures import scenarios as sc  # noqa: PLC0415
-
         report = Report()
         t_sc = time.perf_counter()
-        names = sc.run_all(engine, work / "fixtures", report, only=ns.scenario)
+        names = run_scenarios(engine, work, report, ns.scenario)
         sc_s = time.perf_counter() - t_sc
     except CannotRun as e:
         print(f"CANNOT RUN: {e}", file=sys.stderr)

@@ -347,6 +347,8 @@ def _make_backend(kind: str, engine: Any, spec: Any, opts: dict[str, Any],
 
 
 def _keys(step: dict[str, Any]) -> list[tuple[int, int]]:
+    if "keys" in step:
+        return [(int(k[0]), int(k[1])) for k in step["keys"]]
     layer = step.get("layer", 0)
     if "range" in step:
         experts = list(range(*step["range"]))
@@ -358,10 +360,12 @@ def _keys(step: dict[str, Any]) -> list[tuple[int, int]]:
 class ScenarioRun:
     """Runs one scenario variant's steps against one backend."""
 
-    def __init__(self, scenario: dict[str, Any], variant: str, spec: Any,
-                 pristine: Path, scratch: Path, make: Any,
+    def __init__(self, scenario: dict[str, Any], variant: dict[str, Any],
+                 spec: Any, pristine: Path, scratch: Path, make: Any,
                  report: Report) -> None:
-        self.sc, self.variant, self.spec = scenario, variant, spec
+        self.sc, self.spec = scenario, spec
+        self.variant = variant.get("suffix", "")
+        self.variant_expect = variant.get("expect", {})
         self.pristine, self.scratch, self.make = pristine, scratch, make
         self.report = report
         self._backend_name = make.args[0]
@@ -452,7 +456,7 @@ class ScenarioRun:
         values = self.backend.values()
         values.update(reads=self.reads, wrong_reads=self.wrong,
                       published=self.published, last_error=self.last_error)
-        expect = step["expect"]
+        expect = {**step["expect"], **self.variant_expect.get(step["name"], {})}
         bad = {k: values.get(k) for k, want in expect.items()
                if values.get(k) != want}
         if "wrong_reads" in expect:
@@ -523,7 +527,7 @@ def run_scenarios(engine: Any, work: Path, report: Report,
             for backend in ("engine", "oracle"):
                 make = functools.partial(_make_backend, backend, engine, spec,
                                          opts)
-                ScenarioRun(sc, var.get("suffix", ""), spec, made[preset],
+                ScenarioRun(sc, var, spec, made[preset],
                             work / "scratch" / backend, make, report).run()
             names.append(sc["name"] + var.get("suffix", ""))
     return names

@@ -5,9 +5,11 @@
  * in this container; nothing here knows a model.  All the thinking happens
  * once, at open: every name is formatted and looked up, every expert is
  * checked against the first one (same dtypes and shapes, so one slot layout
- * serves all), each expert must sit in one shard, and each is classified as
- * contiguous (its tensors in list order with no gaps: one read) or not (one
- * read per tensor).  What remains for the hot path is a table lookup and a
+ * serves all), and each is classified as contiguous (its tensors in one
+ * shard, in list order, with no gaps: one read) or not (one read per tensor,
+ * each from whichever shard holds it).  Real checkpoints are sharded by a
+ * writer that cuts at tensor boundaries without regard to experts, so an
+ * expert straddling two shards is normal and must load, not be refused.  What remains for the hot path is a table lookup and a
  * few preads.
  *
  * Chunking.  A contiguous read may be split at file offsets that are
@@ -70,7 +72,7 @@ void xc_load_close(xc_loader *ld)
     xc_free(ld->names);
     xc_free(ld->tensors);
     xc_free(ld->layers);
-    xc_free(ld->shard);
+    xc_free(ld->file_shard);
     xc_free(ld->contiguous);
     xc_free(ld->direct);
     xc_free(ld->file_offset);
@@ -175,25 +177,20 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
                                xc_dtype_name(lt->dtype), lt->ndim,
                                (unsigned long long)lt->nbytes);
             }
-            if (t == 0) {
-                ld->shard[key] = info.shard;
-            } else if (info.shard != ld->shard[key]) {
-                return xc_fail(XC_E_MISUSE, -1, layer, expert,
-                               "layer %d expert %d: tensor '%s' is in shard "
-                               "%u but the expert's first tensor is in shard "
-                               "%u; an expert must live in one shard",
-                               (int)layer, (int)expert, info.name,
-                               info.shard, ld->shard[key]);
-            }
+            ld->file_shard[(size_t)key * ld->n_tensors + t] = info.shard;
             ld->file_offset[(size_t)key * ld->n_tensors + t] = info.offset;
             if (t > 0 &&
-                info.offset != ld->file_offset[(size_t)key * ld->n_tensors +
+                (info.shard != ld->file_shard[(size_t)key * ld->n_tensors] ||
+                 info.offset != ld->file_offset[(size_t)key * ld->n_tensors +
                                                 t - 1] +
-                                   ld->tensors[t - 1].nbytes)
+                                    ld->tensors[t - 1].nbytes))
                 contiguous = 0;
         }
         ld->contiguous[key] = (uint8_t)contiguous;
-        ld->direct[key] = xc_st_shard_direct(ld->st, ld->shard[key]) == 1;
+        ld->direct[key] =
+            xc_st_shard_direct(ld->st,
+                               ld->file_shard[(size_t)key * ld->n_tensors]) ==
+            1;
         if (ld->direct[key] && ld->chunk_bytes % XC_ALIGN != 0)
             return xc_fail(XC_E_MISUSE, -1, layer, expert,
                            "chunk_bytes %llu must be a multiple of %llu "
@@ -227,12 +224,13 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
     ld->layers = xc_malloc(o->n_layers * sizeof *ld->layers);
     ld->names = xc_calloc(o->n_tensors, sizeof *ld->names);
     ld->tensors = xc_calloc(o->n_tensors, sizeof *ld->tensors);
-    ld->shard = xc_calloc(ld->n_keys, sizeof *ld->shard);
+    ld->file_shard = xc_calloc((size_t)ld->n_keys * o->n_tensors,
+                               sizeof *ld->file_shard);
     ld->contiguous = xc_calloc(ld->n_keys, sizeof *ld->contiguous);
     ld->direct = xc_calloc(ld->n_keys, sizeof *ld->direct);
     ld->file_offset = xc_calloc((size_t)ld->n_keys * o->n_tensors,
                                 sizeof *ld->file_offset);
-    if (!ld->layers || !ld->names || !ld->tensors || !ld->shard ||
+    if (!ld->layers || !ld->names || !ld->tensors || !ld->file_shard ||
         !ld->contiguous || !ld->direct || !ld->file_offset)
         goto nomem;
     memcpy(ld->layers, o->layers, o->n_layers * sizeof *ld->layers);
@@ -297,9 +295,9 @@ static int blame(const xc_loader *ld, uint32_t key, int rc)
 int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                  uint64_t *payload_off, uint64_t *asked_bytes)
 {
-    uint32_t shard = ld->shard[key];
-    int64_t h = xc_st_shard_handle(ld->st, shard);
-    const char *path = xc_st_shard_path(ld->st, shard);
+    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    int64_t h = xc_st_shard_handle(ld->st, shard[0]);
+    const char *path = xc_st_shard_path(ld->st, shard[0]);
     const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
     uint64_t asked = 0, begin, end, at;
     size_t t, got;
@@ -308,7 +306,9 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
     if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
         for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
             asked += ld->tensors[t].nbytes;
-            rc = xc_io_read_full(ld->io, h, path,
+            rc = xc_io_read_full(ld->io,
+                                 xc_st_shard_handle(ld->st, shard[t]),
+                                 xc_st_shard_path(ld->st, shard[t]),
                                  slot + ld->tensors[t].offset,
                                  ld->tensors[t].nbytes, off[t], &got);
         }

@@ -44,6 +44,21 @@ class FaultContainer:
         self._ptr: Any = ffi.gc(out[0], lib.xc_st_close)
         self.shards = [str(path)]
 
+    def close(self) -> None:
+        """Close the C container now (before its injector goes away)."""
+        if self._ptr is not None:
+            _lib.ffi().release(self._ptr)
+            self._ptr = None
+
+
+@pytest.fixture
+def faulty(k3_path):
+    """(container, injector); the container is closed before the injector."""
+    with IOFaults() as f:
+        cont = FaultContainer(k3_path, f)
+        yield cont, f
+        cont.close()
+
 
 @pytest.fixture
 def k3_path(tmp_path):
@@ -202,45 +217,42 @@ def test_speculative_counters_worked_example(k3_path, truth):
         c.close()
 
 
-def test_get_of_an_inflight_key_waits_for_that_read(k3_path, truth):
+def test_get_of_an_inflight_key_waits_for_that_read(faulty, truth):
     """prefetch returns at once; get waits for the slow read and gets exact bytes."""
-    with IOFaults() as f:
-        cont = FaultContainer(k3_path, f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1)
-        f.arm(Fault("delay", nth=1, persistent=True, arg=DELAY_US))
-        t0 = time.perf_counter()
-        assert c.prefetch([(0, 5)]) == 1
-        assert time.perf_counter() - t0 < DELAY_US / 2e6
-        assert c.slots()[0]["state"] == "inflight"
-        c.check()
-        with c.get(0, 5) as x:
-            assert time.perf_counter() - t0 >= DELAY_US / 1e6 * 0.9
-            assert bytes(x.data) == truth[5]
-        s = c.stats()
-        assert (s["requests"], s["hits"], s["misses"], s["prefetch_loads"],
-                s["prefetch_first_uses"]) == (1, 1, 0, 1, 1)
-        c.check()
-        c.close()
-        del cont
+    cont, f = faulty
+    c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1)
+    f.arm(Fault("delay", nth=1, persistent=True, arg=DELAY_US))
+    t0 = time.perf_counter()
+    assert c.prefetch([(0, 5)]) == 1
+    assert time.perf_counter() - t0 < DELAY_US / 2e6
+    assert c.slots()[0]["state"] == "inflight"
+    c.check()
+    with c.get(0, 5) as x:
+        assert time.perf_counter() - t0 >= DELAY_US / 1e6 * 0.9
+        assert bytes(x.data) == truth[5]
+    s = c.stats()
+    assert (s["requests"], s["hits"], s["misses"], s["prefetch_loads"],
+            s["prefetch_first_uses"]) == (1, 1, 0, 1, 1)
+    c.check()
+    c.close()
 
 
-def test_full_queue_reads_in_the_caller(k3_path, truth):
+def test_full_queue_reads_in_the_caller(faulty, truth):
     """io_depth 1: one read queued, three read by the caller, none dropped."""
-    with IOFaults() as f:
-        cont = FaultContainer(k3_path, f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
-                               io_depth=1)
-        f.arm(Fault("delay", nth=1, persistent=True, arg=50_000))
-        assert c.prefetch(KEYS[:4]) == 4
-        assert c.stats()["queue_fallbacks"] == 3  # the caller read three
-        c.drain()
-        s = c.stats()
-        assert (s["queue_fallbacks"], s["prefetch_loads"]) == (3, 4)
-        for e in range(4):
-            with c.get(0, e) as x:
-                assert bytes(x.data) == truth[e]
-        c.check()
-        c.close()
+    cont, f = faulty
+    c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+                           io_depth=1)
+    f.arm(Fault("delay", nth=1, persistent=True, arg=50_000))
+    assert c.prefetch(KEYS[:4]) == 4
+    assert c.stats()["queue_fallbacks"] == 3  # the caller read three
+    c.drain()
+    s = c.stats()
+    assert (s["queue_fallbacks"], s["prefetch_loads"]) == (3, 4)
+    for e in range(4):
+        with c.get(0, e) as x:
+            assert bytes(x.data) == truth[e]
+    c.check()
+    c.close()
 
 
 def test_close_with_reads_in_flight_is_clean(k3_path):
@@ -254,35 +266,33 @@ def test_close_with_reads_in_flight_is_clean(k3_path):
         f.arm(Fault("delay", nth=1, persistent=True, arg=20_000))
         assert c.prefetch(KEYS[:6]) == 6
         c.close()
-        cont._ptr = None
-        del cont
+        cont.close()
         gc.collect()
         assert f.open_handles == 0
     assert _lib.lib().xc_alloc_live() == live
 
 
-def test_stream_yields_residents_first_then_completion_order(k3_path, truth):
+def test_stream_yields_residents_first_then_completion_order(faulty, truth):
     """Residents in the order given, then the fast local read, then the slow one."""
-    with IOFaults() as f:
-        cont = FaultContainer(k3_path, f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
-                               io_depth=1)
-        c.get(0, 1).release()
-        c.get(0, 2).release()
-        f.arm(Fault("delay", nth=1, persistent=False, arg=DELAY_US))
-        it = c.stream([(0, 1), (0, 5), (0, 6), (0, 2)])
-        got = [next(it)]
-        time.sleep(0.05)  # the reader has issued the delayed read of (0, 5)
-        got += list(it)
-        assert [x.key for x in got] == [(0, 1), (0, 2), (0, 6), (0, 5)]
-        for x in got:
-            assert bytes(x.data) == truth[x.key[1]]
-            x.release()
-        s = c.stats()
-        assert (s["requests"], s["hits"], s["misses"], s["queue_fallbacks"]) == (
-            6, 2, 4, 1)
-        c.check()
-        c.close()
+    cont, f = faulty
+    c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+                           io_depth=1)
+    c.get(0, 1).release()
+    c.get(0, 2).release()
+    f.arm(Fault("delay", nth=1, persistent=False, arg=DELAY_US))
+    it = c.stream([(0, 1), (0, 5), (0, 6), (0, 2)])
+    got = [next(it)]
+    time.sleep(0.05)  # the reader has issued the delayed read of (0, 5)
+    got += list(it)
+    assert [x.key for x in got] == [(0, 1), (0, 2), (0, 6), (0, 5)]
+    for x in got:
+        assert bytes(x.data) == truth[x.key[1]]
+        x.release()
+    s = c.stats()
+    assert (s["requests"], s["hits"], s["misses"], s["queue_fallbacks"]) == (
+        6, 2, 4, 1)
+    c.check()
+    c.close()
 
 
 @pytest.mark.parametrize("io_threads", [0, 2])

@@ -16,6 +16,7 @@ from engine.errors import (
     OutOfMemoryError,
     ShortReadError,
 )
+from engine.pagecache import drop_page_cache
 
 __all__ = [
     "AllPinnedError",
@@ -33,5 +34,6 @@ __all__ = [
     "OutOfMemoryError",
     "ShortReadError",
     "TensorInfo",
+    "drop_page_cache",
     "errors",
 ]

@@ -62,6 +62,8 @@ typedef struct xc_io {
     int (*size)(void *ctx, int64_t handle, uint64_t *out_bytes);
     int (*close)(void *ctx, int64_t handle);
     void *ctx;
+    int64_t (*pread_nowait)(void *ctx, int64_t handle, void *buf, size_t len,
+                            uint64_t offset);
 } xc_io;
 const xc_io *xc_io_default(void);
 int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
@@ -131,6 +133,12 @@ typedef struct xc_cache_opts {
     int32_t n_experts;
     uint64_t chunk_bytes;
     int batch_threads;
+    int io_threads;
+    int io_depth;
+    int split_min_misses;
+    int lock_memory;
+    const char *trace_path;
+    size_t trace_ring_records;
 } xc_cache_opts;
 enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
 enum {
@@ -142,6 +150,8 @@ enum {
     XC_INV_COUNTERS = 6,
     XC_INV_PREFETCH = 7,
     XC_INV_POLICY = 8,
+    XC_INV_QUEUE = 9,
+    XC_INV_SPEC = 10,
 };
 typedef struct xc_ref {
     int32_t slot;
@@ -156,6 +166,11 @@ typedef struct xc_stats {
     uint64_t load_failures, short_reads, io_errors;
     uint64_t load_ns;
     uint64_t prefetch_unused_resident;
+    uint64_t spec_issued, spec_loads, spec_used, spec_evicted_unused;
+    uint64_t spec_unused_resident;
+    uint64_t page_cache_loads, device_loads, unknown_loads;
+    uint64_t page_cache_bytes, device_bytes;
+    uint64_t queue_fallbacks;
 } xc_stats;
 typedef struct xc_slot_tensor {
     const char *name;
@@ -171,6 +186,20 @@ int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 int xc_cache_release(xc_cache *c, const xc_ref *ref);
 int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published);
+int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
+                      const int32_t *experts, size_t n, int speculative,
+                      size_t *issued);
+void xc_cache_drain(xc_cache *c);
+typedef struct xc_stream xc_stream;
+#define XC_STREAM_END 1
+int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
+                          const int32_t *experts, size_t n, xc_stream **out);
+int xc_cache_stream_next(xc_stream *s, xc_ref *out, size_t *index);
+void xc_cache_stream_end(xc_stream *s);
+void xc_cache_set_step(xc_cache *c, uint64_t step);
+int xc_cache_trace_flush(xc_cache *c);
+int xc_cache_mlock_active(const xc_cache *c);
+const char *xc_cache_mlock_note(const xc_cache *c);
 int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert);
 int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert);
 void xc_cache_stats(xc_cache *c, xc_stats *out);

@@ -12,7 +12,8 @@ for another expert and the views would show its bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,11 +31,22 @@ K3_TENSORS = ("w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
 _STATES = {0: "empty", 1: "inflight", 2: "ready"}
 _INV_NAMES = {1: "INV-KEY-UNIQUE", 2: "INV-INDEX", 3: "INV-EMPTY",
               4: "INV-INFLIGHT", 5: "INV-CLOCK", 6: "INV-COUNTERS",
-              7: "INV-PREFETCH", 8: "INV-POLICY"}
+              7: "INV-PREFETCH", 8: "INV-POLICY", 9: "INV-QUEUE",
+              10: "INV-SPEC"}
 _COUNTERS = ("requests", "hits", "misses", "prefetch_loads",
              "prefetch_first_uses", "prefetch_evicted_unused", "evictions",
              "payload_bytes", "io_bytes", "load_failures", "short_reads",
-             "io_errors", "load_ns", "prefetch_unused_resident")
+             "io_errors", "load_ns", "prefetch_unused_resident",
+             "spec_issued", "spec_loads", "spec_used", "spec_evicted_unused",
+             "spec_unused_resident", "page_cache_loads", "device_loads",
+             "unknown_loads", "page_cache_bytes", "device_bytes",
+             "queue_fallbacks")
+#: Counters that depend on timing or on the machine, not on the semantics:
+#: everything else must match between the synchronous and asynchronous paths.
+TIMING_COUNTERS = ("load_ns", "page_cache_loads", "device_loads",
+                   "unknown_loads", "page_cache_bytes", "device_bytes",
+                   "queue_fallbacks")
+_STREAM_END = 1
 
 
 class _Layout:
@@ -121,7 +133,11 @@ class ExpertCache:
                  policy: str = "lru", expert_template: str = K3_TEMPLATE,
                  tensors: Sequence[str] = K3_TENSORS,
                  layers: Sequence[int] = (0,), n_experts: int = 24,
-                 chunk_bytes: int = 0, batch_threads: int = 2) -> None:
+                 chunk_bytes: int = 0, batch_threads: int = 2,
+                 io_threads: int = 0, io_depth: int = 0,
+                 split_min_misses: int = 1, lock_memory: bool = False,
+                 trace_path: str | os.PathLike[str] | None = None,
+                 trace_ring_records: int = 0) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
         if (n_slots is None) == (budget_bytes is None):
             from engine.errors import MisuseError
@@ -134,6 +150,8 @@ class ExpertCache:
             "names": names,
             "tensors": ffi.new("const char *[]", names),
             "layers": ffi.new("int32_t[]", list(layers)),
+            "trace": (ffi.new("char[]", os.fsencode(trace_path))
+                      if trace_path is not None else ffi.NULL),
         }
         o = ffi.new("xc_cache_opts *")
         o.n_slots = n_slots or 0
@@ -148,10 +166,20 @@ class ExpertCache:
         o.n_experts = n_experts
         o.chunk_bytes = chunk_bytes
         o.batch_threads = batch_threads
+        o.io_threads = io_threads
+        o.io_depth = io_depth
+        o.split_min_misses = split_min_misses
+        o.lock_memory = int(lock_memory)
+        o.trace_path = keep["trace"]
+        o.trace_ring_records = trace_ring_records
         out = ffi.new("xc_cache **")
         _lib.check(lib.xc_cache_open(container._ptr, o, out))
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
         self._layout = _Layout(self._ptr)
+        #: whether the slot arena is locked in memory, and why (not) in words
+        self.mlock_active: bool = bool(lib.xc_cache_mlock_active(self._ptr))
+        self.mlock_note: str = ffi.string(
+            lib.xc_cache_mlock_note(self._ptr)).decode("utf-8", "replace")
         self._lib = lib
         # bound once: the hit path is a few hundred ns and lookups show
         self._get, self._release = lib.xc_cache_get, lib.xc_cache_release
@@ -177,6 +205,58 @@ class ExpertCache:
                                               len(keys), out))
         return int(out[0])
 
+    def prefetch(self, keys: Iterable[tuple[int, int]], *,
+                 speculative: bool = False) -> int:
+        """Read-ahead of keys; returns loads published (synchronous) or started."""
+        ffi = _lib.ffi()
+        keys = list(keys)
+        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
+        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
+        out = ffi.new("size_t *")
+        _lib.check(self._lib.xc_cache_prefetch(self._ptr, layers, experts,
+                                               len(keys), int(speculative),
+                                               out))
+        return int(out[0])
+
+    def drain(self) -> None:
+        """Wait until every read-ahead read queued so far has ended."""
+        self._lib.xc_cache_drain(self._ptr)
+
+    def stream(self, keys: Iterable[tuple[int, int]]) -> Iterator[Expert]:
+        """Yield held experts of ``keys``: resident ones first, then as reads complete.
+
+        Each yielded :class:`Expert` is the caller's to release.  Closing the
+        generator early gives back the holds of experts not yet yielded.
+        """
+        ffi, lib = _lib.ffi(), self._lib
+        keys = list(keys)
+        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
+        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
+        out = ffi.new("xc_stream **")
+        _lib.check(lib.xc_cache_stream_begin(self._ptr, layers, experts,
+                                             len(keys), out))
+        st = out[0]
+        index = ffi.new("size_t *")
+        try:
+            while True:
+                ref = self._new("xc_ref *")
+                rc = lib.xc_cache_stream_next(st, ref, index)
+                if rc == _STREAM_END:
+                    return
+                if rc:
+                    _lib.check(rc)
+                yield Expert(self, ref, keys[index[0]])
+        finally:
+            lib.xc_cache_stream_end(st)
+
+    def set_step(self, step: int) -> None:
+        """Stamp trace records from now on with ``step`` (a token index, say)."""
+        self._lib.xc_cache_set_step(self._ptr, step)
+
+    def trace_flush(self) -> None:
+        """Write buffered trace records to the trace file now."""
+        _lib.check(self._lib.xc_cache_trace_flush(self._ptr))
+
     def pin(self, layer: int, expert: int) -> None:
         """Protect a resident expert from eviction (nests)."""
         _lib.check(self._lib.xc_cache_pin(self._ptr, layer, expert))
@@ -191,6 +271,7 @@ class ExpertCache:
         s = _lib.ffi().new("xc_stats *")
         self._lib.xc_cache_stats(self._ptr, s)
         d: dict[str, float] = {k: int(getattr(s, k)) for k in _COUNTERS}
+        d["spec_adjusted_hits"] = d["hits"] - d["spec_used"]
         req = d["requests"]
         d["adjusted_hits_aggregate"] = max(d["hits"] - d["prefetch_loads"], 0)
         d["adjusted_hits_exact"] = d["hits"] - d["prefetch_first_uses"]

@@ -27,6 +27,7 @@ from oracle.errors import AllPinned, Budget, IOFailure, Misuse, NotFound, ShortR
 
 __all__ = [
     "EMPTY", "INFLIGHT", "READY", "ALIGN_BYTES", "POLICIES", "COUNTERS",
+    "SPEC_COUNTERS",
     "stride_bytes", "splitmix64", "lfru_sample", "parse_policy", "choose_victim",
     "Ref", "SlotView", "CacheModel",
 ]
@@ -48,6 +49,10 @@ COUNTERS = (
     "prefetch_evicted_unused", "evictions", "payload_bytes", "io_bytes",
     "load_failures", "short_reads", "io_errors",
 )
+
+#: Speculative-prefetch counters (docs/CACHE.md "prefetch"), kept apart from
+#: ``counters`` so that the window above reads as before.
+SPEC_COUNTERS = ("spec_issued", "spec_loads", "spec_used", "spec_evicted_unused")
 
 
 def stride_bytes(expert_bytes: int, align: int = ALIGN_BYTES) -> int:
@@ -197,6 +202,7 @@ class CacheModel:
         self._holds = [0] * n
         self._pins = [0] * n
         self._mark = [False] * n
+        self._spec = [False] * n
         self._last_use = [-1] * n
         self._insert_tick = [-1] * n
         self._freq = [0] * n
@@ -209,6 +215,7 @@ class CacheModel:
         self.demand_total = 0  # demand requests since open (hotness period)
         self.n_policy_evictions = 0  # READY victims since open (LFRU's e)
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
 
     # -- keys -------------------------------------------------------------
     def key_id(self, layer: int, expert: int) -> int:
@@ -254,9 +261,11 @@ class CacheModel:
             self.n_policy_evictions += 1
             if self._mark[slot]:
                 self.counters["prefetch_evicted_unused"] += 1
+            if self._spec[slot]:
+                self.spec_counters["spec_evicted_unused"] += 1
             del self._index[self._key[slot]]
         self._state[slot], self._key[slot] = INFLIGHT, key
-        self._mark[slot] = False
+        self._mark[slot] = self._spec[slot] = False
         self._last_use[slot] = self._insert_tick[slot] = -1
         self._freq[slot] = 0
         self._index[key] = slot
@@ -303,6 +312,9 @@ class CacheModel:
             if self._mark[slot]:
                 self._mark[slot] = False
                 self.counters["prefetch_first_uses"] += 1
+            if self._spec[slot]:
+                self._spec[slot] = False
+                self.spec_counters["spec_used"] += 1
             self._freq[slot] += 1
             self._touch(slot)
             return self._hold(slot, layer, expert)
@@ -327,11 +339,13 @@ class CacheModel:
         return self._hold(slot, layer, expert)
 
     def getmany(self, keys: Iterable[tuple[int, int]],
-                failures: Mapping[tuple[int, int], str] | None = None) -> int:
+                failures: Mapping[tuple[int, int], str] | None = None,
+                speculative: bool = False) -> int:
         """Batch prefetch: reserve serially, read, publish in reservation order.
 
         ``failures`` maps keys to "short" or "io" to fail their reads. Returns
         how many were published; fails only with ``Misuse`` (nothing changed).
+        ``speculative`` counts the loads as speculative (see :meth:`prefetch`).
         """
         keys = list(keys)
         failures = dict(failures or {})
@@ -355,6 +369,8 @@ class CacheModel:
                 continue
             self._evict_into(slot, key)
             reserved.append((slot, key))
+        if speculative:
+            self.spec_counters["spec_issued"] += len(reserved)
         published = 0
         for slot, key in reserved:  # (2) read, (3) publish in order
             self.counters["io_bytes"] += self.io_bytes_per_load
@@ -366,12 +382,25 @@ class CacheModel:
             self._freq[slot] = 0
             self._touch(slot)
             self._insert_tick[slot] = self._last_use[slot]
-            self._mark[slot] = True
-            self.counters["prefetch_loads"] += 1
+            if speculative:
+                self._spec[slot] = True
+                self.spec_counters["spec_loads"] += 1
+            else:
+                self._mark[slot] = True
+                self.counters["prefetch_loads"] += 1
             self.counters["payload_bytes"] += self.expert_bytes
             published += 1
         self._batch_protected.clear()
         return published
+
+    def prefetch(self, keys: Iterable[tuple[int, int]], speculative: bool = False,
+                 failures: Mapping[tuple[int, int], str] | None = None) -> int:
+        """Read-ahead with its synchronous meaning: ``getmany`` exactly.
+
+        Speculative loads carry the speculative mark instead of the
+        unused-prefetch mark and move ``spec_*`` instead of ``prefetch_loads``.
+        """
+        return self.getmany(keys, failures, speculative=speculative)
 
     def release(self, ref: Ref) -> None:
         """Drop one hold; releasing twice or another cache's ref is ``Misuse``."""
@@ -400,12 +429,17 @@ class CacheModel:
     def reset_stats(self) -> None:
         """Start a new window: zero the counters, clear the unused-prefetch marks."""
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         self._mark = [False] * self.n_slots
+        self._spec = [False] * self.n_slots
 
     # -- observation ------------------------------------------------------
     def stats(self) -> dict[str, float]:
         """The counters plus every derived value (rates are 0 with no requests)."""
         c = dict(self.counters)
+        c.update(self.spec_counters)
+        c["spec_unused_resident"] = sum(
+            1 for s in range(self.n_slots) if self._state[s] == READY and self._spec[s])
         req = c["requests"]
         c["prefetch_unused_resident"] = sum(
             1 for s in range(self.n_slots) if self._state[s] == READY and self._mark[s])

@@ -26,7 +26,9 @@ import numpy as np
 __all__ = [
     "Trace", "TraceFormatError", "load_trace", "reuse_distances",
     "reuse_histogram", "median_reuse_distance", "adjacent_overlap",
-    "reload_counts", "miss_ratio_curve",
+    "reload_counts", "miss_ratio_curve", "EngineTraceHeader",
+    "read_engine_trace", "load_engine_trace", "ENGINE_TRACE_KINDS",
+    "ENGINE_TRACE_OUTCOMES",
 ]
 
 
@@ -182,6 +184,92 @@ def load_trace(path: str | os.PathLike, n_layers: int | None = None,
     return Trace(np.asarray(tok, np.int64), np.asarray(lay, np.int64),
                  np.asarray(exp, np.int64), n_layers, n_experts, top_k,
                  np.asarray(seq, np.int64), name=os.path.basename(path))
+
+
+# -- engine-recorded binary traces (docs/TRACE_FORMAT.md) -------------------
+
+#: Record kinds and outcomes, by number, as docs/TRACE_FORMAT.md lists them.
+ENGINE_TRACE_KINDS = ("get", "prefetch", "speculative", "stream")
+ENGINE_TRACE_OUTCOMES = ("hit", "miss", "wait_hit", "resident", "inflight",
+                         "issued", "no_slot", "duplicate")
+_ENGINE_MAGIC = b"XCTRACE1"
+_ENGINE_HEADER = np.dtype([("magic", "S8"), ("version", "<u4"),
+                           ("record_bytes", "<u4"), ("fingerprint", "<u8"),
+                           ("layer_limit", "<u4"), ("n_experts", "<u4"),
+                           ("top_k", "<u4"), ("n_slots", "<u4"),
+                           ("reserved", "<u8")])
+_ENGINE_RECORD = np.dtype([("step", "<u8"), ("layer", "<i4"), ("expert", "<i4"),
+                           ("kind", "u1"), ("outcome", "u1"), ("pad", "<u2"),
+                           ("reserved", "<u4")])
+
+
+@dataclass(frozen=True)
+class EngineTraceHeader:
+    """The header of an engine-recorded trace."""
+
+    version: int
+    record_bytes: int
+    fingerprint: int
+    layer_limit: int
+    n_experts: int
+    top_k: int
+    n_slots: int
+
+
+def read_engine_trace(path: str | os.PathLike) -> tuple[EngineTraceHeader, np.ndarray]:
+    """The header and every record (a numpy structured array) of an engine trace.
+
+    Raises ``TraceFormatError`` for a bad magic, version or record size, or a
+    file that does not end on a record boundary (line 0: a binary file).
+    """
+    path = str(path)
+    raw = np.fromfile(path, dtype=np.uint8)
+    if len(raw) < _ENGINE_HEADER.itemsize:
+        raise TraceFormatError(path, 0, "shorter than the 48-byte header")
+    h = raw[:_ENGINE_HEADER.itemsize].view(_ENGINE_HEADER)[0]
+    if bytes(h["magic"]) != _ENGINE_MAGIC:
+        raise TraceFormatError(path, 0, f"bad magic {bytes(h['magic'])!r}")
+    if int(h["version"]) != 1 or int(h["record_bytes"]) != _ENGINE_RECORD.itemsize:
+        raise TraceFormatError(path, 0, f"version {int(h['version'])} record size "
+                               f"{int(h['record_bytes'])}: only 1 and 24 are read")
+    body = raw[_ENGINE_HEADER.itemsize:]
+    if len(body) % _ENGINE_RECORD.itemsize:
+        raise TraceFormatError(path, 0, f"{len(body)} record bytes is not a "
+                               "whole number of 24-byte records")
+    header = EngineTraceHeader(int(h["version"]), int(h["record_bytes"]),
+                               int(h["fingerprint"]), int(h["layer_limit"]),
+                               int(h["n_experts"]), int(h["top_k"]),
+                               int(h["n_slots"]))
+    return header, body.view(_ENGINE_RECORD)
+
+
+def load_engine_trace(path: str | os.PathLike,
+                      kinds: Sequence[str] = ("get", "stream")) -> Trace:
+    """The demand accesses of an engine trace as a :class:`Trace`.
+
+    Keeps records of ``kinds`` whose outcome moved ``requests`` (hit, miss,
+    wait_hit); each run of records with one step becomes one token, in order.
+    """
+    header, rec = read_engine_trace(path)
+    want = np.isin(rec["kind"], [ENGINE_TRACE_KINDS.index(k) for k in kinds])
+    want &= rec["outcome"] <= ENGINE_TRACE_OUTCOMES.index("wait_hit")
+    rec = rec[want]
+    steps = rec["step"].astype(np.int64)
+    if len(steps):
+        change = np.ones(len(steps), bool)
+        change[1:] = steps[1:] != steps[:-1]
+        token = np.cumsum(change) - 1
+    else:
+        token = np.zeros(0, np.int64)
+    layer = rec["layer"].astype(np.int64)
+    expert = rec["expert"].astype(np.int64)
+    if len(token):
+        top_k = int(np.max(np.unique(np.stack([token, layer]), axis=1,
+                                     return_counts=True)[1]))
+    else:
+        top_k = 0
+    return Trace(token.astype(np.int64), layer, expert, header.layer_limit,
+                 header.n_experts, top_k, name=os.path.basename(str(path)))
 
 
 # -- analyses ---------------------------------------------------------------

@@ -140,9 +140,20 @@ typedef struct xc_io {
     int (*size)(void *ctx, int64_t handle, uint64_t *out_bytes);
     int (*close)(void *ctx, int64_t handle);
     void *ctx;
+    /* Optional (NULL allowed): reads only what the page cache already holds,
+     * never waiting for the device.  Returns the bytes copied (possibly
+     * fewer than asked: the rest is not cached), -EAGAIN when the first
+     * byte is not cached, or another negative errno (-EOPNOTSUPP: this
+     * file system cannot tell).  The loader tries it first on buffered
+     * handles to learn where a load's bytes came from; with NULL, every
+     * load's source is "unknown" and reads are plain preads. */
+    int64_t (*pread_nowait)(void *ctx, int64_t handle, void *buf, size_t len,
+                            uint64_t offset);
 } xc_io;
 
-/* The default POSIX vtable (open/pread/fstat/close).  Cannot fail. */
+/* The default POSIX vtable (open/pread/fstat/close, and pread_nowait as
+ * preadv2(RWF_NOWAIT) where the platform has it, else NULL).  Cannot
+ * fail. */
 const xc_io *xc_io_default(void);
 
 /* Reads exactly len bytes at offset through io, looping over partial reads
@@ -314,6 +325,18 @@ typedef struct xc_cache_opts {
     int32_t n_experts;         /* experts per layer */
     uint64_t chunk_bytes;      /* 0: one read per contiguous expert */
     int batch_threads;         /* readers of getmany, caller included (>= 1) */
+    /* Fields below are all optional: zero means off / the default. */
+    int io_threads;            /* read-ahead reader threads; 0: prefetch is
+                                * getmany (synchronous), 0..64 */
+    int io_depth;              /* read-ahead reads queued or under way at
+                                * most; 0: 64 */
+    int split_min_misses;      /* stream only when at least this many keys
+                                * are not resident, else plain get order;
+                                * 0: 1 */
+    int lock_memory;           /* 1: try mlock() on the slot arena (a
+                                * refusal is reported, not fatal) */
+    const char *trace_path;    /* record accesses to this file; NULL: off */
+    size_t trace_ring_records; /* records buffered before a write; 0: 4096 */
 } xc_cache_opts;
 
 /* Slot states (docs/CACHE.md "Slots and budget"). */
@@ -332,7 +355,14 @@ enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
  * prefetch_first_uses + prefetch_evicted_unused + prefetch_unused_resident
  * == prefetch_loads (every prefetch of this window is used, evicted unused
  * or still waiting).  INV-POLICY: the policy's own state is consistent
- * (hotness: count table; lfru: eviction count <= evictions since open). */
+ * (hotness: count table; lfru: eviction count <= evictions since open).
+ * INV-QUEUE: every read-ahead queue entry names an INFLIGHT slot holding
+ * its key, no slot twice, queued + under way <= io_depth.  INV-SPEC:
+ * spec_used + spec_evicted_unused + spec_unused_resident == spec_loads,
+ * and page_cache_loads + device_loads + unknown_loads == the loads
+ * published in this window (payload_bytes / expert_bytes).  INV-EMPTY and
+ * INV-INFLIGHT also refuse a speculative mark on a slot that is not
+ * READY. */
 enum {
     XC_INV_KEY_UNIQUE = 1,
     XC_INV_INDEX = 2,
@@ -342,6 +372,8 @@ enum {
     XC_INV_COUNTERS = 6,
     XC_INV_PREFETCH = 7,
     XC_INV_POLICY = 8,
+    XC_INV_QUEUE = 9,
+    XC_INV_SPEC = 10,
 };
 
 /* A held reference: data points at the expert's payload (expert_bytes long)
@@ -363,6 +395,15 @@ typedef struct xc_stats {
     uint64_t load_failures, short_reads, io_errors;
     uint64_t load_ns;
     uint64_t prefetch_unused_resident;
+    /* speculative prefetch: reads started, published, first demand hits,
+     * evicted before any demand hit; spec_unused_resident is derived */
+    uint64_t spec_issued, spec_loads, spec_used, spec_evicted_unused;
+    uint64_t spec_unused_resident;
+    /* where published loads' bytes came from (bytes asked of io) */
+    uint64_t page_cache_loads, device_loads, unknown_loads;
+    uint64_t page_cache_bytes, device_bytes;
+    /* read-ahead requests read in the caller because the queue was full */
+    uint64_t queue_fallbacks;
 } xc_stats;
 
 /* Where tensor i of every expert lives inside a payload. name is the suffix
@@ -389,8 +430,10 @@ typedef struct xc_slot_tensor {
  * thread is left running and *out is not written.  st is borrowed. */
 int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 
-/* Stops the reader threads and frees everything.  References still held
- * become dangling.  Must not race with any other call on c.  NULL is a
+/* Lets the read-ahead readers finish every queued read (a drain, so no
+ * read is left writing into freed memory), stops every reader thread,
+ * flushes and closes the trace and frees everything.  References still held
+ * become dangling.  Open streams must have been ended.  Must not race with any other call on c.  NULL is a
  * no-op.  Cannot fail. */
 void xc_cache_close(xc_cache *c);
 
@@ -416,6 +459,75 @@ int xc_cache_release(xc_cache *c, const xc_ref *ref);
  * changed.  XC_E_NOMEM only before anything changed. */
 int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published);
+
+/* Read-ahead (docs/CACHE.md "prefetch"): reserves slots for the missing
+ * keys exactly like getmany's step 1 and returns at once; the reads run on
+ * the io_threads reader threads, each publishing when it completes (same
+ * publish rules as getmany, ticks stamped in reservation order).  A read
+ * that finds the queue full (io_depth) is done in the caller before
+ * returning, never dropped.  With speculative != 0 the published experts
+ * count as spec_loads (not prefetch_loads) and carry the speculative mark
+ * instead of the unused-prefetch mark.  With io_threads == 0 the reads are
+ * getmany's (synchronous), and a non-speculative prefetch is exactly
+ * xc_cache_getmany.  *issued (may be NULL) receives the experts published
+ * when synchronous, the reads started when asynchronous.  Errors as
+ * getmany: XC_E_MISUSE / XC_E_NOMEM before anything changed. */
+int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
+                      const int32_t *experts, size_t n, int speculative,
+                      size_t *issued);
+
+/* Waits until every read-ahead read queued so far has been published or
+ * failed (reads that prefetch calls made while it waits are waited for
+ * too).  Stream reads done by a consumer are not waited for.  Cannot
+ * fail. */
+void xc_cache_drain(xc_cache *c);
+
+/* Layer streaming (docs/CACHE.md "stream").  xc_cache_stream_begin
+ * validates the keys (XC_E_MISUSE for an invalid or repeated key, nothing
+ * changed; XC_E_NOMEM likewise), then -- when at least split_min_misses of
+ * them are not resident -- counts the resident ones as hits and holds them,
+ * reserves slots for the missing ones (counted as misses, in the order
+ * given, like a run of gets that hold) and queues their reads; otherwise
+ * it changes nothing and xc_cache_stream_next does plain gets in order.
+ * The caller owns *out and must end it with xc_cache_stream_end before
+ * closing the cache. */
+typedef struct xc_stream xc_stream;
+int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
+                          const int32_t *experts, size_t n, xc_stream **out);
+
+/* Returned by xc_cache_stream_next when every key has been yielded. */
+#define XC_STREAM_END 1
+
+/* Yields the next expert: resident ones first in the order given, then
+ * missing ones in completion order.  On XC_OK *out is a held reference
+ * (release it with xc_cache_release) and *index (may be NULL) its position
+ * in the keys given.  A failed read returns XC_E_SHORT_READ / XC_E_IO for
+ * that key (counted as in get; *index says which) and the stream goes on;
+ * a key that found no slot is tried as a plain get last (XC_E_ALL_PINNED
+ * possible).  XC_STREAM_END when done. */
+int xc_cache_stream_next(xc_stream *s, xc_ref *out, size_t *index);
+
+/* Ends a stream: waits for its reads still under way and gives back the
+ * holds of experts it had not yielded (they stay counted and resident).
+ * References already yielded stay held by the caller.  NULL is a no-op.
+ * Cannot fail. */
+void xc_cache_stream_end(xc_stream *s);
+
+/* Sets the step number stamped on trace records from now on (a token
+ * index, say).  Cannot fail; a no-op without a trace. */
+void xc_cache_set_step(xc_cache *c, uint64_t step);
+
+/* Writes the buffered trace records to the trace file.  XC_E_IO when a
+ * write failed (then and ever after: recording stopped at that point, the
+ * message says why); XC_OK without a trace. */
+int xc_cache_trace_flush(xc_cache *c);
+
+/* Whether the slot arena is locked in memory (1) or not (0), and why in
+ * words ("mlock not requested", "mlock active on N bytes", or the refusal
+ * with errno and RLIMIT_MEMLOCK).  The note lives as long as c.  Neither
+ * can fail. */
+int xc_cache_mlock_active(const xc_cache *c);
+const char *xc_cache_mlock_note(const xc_cache *c);
 
 /* Pin / unpin a READY key (pins nest).  pin: XC_E_NOT_FOUND when the key is
  * not READY; unpin: XC_E_MISUSE when it has no pin.  Both XC_E_MISUSE for a

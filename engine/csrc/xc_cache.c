@@ -54,23 +54,58 @@
  *   they describe, so check() can relate them (INV-COUNTERS, INV-PREFETCH)
  *   at any call boundary, even with other threads mid-call.
  *
+ *
+ * Read-ahead, streams, speculation
+ * --------------------------------
+ * prefetch() reserves exactly like getmany()'s step 1, then hands the reads
+ * to io_threads reader threads through a ring of io_depth entries and
+ * returns.  Each reader publishes what it read under mu, so the publish
+ * rules are getmany's.  What getmany decides by publishing serially -- the
+ * tick each new expert gets -- a prefetch decides at reservation instead:
+ * the reserved slot's last_use is stamped then, in reservation order, and
+ * the publish keeps it.  So whatever order the reads complete in, a drained
+ * read-ahead leaves the clock, every victim and every counter exactly as
+ * getmany would, and io_threads = 0 can simply *be* getmany.  A full ring
+ * is not a reason to drop a read: the caller reads it itself.
+ *
+ *   prefetch():  reserve ... stamp ticks ... enqueue  -> return
+ *   reader:      dequeue -> read (no lock) -> publish under mu, broadcast
+ *   get() of an INFLIGHT key: waits on `ended` until *that* slot ends
+ *
+ * A stream is one layer's keys seen as a batch of gets that hold: at begin
+ * the resident keys are hits (held at once), the missing ones are misses
+ * reserved in the order given, each with its tick stamped then -- the same
+ * clock a run of get()s would leave -- and their reads queued.  next()
+ * yields the hits in order, then reads as they complete (a reader pushes
+ * its item onto the stream's completion list), reading in the consumer
+ * itself what the queue could not take.  A speculative prefetch is a
+ * prefetch whose loads carry their own mark (spec), so guesses that were
+ * never used are counted apart from prefetches that were asked for.
+ *
  * Locking: one mutex guards every slot field, the index, the clock, the
- * counters and the policy.  Reads run without it.  `ended` is broadcast
- * whenever an INFLIGHT slot ends (published or failed).  The batch readers
- * have their own mutex (pool_mu) that is never held together with mu.
+ * counters, the policy, the read-ahead ring, every stream's state and the
+ * trace buffer.  Reads run without it.  `ended` is broadcast whenever an
+ * INFLIGHT slot ends (published or failed); `aq_work` wakes the read-ahead
+ * readers.  The batch readers have their own mutex (pool_mu) that is never
+ * held together with mu.
  */
 #include "xc_internal.h"
 #include "xc_load.h"
 #include "xc_policy.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 typedef struct slot {
     uint8_t state;        /* XC_SLOT_* */
     uint8_t mark;         /* unused-prefetch mark */
+    uint8_t spec;         /* speculative load not yet used by a demand hit */
     uint32_t key;         /* valid unless EMPTY */
     uint32_t holds, pins;
     uint32_t generation;  /* bumped at each publish */
@@ -84,9 +119,57 @@ typedef struct slot {
 typedef struct resv {
     int32_t slot;
     uint32_t key;
-    int rc;
+    int rc, src;
     uint64_t payload_off, asked_bytes, ns;
 } resv;
+
+/* Who asked for a read: decides the publish rule (freq, marks, holds). */
+enum { K_DEMAND = 0, K_PREFETCH = 1, K_SPEC = 2, K_STREAM = 3 };
+
+/* Trace record kinds and outcomes (docs/TRACE_FORMAT.md). */
+enum { TK_GET = 0, TK_PREFETCH = 1, TK_SPEC = 2, TK_STREAM = 3 };
+enum {
+    TO_HIT = 0, TO_MISS = 1, TO_WAIT_HIT = 2, TO_RESIDENT = 3,
+    TO_INFLIGHT = 4, TO_ISSUED = 5, TO_NO_SLOT = 6, TO_DUPLICATE = 7,
+};
+#define TRACE_MAGIC "XCTRACE1"
+#define TRACE_VERSION 1u
+#define TRACE_HEADER_BYTES 48u
+#define TRACE_RECORD_BYTES 24u
+
+/* One read-ahead read in the ring: slot si, reserved for key, for a
+ * prefetch, a speculative prefetch or item idx of stream st. */
+typedef struct aitem {
+    int32_t slot;
+    uint32_t key;
+    int kind;
+    struct xc_stream *st;
+    size_t idx;
+} aitem;
+
+/* States of one key of a stream (xc_stream.state). */
+enum {
+    ST_HIT,       /* resident at begin: counted, held, not yet yielded */
+    ST_QUEUED,    /* our miss, its read in the read-ahead ring */
+    ST_LOCAL,     /* our miss, to be read by next() (ring full / no readers) */
+    ST_FOREIGN,   /* INFLIGHT at begin by another read: resolved by next() */
+    ST_DEFER,     /* no slot at begin: a plain get, last */
+    ST_DONE,      /* our read ended (rc says how), not yet yielded */
+    ST_YIELDED,
+};
+
+struct xc_stream {
+    struct xc_cache *c;
+    size_t n;
+    uint32_t *keys;
+    int32_t *slot;        /* per item: its slot once reserved or hit */
+    int *rc;              /* per item: result of its read */
+    uint8_t *state;       /* per item: ST_* */
+    size_t *done;         /* completion order of ST_DONE items */
+    size_t n_done, done_next, hit_next, n_queued;
+    int plain;            /* below split_min_misses: plain gets in order */
+    size_t plain_next;
+};
 
 /* A batch handed to the readers; lives on the caller's stack. */
 typedef struct job {
@@ -112,7 +195,27 @@ struct xc_cache {
     uint64_t tick;
     uint32_t n_reads;      /* reads under way == INFLIGHT slots */
     uint64_t evictions_since_open, requests_since_open;
-    xc_stats st;           /* prefetch_unused_resident unused here */
+    xc_stats st;           /* the derived fields are unused here */
+
+    /* read-ahead: a ring of aq_cap items, read by io_threads readers */
+    pthread_cond_t aq_work;
+    aitem *aq;
+    size_t aq_cap, aq_head, aq_n, aq_active;
+    int aq_stop;
+    int n_io;
+    pthread_t *io;
+    int split_min;
+
+    /* trace: records buffered in tr_buf, written when full and at close */
+    FILE *tr;
+    uint8_t *tr_buf;
+    size_t tr_cap, tr_n;
+    uint64_t tr_step;
+    int tr_failed;
+    char tr_note[256];
+
+    int mlocked;
+    char mlock_note[256];
 
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_work, pool_done;
@@ -167,8 +270,60 @@ static int32_t choose_victim(xc_cache *c)
     return c->cand[c->pol.ops->to_evict(&c->pol, c->cand, n)].slot;
 }
 
+/* ------------------------------------------------------------------ */
+/* Trace                                                                */
+/* ------------------------------------------------------------------ */
+
+static void put_le(uint8_t *p, uint64_t v, unsigned n)
+{
+    unsigned i;
+    for (i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Writes the buffered records (mu held, or the cache not shared yet). */
+static int trace_write(xc_cache *c)
+{
+    if (c->tr == NULL || c->tr_failed || c->tr_n == 0)
+        return XC_OK;
+    if (fwrite(c->tr_buf, TRACE_RECORD_BYTES, c->tr_n, c->tr) != c->tr_n ||
+        fflush(c->tr) != 0) {
+        int e = errno;
+        c->tr_failed = 1;
+        snprintf(c->tr_note, sizeof c->tr_note,
+                 "trace write failed, recording stopped: %s (errno %d)",
+                 strerror(e), e);
+    }
+    c->tr_n = 0;
+    return c->tr_failed ? XC_E_IO : XC_OK;
+}
+
+/* Appends one record (mu held): step, layer, expert, kind, outcome. */
+static void trace_put(xc_cache *c, int kind, int outcome, uint32_t key)
+{
+    uint8_t *r;
+    int32_t layer, expert;
+    if (c->tr == NULL || c->tr_failed)
+        return;
+    xc_load_unkey(&c->ld, key, &layer, &expert);
+    r = c->tr_buf + c->tr_n * TRACE_RECORD_BYTES;
+    memset(r, 0, TRACE_RECORD_BYTES);
+    put_le(r, c->tr_step, 8);
+    put_le(r + 8, (uint32_t)layer, 4);
+    put_le(r + 12, (uint32_t)expert, 4);
+    r[16] = (uint8_t)kind;
+    r[17] = (uint8_t)outcome;
+    if (++c->tr_n == c->tr_cap)
+        (void)trace_write(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reserve, publish, hit                                                */
+/* ------------------------------------------------------------------ */
+
 /* Takes victim s for key: counts the eviction if it held a key, and leaves
- * the slot INFLIGHT, owned by the caller's read. */
+ * the slot INFLIGHT, owned by the caller's read, with no tick stamped
+ * (last_use 0: finish() touches) unless the caller stamps one. */
 static void reserve(xc_cache *c, int32_t si, uint32_t key)
 {
     slot *s = &c->slots[si];
@@ -177,20 +332,26 @@ static void reserve(xc_cache *c, int32_t si, uint32_t key)
         c->evictions_since_open++;
         if (s->mark)
             c->st.prefetch_evicted_unused++;
+        if (s->spec)
+            c->st.spec_evicted_unused++;
         c->index[s->key] = -1;
         xc_policy_evict(&c->pol, s->key);
     }
     s->state = XC_SLOT_INFLIGHT;
     s->key = key;
     s->mark = 0;
+    s->spec = 0;
+    s->last_use = 0;
     c->index[key] = si;
     c->n_reads++;
 }
 
-/* Ends the read of INFLIGHT slot si.  Success publishes it (demand: freq 1;
- * batch: freq 0 and the unused mark); failure empties it and counts why. */
+/* Ends the read of INFLIGHT slot si.  Success publishes it (demand and
+ * stream: freq 1; prefetch: freq 0 and the unused mark; speculative: freq
+ * 0 and the spec mark) with the tick stamped at reservation, or a fresh
+ * touch when none was; failure empties it and counts why. */
 static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
-                   uint64_t asked_bytes, uint64_t ns, int demand)
+                   uint64_t asked_bytes, uint64_t ns, int kind, int src)
 {
     slot *s = &c->slots[si];
     c->st.io_bytes += asked_bytes;
@@ -198,27 +359,79 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
     c->n_reads--;
     if (rc == XC_OK) {
         s->state = XC_SLOT_READY;
-        s->freq = demand ? 1 : 0;
-        touch(c, s);
+        s->freq = kind == K_DEMAND || kind == K_STREAM ? 1 : 0;
+        if (s->last_use == 0)
+            touch(c, s);
         s->insert_tick = s->last_use;
         s->generation++;
         s->payload_off = payload_off;
         c->st.payload_bytes += c->ld.expert_bytes;
-        if (!demand) {
+        if (kind == K_PREFETCH) {
             s->mark = 1;
             c->st.prefetch_loads++;
+        } else if (kind == K_SPEC) {
+            s->spec = 1;
+            c->st.spec_loads++;
+        }
+        if (src == XC_SRC_PAGE_CACHE) {
+            c->st.page_cache_loads++;
+            c->st.page_cache_bytes += asked_bytes;
+        } else if (src == XC_SRC_DEVICE) {
+            c->st.device_loads++;
+            c->st.device_bytes += asked_bytes;
+        } else {
+            c->st.unknown_loads++;
         }
         xc_policy_insert(&c->pol, s->key);
     } else {
         c->index[s->key] = -1;
         s->state = XC_SLOT_EMPTY;
         s->key = 0;
+        s->last_use = 0;
         c->st.load_failures++;
         if (rc == XC_E_SHORT_READ)
             c->st.short_reads++;
         else
             c->st.io_errors++;
     }
+}
+
+/* get step (2) on READY slot si (mu held): count the hit, clear the marks
+ * (first use), bump freq, touch, hold. */
+static void hit(xc_cache *c, int32_t si, uint32_t key)
+{
+    slot *s = &c->slots[si];
+    c->st.requests++;
+    c->st.hits++;
+    c->requests_since_open++;
+    if (s->mark) {
+        s->mark = 0;
+        c->st.prefetch_first_uses++;
+    }
+    if (s->spec) {
+        s->spec = 0;
+        c->st.spec_used++;
+    }
+    s->freq++;
+    touch(c, s);
+    s->holds++;
+    xc_policy_request(&c->pol, key);
+    xc_policy_hit(&c->pol, key);
+}
+
+/* get step (4) up to the reservation (mu held): choose a victim, count the
+ * miss and reserve.  Returns the slot, or -1 (nothing changed). */
+static int32_t miss_reserve(xc_cache *c, uint32_t key)
+{
+    int32_t si = choose_victim(c);
+    if (si < 0)
+        return -1;
+    c->st.requests++;
+    c->st.misses++;
+    c->requests_since_open++;
+    xc_policy_request(&c->pol, key);
+    reserve(c, si, key);
+    return si;
 }
 
 static void fill_ref(const xc_cache *c, int32_t si, xc_ref *out)
@@ -236,33 +449,30 @@ static void fill_ref(const xc_cache *c, int32_t si, xc_ref *out)
 
 /* Steps (4)-(6) of get, with mu held on entry and on return. */
 static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
-                    xc_ref *out)
+                    int tkind, xc_ref *out)
 {
     uint64_t payload_off = 0, asked = 0, t0, ns;
     int32_t si;
-    int rc;
+    int rc, src;
 
     /* (4) choose a victim; none leaves everything as it was */
-    si = choose_victim(c);
+    si = miss_reserve(c, key);
     if (si < 0)
         return xc_fail(XC_E_ALL_PINNED, -1, layer, expert,
                        "layer %d expert %d: all %zu slots are held, pinned "
                        "or in flight", (int)layer, (int)expert, c->n_slots);
-    c->st.requests++;
-    c->st.misses++;
-    c->requests_since_open++;
-    xc_policy_request(&c->pol, key);
-    reserve(c, si, key);
+    trace_put(c, tkind, TO_MISS, key);
 
     /* (5) read, lock released: the slot is INFLIGHT and ours alone */
     pthread_mutex_unlock(&c->mu);
     t0 = now_ns();
-    rc = xc_load_read(&c->ld, key, slot_mem(c, si), &payload_off, &asked);
+    rc = xc_load_read_src(&c->ld, key, slot_mem(c, si), &payload_off, &asked,
+                          &src);
     ns = now_ns() - t0;
     pthread_mutex_lock(&c->mu);
 
     /* (6) publish, or return the slot to EMPTY */
-    finish(c, si, rc, payload_off, asked, ns, 1);
+    finish(c, si, rc, payload_off, asked, ns, K_DEMAND, src);
     pthread_cond_broadcast(&c->ended);
     if (rc != XC_OK)
         return rc; /* the loader recorded the error with layer and expert */
@@ -271,48 +481,46 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     return XC_OK;
 }
 
-/*
- * get: (1) validate the key, (2) look up: READY is a hit -- hold and
- * return, (3) INFLIGHT: wait for that read to end and look up again,
- * (4) choose a victim, (5) read, (6) publish.  (4)-(6) are get_miss().
- */
-int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out)
+/* get with mu held (steps 2-6); tkind is the trace kind to record. */
+static int get_locked(xc_cache *c, uint32_t key, int32_t layer,
+                      int32_t expert, int tkind, xc_ref *out)
 {
-    uint32_t key;
+    int waited = 0;
     int32_t si;
-    int rc;
-
-    /* (1) validate */
-    if ((rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
-        return rc;
-    pthread_mutex_lock(&c->mu);
     for (;;) {
         /* (2) look up */
         si = c->index[key];
         if (si < 0)
             break;
         if (c->slots[si].state == XC_SLOT_READY) {
-            slot *s = &c->slots[si];
-            c->st.requests++;
-            c->st.hits++;
-            c->requests_since_open++;
-            if (s->mark) {
-                s->mark = 0;
-                c->st.prefetch_first_uses++;
-            }
-            s->freq++;
-            touch(c, s);
-            s->holds++;
-            xc_policy_request(&c->pol, key);
-            xc_policy_hit(&c->pol, key);
+            hit(c, si, key);
+            trace_put(c, tkind, waited ? TO_WAIT_HIT : TO_HIT, key);
             fill_ref(c, si, out);
-            pthread_mutex_unlock(&c->mu);
             return XC_OK;
         }
         /* (3) in flight: wait, then look up again */
+        waited = 1;
         pthread_cond_wait(&c->ended, &c->mu);
     }
-    rc = get_miss(c, key, layer, expert, out);
+    return get_miss(c, key, layer, expert, tkind, out);
+}
+
+/*
+ * get: (1) validate the key, (2) look up: READY is a hit -- hold and
+ * return, (3) INFLIGHT: wait for that read to end and look up again,
+ * (4) choose a victim, (5) read, (6) publish.  (2)-(3) are get_locked(),
+ * (4)-(6) get_miss().
+ */
+int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out)
+{
+    uint32_t key;
+    int rc;
+
+    /* (1) validate */
+    if ((rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    rc = get_locked(c, key, layer, expert, TK_GET, out);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -391,8 +599,8 @@ int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert)
 static void read_one(const xc_cache *c, resv *r)
 {
     uint64_t t0 = now_ns();
-    r->rc = xc_load_read(&c->ld, r->key, slot_mem(c, r->slot),
-                         &r->payload_off, &r->asked_bytes);
+    r->rc = xc_load_read_src(&c->ld, r->key, slot_mem(c, r->slot),
+                             &r->payload_off, &r->asked_bytes, &r->src);
     r->ns = now_ns() - t0;
 }
 
@@ -474,18 +682,87 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
     pthread_mutex_unlock(&c->pool_mu);
 }
 
+/* Appends a read to the read-ahead ring (mu held).  0 when it is full. */
+static int aq_push(xc_cache *c, int32_t si, uint32_t key, int kind,
+                   xc_stream *st, size_t idx)
+{
+    aitem *it;
+    if (c->n_io == 0 || c->aq_n + c->aq_active >= c->aq_cap)
+        return 0;
+    it = &c->aq[(c->aq_head + c->aq_n) % c->aq_cap];
+    it->slot = si;
+    it->key = key;
+    it->kind = kind;
+    it->st = st;
+    it->idx = idx;
+    c->aq_n++;
+    return 1;
+}
+
+/* A stream's read ended (mu held): hold the expert for the consumer and
+ * put the item on the stream's completion list. */
+static void stream_item_done(xc_cache *c, xc_stream *st, size_t idx, int rc)
+{
+    if (rc == XC_OK)
+        c->slots[st->slot[idx]].holds = 1;
+    st->rc[idx] = rc;
+    st->state[idx] = ST_DONE;
+    st->done[st->n_done++] = idx;
+}
+
+/* A read-ahead reader: dequeue, read without the lock, publish under it.
+ * At stop it finishes everything still queued before leaving, so close
+ * never frees a slot a read is writing into. */
+static void *io_main(void *arg)
+{
+    xc_cache *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        aitem it;
+        resv r;
+        while (c->aq_n == 0 && !c->aq_stop)
+            pthread_cond_wait(&c->aq_work, &c->mu);
+        if (c->aq_n == 0)
+            break; /* stopping, nothing queued */
+        it = c->aq[c->aq_head];
+        c->aq_head = (c->aq_head + 1) % c->aq_cap;
+        c->aq_n--;
+        c->aq_active++;
+        pthread_mutex_unlock(&c->mu);
+        r.slot = it.slot;
+        r.key = it.key;
+        read_one(c, &r);
+        pthread_mutex_lock(&c->mu);
+        finish(c, it.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
+               it.kind, r.src);
+        if (it.st != NULL) {
+            stream_item_done(c, it.st, it.idx, r.rc);
+            it.st->n_queued--;
+        }
+        c->aq_active--;
+        pthread_cond_broadcast(&c->ended);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
 /*
- * getmany: (1) validate every key, then reserve serially in the order
- * given, (2) read in parallel, (3) publish serially in reservation order
- * and drop the protections taken in (1).
+ * getmany and prefetch: (1) validate every key, then reserve serially in
+ * the order given, (2) read -- in parallel on the batch pool, or, for an
+ * asynchronous prefetch, on the read-ahead readers (what the ring cannot
+ * take, on the batch pool here and now), (3) publish serially in
+ * reservation order (the readers publish as they complete, with the ticks
+ * stamped in reservation order at the end of (1)) and drop the
+ * protections taken in (1).
  */
-int xc_cache_getmany(xc_cache *c, const int32_t *layers,
-                     const int32_t *experts, size_t n, size_t *published)
+static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
+                 size_t n, int kind, int async, size_t *out_count)
 {
     uint32_t *keys = NULL;
     int32_t *prot = NULL;
     resv *rv = NULL;
-    size_t i, n_resv = 0, n_prot = 0, n_pub = 0;
+    size_t i, n_resv = 0, n_prot = 0, n_pub = 0, n_local = 0;
+    int tkind = kind == K_SPEC ? TK_SPEC : TK_PREFETCH;
     uint64_t seq;
     int rc;
 
@@ -511,49 +788,361 @@ int xc_cache_getmany(xc_cache *c, const int32_t *layers,
     for (i = 0; i < n; i++) {
         uint32_t key = keys[i];
         int32_t si = c->index[key];
-        if (c->seen[key] == seq)
+        if (c->seen[key] == seq) {
+            trace_put(c, tkind, TO_DUPLICATE, key);
             continue; /* named earlier in this batch */
+        }
         c->seen[key] = seq;
         if (si >= 0 && c->slots[si].state == XC_SLOT_READY) {
             c->slots[si].holds++; /* protected for the rest of this call */
             touch(c, &c->slots[si]);
             prot[n_prot++] = si;
+            trace_put(c, tkind, TO_RESIDENT, key);
             continue;
         }
-        if (si >= 0)
+        if (si >= 0) {
+            trace_put(c, tkind, TO_INFLIGHT, key);
             continue; /* another read of it is under way */
-        if ((si = choose_victim(c)) < 0)
+        }
+        if ((si = choose_victim(c)) < 0) {
+            trace_put(c, tkind, TO_NO_SLOT, key);
             continue; /* no slot: a short count */
+        }
         reserve(c, si, key);
+        trace_put(c, tkind, TO_ISSUED, key);
         rv[n_resv].slot = si;
         rv[n_resv].key = key;
         n_resv++;
     }
+    if (kind == K_SPEC)
+        c->st.spec_issued += n_resv;
+    if (async) {
+        /* stamp the publish ticks now, in reservation order, and queue */
+        for (i = 0; i < n_resv; i++) {
+            touch(c, &c->slots[rv[i].slot]);
+            if (!aq_push(c, rv[i].slot, rv[i].key, kind, NULL, 0)) {
+                c->st.queue_fallbacks++;
+                rv[n_local++] = rv[i];
+            }
+        }
+        if (n_local < n_resv)
+            pthread_cond_broadcast(&c->aq_work);
+    } else {
+        n_local = n_resv;
+    }
     pthread_mutex_unlock(&c->mu);
 
-    /* (2) read in parallel */
-    read_batch(c, rv, n_resv);
+    /* (2) read in parallel what is ours to read */
+    read_batch(c, rv, n_local);
 
     /* (3) publish, serially, in reservation order */
     pthread_mutex_lock(&c->mu);
-    for (i = 0; i < n_resv; i++) {
+    for (i = 0; i < n_local; i++) {
         finish(c, rv[i].slot, rv[i].rc, rv[i].payload_off,
-               rv[i].asked_bytes, rv[i].ns, 0);
+               rv[i].asked_bytes, rv[i].ns, kind, rv[i].src);
         n_pub += rv[i].rc == XC_OK;
     }
     for (i = 0; i < n_prot; i++)
         c->slots[prot[i]].holds--;
-    if (n_resv)
+    if (n_local)
         pthread_cond_broadcast(&c->ended);
     pthread_mutex_unlock(&c->mu);
-    if (published)
-        *published = n_pub;
+    if (out_count)
+        *out_count = async ? n_resv : n_pub;
     rc = XC_OK;
 out:
     xc_free(keys);
     xc_free(prot);
     xc_free(rv);
     return rc;
+}
+
+int xc_cache_getmany(xc_cache *c, const int32_t *layers,
+                     const int32_t *experts, size_t n, size_t *published)
+{
+    return batch(c, layers, experts, n, K_PREFETCH, 0, published);
+}
+
+int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
+                      const int32_t *experts, size_t n, int speculative,
+                      size_t *issued)
+{
+    return batch(c, layers, experts, n, speculative ? K_SPEC : K_PREFETCH,
+                 c->n_io > 0, issued);
+}
+
+void xc_cache_drain(xc_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->aq_n + c->aq_active > 0)
+        pthread_cond_wait(&c->ended, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* stream                                                               */
+/* ------------------------------------------------------------------ */
+
+static void stream_free(xc_stream *st)
+{
+    xc_free(st->keys);
+    xc_free(st->slot);
+    xc_free(st->rc);
+    xc_free(st->state);
+    xc_free(st->done);
+    xc_free(st);
+}
+
+/*
+ * stream begin: (1) validate the keys and refuse repeats, (2) count the
+ * keys not resident; fewer than split_min_misses: plain gets in next(),
+ * nothing changes here, (3) in the order given: READY is a hit (counted,
+ * touched, held), INFLIGHT is left for next() to wait for, missing is a
+ * miss reserved with its tick stamped now -- the clock a run of holding
+ * gets would leave -- and its read queued (or kept for next() when the
+ * ring is full or there are no readers); no slot: a plain get, last.
+ */
+int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
+                          const int32_t *experts, size_t n, xc_stream **out)
+{
+    xc_stream *st;
+    size_t i, n_missing = 0, n_queued = 0;
+    uint64_t seq;
+    int rc;
+
+    if (out == NULL || (n > 0 && (layers == NULL || experts == NULL)))
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "stream: NULL key arrays or out");
+    st = xc_calloc(1, sizeof *st);
+    if (st != NULL) {
+        st->keys = xc_malloc((n + 1) * sizeof *st->keys);
+        st->slot = xc_malloc((n + 1) * sizeof *st->slot);
+        st->rc = xc_calloc(n + 1, sizeof *st->rc);
+        st->state = xc_calloc(n + 1, sizeof *st->state);
+        st->done = xc_malloc((n + 1) * sizeof *st->done);
+    }
+    if (st == NULL || !st->keys || !st->slot || !st->rc || !st->state ||
+        !st->done) {
+        if (st)
+            stream_free(st);
+        return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                       "stream: no memory for %zu keys", n);
+    }
+    st->c = c;
+    st->n = n;
+    /* (1) validate */
+    for (i = 0; i < n; i++)
+        if ((rc = xc_load_key(&c->ld, layers[i], experts[i], &st->keys[i])) !=
+            XC_OK) {
+            stream_free(st);
+            return rc;
+        }
+    pthread_mutex_lock(&c->mu);
+    seq = ++c->batch_seq;
+    for (i = 0; i < n; i++) {
+        uint32_t key = st->keys[i];
+        int32_t si = c->index[key];
+        if (c->seen[key] == seq) {
+            pthread_mutex_unlock(&c->mu);
+            stream_free(st);
+            return xc_fail(XC_E_MISUSE, -1, layers[i], experts[i],
+                           "stream: layer %d expert %d is named twice",
+                           (int)layers[i], (int)experts[i]);
+        }
+        c->seen[key] = seq;
+        /* (2) count what is not resident */
+        n_missing += si < 0 || c->slots[si].state != XC_SLOT_READY;
+    }
+    if (n_missing < (size_t)c->split_min) {
+        st->plain = 1;
+        pthread_mutex_unlock(&c->mu);
+        *out = st;
+        return XC_OK;
+    }
+    /* (3) hits, waits and reservations in the order given */
+    for (i = 0; i < n; i++) {
+        uint32_t key = st->keys[i];
+        int32_t si = c->index[key];
+        if (si >= 0 && c->slots[si].state == XC_SLOT_READY) {
+            hit(c, si, key);
+            trace_put(c, TK_STREAM, TO_HIT, key);
+            st->slot[i] = si;
+            st->state[i] = ST_HIT;
+        } else if (si >= 0) {
+            st->state[i] = ST_FOREIGN;
+        } else if ((si = miss_reserve(c, key)) < 0) {
+            st->state[i] = ST_DEFER;
+        } else {
+            trace_put(c, TK_STREAM, TO_MISS, key);
+            touch(c, &c->slots[si]);
+            st->slot[i] = si;
+            if (aq_push(c, si, key, K_STREAM, st, i)) {
+                st->state[i] = ST_QUEUED;
+                n_queued++;
+            } else {
+                if (c->n_io > 0)
+                    c->st.queue_fallbacks++;
+                st->state[i] = ST_LOCAL;
+            }
+        }
+    }
+    st->n_queued = n_queued;
+    if (n_queued)
+        pthread_cond_broadcast(&c->aq_work);
+    pthread_mutex_unlock(&c->mu);
+    *out = st;
+    return XC_OK;
+}
+
+/* Reads stream item i (ST_LOCAL) in the calling thread; mu held on entry
+ * and on return, released for the read. */
+static void stream_read_local(xc_cache *c, xc_stream *st, size_t i)
+{
+    resv r;
+    r.slot = st->slot[i];
+    r.key = st->keys[i];
+    st->state[i] = ST_DONE; /* claimed: nobody else reads it */
+    pthread_mutex_unlock(&c->mu);
+    read_one(c, &r);
+    pthread_mutex_lock(&c->mu);
+    finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns, K_STREAM,
+           r.src);
+    stream_item_done(c, st, i, r.rc);
+    pthread_cond_broadcast(&c->ended);
+}
+
+/* Yields stream item i, which is ST_DONE (mu held). */
+static int stream_yield_done(xc_cache *c, xc_stream *st, size_t i,
+                             xc_ref *out, size_t *index)
+{
+    int32_t layer, expert;
+    st->state[i] = ST_YIELDED;
+    if (index)
+        *index = i;
+    if (st->rc[i] == XC_OK) {
+        fill_ref(c, st->slot[i], out);
+        return XC_OK;
+    }
+    xc_load_unkey(&c->ld, st->keys[i], &layer, &expert);
+    return xc_fail(st->rc[i], -1, layer, expert,
+                   "layer %d expert %d: streamed read failed (%s)",
+                   (int)layer, (int)expert, xc_status_name(st->rc[i]));
+}
+
+/* Plain get of stream item i (mu held): for the plain mode, keys another
+ * read had in flight, and keys that found no slot. */
+static int stream_get(xc_cache *c, xc_stream *st, size_t i, xc_ref *out,
+                      size_t *index)
+{
+    int32_t layer, expert;
+    st->state[i] = ST_YIELDED;
+    if (index)
+        *index = i;
+    xc_load_unkey(&c->ld, st->keys[i], &layer, &expert);
+    return get_locked(c, st->keys[i], layer, expert, TK_STREAM, out);
+}
+
+/*
+ * stream next: (1) the hits, in the order given, (2) reads that have
+ * completed, in completion order, (3) keys another read had in flight at
+ * begin, once that read ended (a hit then, counted then; a plain get if
+ * it failed), (4) our reads the ring could not take, read here, (5) wait
+ * for the next completion, (6) keys that found no slot, as plain gets.
+ */
+int xc_cache_stream_next(xc_stream *st, xc_ref *out, size_t *index)
+{
+    xc_cache *c = st->c;
+    size_t i;
+    int rc;
+
+    pthread_mutex_lock(&c->mu);
+    if (st->plain) {
+        rc = XC_STREAM_END;
+        if (st->plain_next < st->n)
+            rc = stream_get(c, st, st->plain_next++, out, index);
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    for (;;) {
+        int waiting = st->n_queued > 0;
+        /* (1) hits in order */
+        for (; st->hit_next < st->n; st->hit_next++)
+            if (st->state[st->hit_next] == ST_HIT) {
+                i = st->hit_next++;
+                st->state[i] = ST_YIELDED;
+                if (index)
+                    *index = i;
+                fill_ref(c, st->slot[i], out);
+                pthread_mutex_unlock(&c->mu);
+                return XC_OK;
+            }
+        /* (2) completions */
+        if (st->done_next < st->n_done) {
+            rc = stream_yield_done(c, st, st->done[st->done_next++], out,
+                                   index);
+            pthread_mutex_unlock(&c->mu);
+            return rc;
+        }
+        /* (3) another read's keys, once that read ended */
+        for (i = 0; i < st->n; i++) {
+            int32_t si;
+            if (st->state[i] != ST_FOREIGN)
+                continue;
+            si = c->index[st->keys[i]];
+            if (si >= 0 && c->slots[si].state != XC_SLOT_READY) {
+                waiting = 1;
+                continue;
+            }
+            rc = stream_get(c, st, i, out, index);
+            pthread_mutex_unlock(&c->mu);
+            return rc;
+        }
+        /* (4) ours to read here; it lands on the completion list */
+        for (i = 0; i < st->n; i++)
+            if (st->state[i] == ST_LOCAL)
+                break;
+        if (i < st->n) {
+            stream_read_local(c, st, i);
+            continue;
+        }
+        /* (5) wait for a completion */
+        if (waiting) {
+            pthread_cond_wait(&c->ended, &c->mu);
+            continue;
+        }
+        /* (6) no slot at begin: plain gets, last */
+        for (i = 0; i < st->n; i++)
+            if (st->state[i] == ST_DEFER) {
+                rc = stream_get(c, st, i, out, index);
+                pthread_mutex_unlock(&c->mu);
+                return rc;
+            }
+        pthread_mutex_unlock(&c->mu);
+        return XC_STREAM_END;
+    }
+}
+
+void xc_cache_stream_end(xc_stream *st)
+{
+    xc_cache *c;
+    size_t i;
+    if (st == NULL)
+        return;
+    c = st->c;
+    pthread_mutex_lock(&c->mu);
+    /* reserved reads are ours: finish them, so no slot stays INFLIGHT */
+    for (i = 0; i < st->n; i++)
+        if (st->state[i] == ST_LOCAL)
+            stream_read_local(c, st, i);
+    while (st->n_queued > 0)
+        pthread_cond_wait(&c->ended, &c->mu);
+    /* give back the holds of what was never yielded */
+    for (i = 0; i < st->n; i++)
+        if (st->state[i] == ST_HIT ||
+            (st->state[i] == ST_DONE && st->rc[i] == XC_OK))
+            c->slots[st->slot[i]].holds--;
+    pthread_mutex_unlock(&c->mu);
+    stream_free(st);
 }
 
 /* ------------------------------------------------------------------ */
@@ -569,11 +1158,21 @@ static uint64_t unused_resident(const xc_cache *c)
     return n;
 }
 
+static uint64_t spec_resident(const xc_cache *c)
+{
+    uint64_t n = 0;
+    size_t i;
+    for (i = 0; i < c->n_slots; i++)
+        n += c->slots[i].state == XC_SLOT_READY && c->slots[i].spec;
+    return n;
+}
+
 void xc_cache_stats(xc_cache *c, xc_stats *out)
 {
     pthread_mutex_lock(&c->mu);
     *out = c->st;
     out->prefetch_unused_resident = unused_resident(c);
+    out->spec_unused_resident = spec_resident(c);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -582,8 +1181,10 @@ void xc_cache_reset_stats(xc_cache *c)
     size_t i;
     pthread_mutex_lock(&c->mu);
     memset(&c->st, 0, sizeof c->st);
-    for (i = 0; i < c->n_slots; i++)
+    for (i = 0; i < c->n_slots; i++) {
         c->slots[i].mark = 0;
+        c->slots[i].spec = 0;
+    }
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -680,9 +1281,11 @@ int xc_cache_check(xc_cache *c)
     /* INV-EMPTY */
     for (i = 0; i < c->n_slots; i++) {
         const slot *s = &c->slots[i];
-        if (s->state == XC_SLOT_EMPTY && (s->holds || s->pins || s->mark))
+        if (s->state == XC_SLOT_EMPTY &&
+            (s->holds || s->pins || s->mark || s->spec))
             BROKEN(XC_INV_EMPTY, "INV-EMPTY: empty slot %zu has holds %u "
-                   "pins %u mark %d", i, s->holds, s->pins, s->mark);
+                   "pins %u mark %d spec %d", i, s->holds, s->pins, s->mark,
+                   s->spec);
     }
     /* INV-INFLIGHT */
     for (i = 0; i < c->n_slots; i++) {
@@ -690,10 +1293,10 @@ int xc_cache_check(xc_cache *c)
         if (s->state != XC_SLOT_INFLIGHT)
             continue;
         n_inflight++;
-        if (s->holds || s->pins || s->mark)
+        if (s->holds || s->pins || s->mark || s->spec)
             BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu in flight has "
-                   "holds %u pins %u mark %d", i, s->holds, s->pins,
-                   s->mark);
+                   "holds %u pins %u mark %d spec %d", i, s->holds, s->pins,
+                   s->mark, s->spec);
     }
     if (n_inflight != c->n_reads)
         BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: %u slots in flight but %u "
@@ -724,7 +1327,8 @@ int xc_cache_check(xc_cache *c)
         st->short_reads + st->io_errors != st->load_failures ||
         st->prefetch_evicted_unused > st->evictions ||
         st->payload_bytes % eb != 0 ||
-        st->payload_bytes / eb > st->misses + st->prefetch_loads)
+        st->payload_bytes / eb >
+            st->misses + st->prefetch_loads + st->spec_loads)
         BROKEN(XC_INV_COUNTERS, "INV-COUNTERS: requests %llu hits %llu "
                "misses %llu failures %llu short %llu io %llu evictions %llu "
                "evicted unused %llu payload %llu prefetch %llu",
@@ -760,6 +1364,43 @@ int xc_cache_check(xc_cache *c)
         memcpy(msg, xc_last_error()->message, sizeof msg);
         BROKEN(XC_INV_POLICY, "INV-POLICY: %s", msg);
     }
+    /* INV-QUEUE */
+    if (c->aq_n + c->aq_active > c->aq_cap)
+        BROKEN(XC_INV_QUEUE, "INV-QUEUE: %zu queued + %zu under way > depth "
+               "%zu", c->aq_n, c->aq_active, c->aq_cap);
+    for (k = 0; k < c->ld.n_keys; k++)
+        c->scratch[k] = -1;
+    for (i = 0; i < c->aq_n; i++) {
+        const aitem *it = &c->aq[(c->aq_head + i) % c->aq_cap];
+        const slot *s;
+        if (it->slot < 0 || (size_t)it->slot >= c->n_slots)
+            BROKEN(XC_INV_QUEUE, "INV-QUEUE: entry %zu names slot %d", i,
+                   (int)it->slot);
+        s = &c->slots[it->slot];
+        if (s->state != XC_SLOT_INFLIGHT || s->key != it->key)
+            BROKEN(XC_INV_QUEUE, "INV-QUEUE: entry %zu: slot %d is state "
+                   "%d key %u, not in flight for key %u", i, (int)it->slot,
+                   s->state, s->key, it->key);
+        if (c->scratch[it->key] >= 0)
+            BROKEN(XC_INV_QUEUE, "INV-QUEUE: key %u queued twice", it->key);
+        c->scratch[it->key] = it->slot;
+    }
+    /* INV-SPEC */
+    if (st->spec_used + st->spec_evicted_unused + spec_resident(c) !=
+            st->spec_loads ||
+        st->page_cache_loads + st->device_loads + st->unknown_loads !=
+            st->payload_bytes / eb)
+        BROKEN(XC_INV_SPEC, "INV-SPEC: spec used %llu + evicted unused %llu "
+               "+ unused resident %llu vs loads %llu; page cache %llu + "
+               "device %llu + unknown %llu vs %llu loads published",
+               (unsigned long long)st->spec_used,
+               (unsigned long long)st->spec_evicted_unused,
+               (unsigned long long)spec_resident(c),
+               (unsigned long long)st->spec_loads,
+               (unsigned long long)st->page_cache_loads,
+               (unsigned long long)st->device_loads,
+               (unsigned long long)st->unknown_loads,
+               (unsigned long long)(st->payload_bytes / eb));
 out:
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -768,6 +1409,17 @@ out:
 /* ------------------------------------------------------------------ */
 /* open / close                                                         */
 /* ------------------------------------------------------------------ */
+
+static void stop_io(xc_cache *c, int n_started)
+{
+    int i;
+    pthread_mutex_lock(&c->mu);
+    c->aq_stop = 1;
+    pthread_cond_broadcast(&c->aq_work);
+    pthread_mutex_unlock(&c->mu);
+    for (i = 0; i < n_started; i++)
+        pthread_join(c->io[i], NULL);
+}
 
 static void stop_workers(xc_cache *c, int n_started)
 {
@@ -789,7 +1441,14 @@ static void destroy(xc_cache *c, int synced)
         pthread_mutex_destroy(&c->pool_mu);
         pthread_cond_destroy(&c->pool_work);
         pthread_cond_destroy(&c->pool_done);
+        pthread_cond_destroy(&c->aq_work);
     }
+    if (c->tr != NULL) {
+        (void)trace_write(c);
+        fclose(c->tr);
+    }
+    if (c->mlocked)
+        munlock(c->arena, c->n_slots * c->ld.stride);
     xc_policy_close(&c->pol);
     xc_load_close(&c->ld);
     xc_free(c->arena);
@@ -799,7 +1458,96 @@ static void destroy(xc_cache *c, int synced)
     xc_free(c->scratch);
     xc_free(c->seen);
     xc_free(c->workers);
+    xc_free(c->io);
+    xc_free(c->aq);
+    xc_free(c->tr_buf);
     xc_free(c);
+}
+
+/* FNV-1a 64 over little-endian u64 words. */
+static uint64_t fnv_words(uint64_t h, const uint64_t *w, size_t n)
+{
+    size_t i;
+    unsigned b;
+    for (i = 0; i < n; i++)
+        for (b = 0; b < 8; b++) {
+            h ^= (uint8_t)(w[i] >> (8 * b));
+            h *= 0x100000001b3ull;
+        }
+    return h;
+}
+
+/* The container fingerprint of docs/TRACE_FORMAT.md: FNV-1a 64 over
+ * n_keys words [expert_bytes, n_experts, then per key its layer and the
+ * file offset of its first tensor]. */
+static uint64_t fingerprint(const xc_loader *ld)
+{
+    uint64_t h = 0xcbf29ce484222325ull, w[2];
+    uint32_t k;
+    w[0] = ld->expert_bytes;
+    w[1] = (uint64_t)ld->n_experts;
+    h = fnv_words(h, w, 2);
+    for (k = 0; k < ld->n_keys; k++) {
+        int32_t layer, expert;
+        xc_load_unkey(ld, k, &layer, &expert);
+        w[0] = (uint64_t)(uint32_t)layer;
+        w[1] = ld->file_offset[(size_t)k * ld->n_tensors];
+        h = fnv_words(h, w, 2);
+    }
+    return h;
+}
+
+/* Creates the trace file and writes its header (docs/TRACE_FORMAT.md). */
+static int trace_open(xc_cache *c, const char *path)
+{
+    uint8_t h[TRACE_HEADER_BYTES];
+    int e;
+    memset(h, 0, sizeof h);
+    memcpy(h, TRACE_MAGIC, 8);
+    put_le(h + 8, TRACE_VERSION, 4);
+    put_le(h + 12, TRACE_RECORD_BYTES, 4);
+    put_le(h + 16, fingerprint(&c->ld), 8);
+    put_le(h + 24, (uint32_t)(c->ld.layers[c->ld.n_layers - 1] + 1), 4);
+    put_le(h + 28, (uint32_t)c->ld.n_experts, 4);
+    put_le(h + 32, (uint32_t)c->top_k, 4);
+    put_le(h + 36, (uint32_t)c->n_slots, 4);
+    if ((c->tr = fopen(path, "wb")) != NULL &&
+        fwrite(h, 1, sizeof h, c->tr) == sizeof h && fflush(c->tr) == 0)
+        return XC_OK;
+    e = errno;
+    if (c->tr != NULL)
+        fclose(c->tr);
+    c->tr = NULL;
+    return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
+                   "file %s: %s (errno %d)", path, strerror(e), e);
+}
+
+/* mlock()s the arena when asked; a refusal is reported, never fatal. */
+static void lock_arena(xc_cache *c, int want)
+{
+    size_t bytes = c->n_slots * c->ld.stride;
+    struct rlimit rl;
+    int e;
+    if (!want) {
+        snprintf(c->mlock_note, sizeof c->mlock_note, "mlock not requested");
+        return;
+    }
+    if (mlock(c->arena, bytes) == 0) {
+        c->mlocked = 1;
+        snprintf(c->mlock_note, sizeof c->mlock_note,
+                 "mlock active on %zu bytes", bytes);
+        return;
+    }
+    e = errno;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(c->mlock_note, sizeof c->mlock_note,
+                 "mlock of %zu bytes refused: %s (errno %d); RLIMIT_MEMLOCK "
+                 "is %llu bytes", bytes, strerror(e), e,
+                 (unsigned long long)rl.rlim_cur);
+    else
+        snprintf(c->mlock_note, sizeof c->mlock_note,
+                 "mlock of %zu bytes refused: %s (errno %d)", bytes,
+                 strerror(e), e);
 }
 
 /* Turns the budget into n_slots; XC_E_BUDGET saying what works. */
@@ -851,6 +1599,12 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
                        "cache open: top_k must be >= 1 (got %d) and "
                        "batch_threads 1..256 (got %d)", o->top_k,
                        o->batch_threads);
+    if (o->io_threads < 0 || o->io_threads > 64 || o->io_depth < 0 ||
+        o->split_min_misses < 0)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "cache open: io_threads must be 0..64 (got %d), "
+                       "io_depth and split_min_misses >= 0 (got %d, %d)",
+                       o->io_threads, o->io_depth, o->split_min_misses);
     if ((c = xc_calloc(1, sizeof *c)) == NULL)
         return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory");
     if ((rc = xc_load_open(&c->ld, st, o)) != XC_OK) {
@@ -871,8 +1625,18 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     c->seen = xc_calloc(c->ld.n_keys, sizeof *c->seen);
     c->n_workers = o->batch_threads - 1;
     c->workers = xc_calloc((size_t)c->n_workers + 1, sizeof *c->workers);
+    c->n_io = o->io_threads;
+    c->aq_cap = o->io_depth > 0 ? (size_t)o->io_depth : 64;
+    c->split_min = o->split_min_misses > 0 ? o->split_min_misses : 1;
+    c->io = xc_calloc((size_t)c->n_io + 1, sizeof *c->io);
+    c->aq = xc_calloc(c->aq_cap, sizeof *c->aq);
+    if (o->trace_path != NULL) {
+        c->tr_cap = o->trace_ring_records ? o->trace_ring_records : 4096;
+        c->tr_buf = xc_malloc(c->tr_cap * TRACE_RECORD_BYTES);
+    }
     if (!c->arena || !c->slots || !c->cand || !c->index || !c->scratch ||
-        !c->seen || !c->workers) {
+        !c->seen || !c->workers || !c->io || !c->aq ||
+        (o->trace_path != NULL && !c->tr_buf)) {
         destroy(c, 0);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "cache open: no memory for %zu slots of %llu bytes",
@@ -880,7 +1644,13 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     }
     for (i = 0; i < c->ld.n_keys; i++)
         c->index[i] = -1;
+    if (o->trace_path != NULL && (rc = trace_open(c, o->trace_path)) != XC_OK) {
+        destroy(c, 0);
+        return rc;
+    }
+    lock_arena(c, o->lock_memory);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->aq_work, NULL);
     pthread_cond_init(&c->ended, NULL);
     pthread_mutex_init(&c->pool_mu, NULL);
     pthread_cond_init(&c->pool_work, NULL);
@@ -896,6 +1666,17 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
                            err);
         }
     }
+    for (started = 0; started < c->n_io; started++) {
+        int err = pthread_create(&c->io[started], NULL, io_main, c);
+        if (err != 0) {
+            stop_io(c, started);
+            stop_workers(c, c->n_workers);
+            destroy(c, 1);
+            return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                           "cache open: cannot start read-ahead thread %d "
+                           "of %d (error %d)", started + 1, c->n_io, err);
+        }
+    }
     *out = c;
     return XC_OK;
 }
@@ -904,6 +1685,30 @@ void xc_cache_close(xc_cache *c)
 {
     if (c == NULL)
         return;
+    stop_io(c, c->n_io);
     stop_workers(c, c->n_workers);
     destroy(c, 1);
 }
+
+void xc_cache_set_step(xc_cache *c, uint64_t step)
+{
+    pthread_mutex_lock(&c->mu);
+    c->tr_step = step;
+    pthread_mutex_unlock(&c->mu);
+}
+
+int xc_cache_trace_flush(xc_cache *c)
+{
+    int rc;
+    pthread_mutex_lock(&c->mu);
+    rc = trace_write(c);
+    if (rc == XC_OK && c->tr_failed)
+        rc = XC_E_IO;
+    if (rc != XC_OK)
+        xc_fail(rc, -1, -1, -1, "%s", c->tr_note);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int xc_cache_mlock_active(const xc_cache *c) { return c->mlocked; }
+const char *xc_cache_mlock_note(const xc_cache *c) { return c->mlock_note; }

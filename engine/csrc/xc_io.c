@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int posix_open(void *ctx, const char *path, int direct,
@@ -80,8 +81,30 @@ static int posix_close(void *ctx, int64_t handle)
     return close((int)handle) == 0 ? 0 : -errno;
 }
 
+#if defined(__linux__) && defined(RWF_NOWAIT)
+/* preadv2(RWF_NOWAIT): copies only what the page cache holds; -EAGAIN when
+ * the first byte would need the device.  This is how a load learns whether
+ * its bytes came from memory or from the device without a second read. */
+static int64_t posix_pread_nowait(void *ctx, int64_t handle, void *buf,
+                                  size_t len, uint64_t offset)
+{
+    struct iovec iov;
+    ssize_t n;
+    (void)ctx;
+    if (offset > (uint64_t)INT64_MAX)
+        return -EINVAL;
+    iov.iov_base = buf;
+    iov.iov_len = len;
+    n = preadv2((int)handle, &iov, 1, (off_t)offset, RWF_NOWAIT);
+    return n < 0 ? -errno : (int64_t)n;
+}
+#define XC_PREAD_NOWAIT posix_pread_nowait
+#else
+#define XC_PREAD_NOWAIT NULL
+#endif
+
 static const xc_io posix_io = {posix_open, posix_pread, posix_size,
-                               posix_close, NULL};
+                               posix_close, NULL, XC_PREAD_NOWAIT};
 
 const xc_io *xc_io_default(void) { return &posix_io; }
 

@@ -28,6 +28,7 @@
 #include "xc_internal.h"
 #include "xc_load.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -292,8 +293,43 @@ static int blame(const xc_loader *ld, uint32_t key, int rc)
                    (int)layer, (int)expert, msg);
 }
 
+/* One buffered piece: page cache first when the vtable can say, then the
+ * rest through the ordinary full-read loop.  *src only ever gets worse
+ * (page cache -> unknown -> device). */
+static int read_piece(const xc_loader *ld, int64_t h, const char *path,
+                      uint8_t *buf, size_t len, uint64_t off, size_t *got,
+                      int *src)
+{
+    int64_t n = -EOPNOTSUPP;
+    int rc;
+    if (ld->io->pread_nowait != NULL && len > 0)
+        n = ld->io->pread_nowait(ld->io->ctx, h, buf, len, off);
+    if (n == (int64_t)len) {
+        *got = len;
+        return XC_OK;
+    }
+    if (n >= 0 || n == -EAGAIN) {
+        size_t have = n > 0 ? (size_t)n : 0;
+        *src = XC_SRC_DEVICE;
+        rc = xc_io_read_full(ld->io, h, path, buf + have, len - have,
+                             off + have, got);
+        *got += have;
+        return rc;
+    }
+    if (*src != XC_SRC_DEVICE)
+        *src = XC_SRC_UNKNOWN;
+    return xc_io_read_full(ld->io, h, path, buf, len, off, got);
+}
+
 int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                  uint64_t *payload_off, uint64_t *asked_bytes)
+{
+    int src;
+    return xc_load_read_src(ld, key, slot, payload_off, asked_bytes, &src);
+}
+
+int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
+                     uint64_t *payload_off, uint64_t *asked_bytes, int *src)
 {
     const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
     int64_t h = xc_st_shard_handle(ld->st, shard[0]);
@@ -303,14 +339,14 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
     size_t t, got;
     int rc = XC_OK;
 
+    *src = ld->direct[key] ? XC_SRC_DEVICE : XC_SRC_PAGE_CACHE;
     if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
         for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
             asked += ld->tensors[t].nbytes;
-            rc = xc_io_read_full(ld->io,
-                                 xc_st_shard_handle(ld->st, shard[t]),
-                                 xc_st_shard_path(ld->st, shard[t]),
-                                 slot + ld->tensors[t].offset,
-                                 ld->tensors[t].nbytes, off[t], &got);
+            rc = read_piece(ld, xc_st_shard_handle(ld->st, shard[t]),
+                            xc_st_shard_path(ld->st, shard[t]),
+                            slot + ld->tensors[t].offset,
+                            ld->tensors[t].nbytes, off[t], &got, src);
         }
         *payload_off = 0;
         *asked_bytes = asked;
@@ -331,8 +367,12 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                 stop = next;
         }
         asked += stop - at;
-        rc = xc_io_read_full(ld->io, h, path, slot + (at - begin),
-                             (size_t)(stop - at), at, &got);
+        if (ld->direct[key])
+            rc = xc_io_read_full(ld->io, h, path, slot + (at - begin),
+                                 (size_t)(stop - at), at, &got);
+        else
+            rc = read_piece(ld, h, path, slot + (at - begin),
+                            (size_t)(stop - at), at, &got, src);
         /* O_DIRECT widening may run past end of file: fine if the payload
          * itself is covered. */
         if (rc == XC_E_SHORT_READ && ld->direct[key] && stop == end &&

@@ -51,4 +51,16 @@ void xc_load_unkey(const xc_loader *ld, uint32_t key, int32_t *layer,
 int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                  uint64_t *payload_off, uint64_t *asked_bytes);
 
+/* Where a load's bytes came from: every piece was already in the page
+ * cache, at least one piece needed the device (O_DIRECT loads always do),
+ * or the io vtable cannot tell (no pread_nowait, or it refused). */
+enum { XC_SRC_UNKNOWN = 0, XC_SRC_PAGE_CACHE = 1, XC_SRC_DEVICE = 2 };
+
+/* xc_load_read that also reports the source in *src (XC_SRC_*).  When the
+ * vtable has pread_nowait, each buffered piece is first asked of it and
+ * only the part it could not copy goes through pread, so the bytes read
+ * and io_bytes are the same as xc_load_read's. */
+int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
+                     uint64_t *payload_off, uint64_t *asked_bytes, int *src);
+
 #endif /* XC_LOAD_H */

@@ -226,7 +226,9 @@ class EngineBackend:
             expert_template=spec.expert_template,
             tensors=[t[0] for t in spec.expert_tensors], layers=spec.layers,
             n_experts=spec.n_experts, chunk_bytes=opts.get("chunk_bytes", 0),
-            batch_threads=opts.get("batch_threads", 2))
+            batch_threads=opts.get("batch_threads", 2),
+            io_threads=opts.get("io_threads", 0))
+        self.read_ahead = opts.get("io_threads", 0) > 0
 
     def get(self, layer: int, expert: int) -> bytes:
         """Demand access; return the served payload and release it."""
@@ -234,8 +236,13 @@ class EngineBackend:
             return bytes(ex.data)
 
     def getmany(self, keys: list[tuple[int, int]]) -> int:
-        """Batch prefetch."""
-        return self.cache.getmany(keys)
+        """Batch prefetch; with reader threads, read-ahead then drain."""
+        if not self.read_ahead:
+            return self.cache.getmany(keys)
+        before = self.cache.stats()["prefetch_loads"]
+        self.cache.prefetch(keys)
+        self.cache.drain()
+        return int(self.cache.stats()["prefetch_loads"] - before)
 
     def reset(self) -> None:
         """Start a new counter window."""

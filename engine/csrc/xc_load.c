@@ -294,6 +294,50 @@ static int blame(const xc_loader *ld, uint32_t key, int rc)
                    (int)layer, (int)expert, msg);
 }
 
+/* Ends a load of key from shard: asks whether the file changed since the
+ * container opened it.  A failed read of a file replaced or removed is
+ * XC_E_CHANGED; of a file resized in place it keeps its code (the bytes
+ * really are missing) and the message says so.  A successful read is
+ * checked only when the container verifies every load; then any change
+ * fails it with XC_E_CHANGED, so replaced or rewritten bytes are never
+ * published as the ones validated at open. */
+static int end_load(const xc_loader *ld, uint32_t key, uint32_t shard, int rc)
+{
+    char why[600];
+    uint64_t now;
+    int ch;
+    int32_t layer, expert;
+    if (rc == XC_OK && !xc_st_verify(ld->st))
+        return XC_OK;
+    ch = xc_st_shard_changed(ld->st, shard, why, sizeof why, &now);
+    if (ch < 0) /* stat itself failed: report the read's own error */
+        ch = XC_SAME;
+    if (rc == XC_OK) {
+        if (ch == XC_SAME)
+            return XC_OK;
+        xc_load_unkey(ld, key, &layer, &expert);
+        return xc_fail(XC_E_CHANGED, now == UINT64_MAX ? -1 : (int64_t)now,
+                       layer, expert, "layer %d expert %d: not published: %s",
+                       (int)layer, (int)expert, why);
+    }
+    if (ch == XC_CHANGED_IDENTITY) {
+        xc_load_unkey(ld, key, &layer, &expert);
+        return xc_fail(XC_E_CHANGED, now == UINT64_MAX ? -1 : (int64_t)now,
+                       layer, expert, "layer %d expert %d: read failed and %s",
+                       (int)layer, (int)expert, why);
+    }
+    if (ch == XC_SAME)
+        return blame(ld, key, rc);
+    {
+        char msg[sizeof xc_last_error()->message];
+        int64_t off = xc_last_error()->offset;
+        xc_load_unkey(ld, key, &layer, &expert);
+        memcpy(msg, xc_last_error()->message, sizeof msg);
+        return xc_fail(rc, off, layer, expert, "layer %d expert %d: %.500s "
+                       "(%s)", (int)layer, (int)expert, msg, why);
+    }
+}
+
 int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                  uint64_t *payload_off, uint64_t *asked_bytes)
 {
@@ -314,7 +358,7 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
         }
         *payload_off = 0;
         *asked_bytes = asked;
-        return rc == XC_OK ? XC_OK : blame(ld, key, rc);
+        return end_load(ld, key, shard, rc);
     }
 
     begin = off[0];
@@ -342,5 +386,5 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
     }
     *payload_off = off[0] - begin;
     *asked_bytes = asked;
-    return rc == XC_OK ? XC_OK : blame(ld, key, rc);
+    return end_load(ld, key, shard, rc);
 }

@@ -112,17 +112,23 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def n_threads() -> int:
+    """Threads of this process now (the cache's C readers included)."""
+    return len(os.listdir("/proc/self/task"))
+
+
 @dataclass(frozen=True)
 class Baseline:
-    """Open descriptors and live engine allocations at one moment."""
+    """Open descriptors, live engine allocations and threads at one moment."""
 
     fds: int
     live: int
+    threads: int
 
     @staticmethod
     def now() -> Baseline:
         """The current counts."""
-        return Baseline(open_fds(), alloc.live())
+        return Baseline(open_fds(), alloc.live(), n_threads())
 
     def assert_back(self, what: str) -> None:
         """Assert descriptors and engine allocations are back to this baseline."""

@@ -293,6 +293,20 @@ static inline int is_key(const char *k, size_t n, const char *want)
     return strlen(want) == n && memcmp(k, want, n) == 0;
 }
 
+/* A value of the wrong type at buffer position at is a schema error only if
+ * it is JSON at all: a byte that cannot start a value, or a malformed one,
+ * makes the header not JSON, which DESIGN §3 checks first (the way
+ * parse_header treats a top level that is not an object).  Returns the
+ * JSON error (recorded) when the value is malformed, XC_OK when it is a
+ * well-formed value of another type.  The probe may decode a string in
+ * place; every caller fails right after, so the buffer is not used again. */
+static int malformed_value(const xj *j, size_t at)
+{
+    xj probe = *j;
+    probe.pos = at;
+    return xj_skip(&probe, 2);
+}
+
 static int parse_metadata(st_parse *p)
 {
     xj *j = &p->j;
@@ -301,8 +315,9 @@ static int parse_metadata(st_parse *p)
     if (xj_peek(j) == 'n') /* null: the official reader's Option::None */
         return xj_skip(j, 1);
     if (xj_peek(j) != '{')
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
-                       "__metadata__ must be an object of strings");
+        return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+               : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
+                         "__metadata__ must be an object of strings");
     j->pos++;
     xj_ws(j);
     if (xj_peek(j) == '}') {
@@ -324,7 +339,8 @@ static int parse_metadata(st_parse *p)
             return rc;
         xj_ws(j);
         if (xj_peek(j) != '"')
-            return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
+            return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+                   : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
                            "__metadata__ value of \"%.200s\" must be a "
                            "string", k);
         if ((rc = xj_string(j, &v, &vn, &nul)) != XC_OK)
@@ -366,7 +382,8 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
     size_t at = j->pos;
     const char *what = max == 2 ? "a data_offsets entry" : "a shape entry";
     if (xj_peek(j) != '[')
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, at, "tensor \"%.200s\": %s "
+        return malformed_value(j, at) ? XC_E_FORMAT_JSON
+               : xj_fail(j, XC_E_FORMAT_SCHEMA, at, "tensor \"%.200s\": %s "
                        "must be an array of integers", name, field);
     j->pos++;
     xj_ws(j);
@@ -409,7 +426,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
                                                "data_offsets"};
 
     if (xj_peek(j) != '{')
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "tensor \"%.200s\": "
+        return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+               : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "tensor \"%.200s\": "
                        "expected an object with dtype, shape and "
                        "data_offsets", name);
     j->pos++;
@@ -441,7 +459,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
                 int d;
                 vat = j->pos;
                 if (xj_peek(j) != '"')
-                    return xj_fail(j, XC_E_FORMAT_SCHEMA, vat, "tensor "
+                    return malformed_value(j, vat) ? XC_E_FORMAT_JSON
+                           : xj_fail(j, XC_E_FORMAT_SCHEMA, vat, "tensor "
                                    "\"%.200s\": dtype must be a string", name);
                 if ((rc = xj_string(j, &v, &vn, NULL)) != XC_OK)
                     return rc;

@@ -133,3 +133,24 @@ def test_cache_ops_countdown(shard, op_name, threads, persistent):
     runs = countdown(op, arm, alloc_disarm, check, 50, allowed=OOM)
     # get allocates nothing; getmany allocates its three key arrays.
     assert len(runs) == (1 if op_name == "get" else 4)
+
+
+def test_cache_open_nomem_message_after_cleanup(shard):
+    """Regression: the slot-table NOMEM message was read from the freed cache."""
+    container = engine.Container(str(shard))
+    base = Baseline.now()
+    seen = []
+    for n in range(1, 30):
+        arm, disarm = alloc_hooks()
+        arm(n)
+        try:
+            engine.ExpertCache(container, n_slots=8, top_k=4,
+                               batch_threads=1).close()
+        except engine.OutOfMemoryError as e:
+            seen.append(str(e))
+        finally:
+            disarm()
+        base.assert_back(f"N={n}")
+    slot_msgs = [m for m in seen if "slots of" in m]
+    assert slot_msgs == ["cache open: no memory for 8 slots of 12288 bytes"] * 7
+    container.close()

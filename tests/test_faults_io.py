@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import engine
-from faults.io import IOFaults
+from faults.io import Fault, IOFaults
 from faults.loops import (
     K3Harness,
     Run,
@@ -172,3 +172,44 @@ def test_container_open_countdown(shard, kind, persistent):
                          io_arm, io_disarm, check, 400,
                          allowed=(engine.EngineIOError,))
         assert runs[-1].error is None
+
+
+def test_container_takes_the_raw_io_pointer_and_keeps_its_owner(shard):
+    """Container(io=faults.io) reads through it; IOFaults.close refuses while in use."""
+    faults = IOFaults()
+    c = engine.Container(str(shard), io=faults.io)
+    assert faults.open_handles == 1
+    with pytest.raises(engine.MisuseError, match="1 open handle"):
+        faults.close()
+    faults.arm(Fault("eio", nth=1))
+    with pytest.raises(engine.EngineIOError):
+        c.read_bytes(c.names()[0])
+    c.close()
+    assert faults.open_handles == 0
+    faults.close()
+
+
+def test_container_keeps_the_injector_alive(shard):
+    """The container holds a reference to the IOFaults it was given."""
+    faults = IOFaults()
+    c = engine.Container(str(shard), io=faults)
+    assert c._io_owner is faults
+    assert c.read_bytes(c.names()[0]) == k3_expected(0)[:512]
+    c.close()
+    faults.close()
+
+
+def test_alloc_stats_and_fail_alloc():
+    """engine.alloc arms the countdown and counts the refusal."""
+    from engine import alloc
+
+    before = alloc.stats()
+    alloc.fail_alloc(1)
+    with pytest.raises(engine.OutOfMemoryError):
+        engine.Container("/nonexistent-but-allocates-first.safetensors")
+    alloc.disarm()
+    after = alloc.stats()
+    assert after.failures == before.failures + 1
+    assert after.live == before.live
+    with pytest.raises(ValueError):
+        alloc.fail_alloc(-1)

@@ -416,7 +416,10 @@ void xc_cache_close(xc_cache *c);
  * changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
  * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
  * is EMPTY again, the failure counted, the evicted key stays evicted, the
- * message names layer and expert).  *out is written only on success. */
+ * message names layer and expert); XC_E_CHANGED, handled the same way and
+ * counted as an io error, when the shard was replaced or removed since the
+ * container opened it (or, with xc_st_opts.verify, changed in any way; see
+ * faults/README.md).  *out is written only on success. */
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 
 /* Gives back one hold taken by xc_cache_get.  XC_E_MISUSE (nothing changed)

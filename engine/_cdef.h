@@ -96,6 +96,7 @@ typedef struct xc_tensor_info {
 typedef struct xc_st_opts {
     const xc_io *io;
     int direct;
+    int verify;
 } xc_st_opts;
 
 int xc_st_open(const char *path, const xc_st_opts *opts, xc_st **out);
@@ -117,6 +118,7 @@ int xc_st_direct_active(const xc_st *st);
 const char *xc_st_direct_note(const xc_st *st);
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
+int xc_st_check_files(const xc_st *st);
 
 /* --- expert cache (contracts in xc.h) --- */
 typedef struct xc_cache xc_cache;

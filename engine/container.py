@@ -59,12 +59,17 @@ class Container:
     """
 
     def __init__(self, path: str | os.PathLike[str], *,
-                 direct: bool = False) -> None:
+                 direct: bool = False, io: Any = None,
+                 verify: bool = False) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
         self._path = os.fspath(path)
+        # The io vtable is copied by C but its ctx (a fault injector) is
+        # not: keep whatever provides it alive as long as this container.
+        self._io_owner: Any = io
         opts = ffi.new("xc_st_opts *")
-        opts.io = ffi.NULL
+        opts.io = ffi.NULL if io is None else getattr(io, "io", io)
         opts.direct = 1 if direct else 0
+        opts.verify = 1 if verify else 0
         out = ffi.new("xc_st **")
         _lib.check(lib.xc_st_open(os.fsencode(self._path), opts, out))
         self._ptr: Any = ffi.gc(out[0], lib.xc_st_close)
@@ -104,6 +109,10 @@ class Container:
         except AttributeError:
             raise MisuseError(f"{self._path}: the container is closed",
                               status=-7, kind="misuse") from None
+
+    def verify_unchanged(self) -> None:
+        """Raise FileChangedError if a shard was replaced, removed or resized."""
+        _lib.check(_lib.lib().xc_st_check_files(self._handle()))
 
     # -- names ------------------------------------------------------------
 

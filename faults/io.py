@@ -85,8 +85,14 @@ class IOFaults:
         return int(_lib.lib().xc_fault_open_handles(self._ptr))
 
     def close(self) -> None:
-        """Free the injector; every container using it must be closed first."""
+        """Free the injector; MisuseError while a container still reads through it."""
         if self._ptr is not None:
+            if self.open_handles:
+                from engine.errors import MisuseError
+                raise MisuseError(f"the fault injector still has "
+                                  f"{self.open_handles} open handle(s): close "
+                                  f"the containers using it first",
+                                  status=-7, kind="misuse")
             _lib.lib().xc_fault_close(self._ptr)
             self._ptr = None
 

@@ -223,6 +223,10 @@ typedef struct xc_tensor_info {
 typedef struct xc_st_opts {
     const xc_io *io;       /* NULL: xc_io_default() */
     int direct;            /* 1: try O_DIRECT for tensor reads (probed) */
+    int verify;            /* 1: after every expert load, check the shard
+                            * is still the file opened (see
+                            * xc_st_check_files); 0: only after a failed
+                            * read and on request */
 } xc_st_opts;
 
 /* Opens a container: one .safetensors file, a folder holding
@@ -288,6 +292,19 @@ int xc_st_shard_direct(const xc_st *st, size_t i);
  * ask the size).  Names never contain U+0000, so the result splits cleanly.
  * Returns XC_OK, or XC_E_MISUSE (nothing written) when buf is too small. */
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
+
+/* Checks that every shard is still the file the container opened: its path
+ * still names the same file (device and inode recorded at open), with the
+ * size and modification time recorded at open, and the open handle's size
+ * (through the io vtable) is still the size at open.  Reads no data and
+ * changes nothing; safe from several threads.  Returns XC_OK, or
+ * XC_E_CHANGED for the first shard that differs, with the file and what
+ * changed ("replaced", "removed", "resized from A to B bytes",
+ * "modified") in the message and the size now seen as offset (-1 when the
+ * file is gone); XC_E_IO when stat fails for another reason.  mtime
+ * detection is only as fine as the file system's timestamps; replacement,
+ * removal and resizing are always seen. */
+int xc_st_check_files(const xc_st *st);
 
 /* Number of header bytes N of shard i, or 0 if out of range. */
 uint64_t xc_st_shard_header_bytes(const xc_st *st, size_t i);
@@ -443,7 +460,10 @@ void xc_cache_close(xc_cache *c);
  * changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
  * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
  * is EMPTY again, the failure counted, the evicted key stays evicted, the
- * message names layer and expert).  *out is written only on success. */
+ * message names layer and expert); XC_E_CHANGED, handled the same way and
+ * counted as an io error, when the shard was replaced or removed since the
+ * container opened it (or, with xc_st_opts.verify, changed in any way; see
+ * faults/README.md).  *out is written only on success. */
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 
 /* Gives back one hold taken by xc_cache_get.  XC_E_MISUSE (nothing changed)

@@ -1637,10 +1637,12 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     if (!c->arena || !c->slots || !c->cand || !c->index || !c->scratch ||
         !c->seen || !c->workers || !c->io || !c->aq ||
         (o->trace_path != NULL && !c->tr_buf)) {
+        /* record before destroy(): the message reads c */
+        rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
+                     "cache open: no memory for %zu slots of %llu bytes",
+                     c->n_slots, (unsigned long long)c->ld.stride);
         destroy(c, 0);
-        return xc_fail(XC_E_NOMEM, -1, -1, -1,
-                       "cache open: no memory for %zu slots of %llu bytes",
-                       c->n_slots, (unsigned long long)c->ld.stride);
+        return rc;
     }
     for (i = 0; i < c->ld.n_keys; i++)
         c->index[i] = -1;

@@ -44,4 +44,20 @@ int xc_path_kind(const char *path);
  * nothing is left allocated after a failure. */
 int xc_list_dir(const char *dir, const char *suffix, char ***out, size_t *n);
 
+/* How shard i of st differs from what was recorded when it was opened
+ * (xc_st.c): XC_SAME, XC_CHANGED_MTIME (same file and size, newer mtime),
+ * XC_CHANGED_SIZE (same file, other size: truncated or extended in place),
+ * XC_CHANGED_IDENTITY (the path now names another file, or none).  Writes a
+ * sentence naming the file and the change into why (why_len > 0) and the
+ * size now seen into *now_bytes (UINT64_MAX when the file is gone), or
+ * returns XC_E_IO (recorded) when stat fails for another reason.  Records
+ * no error otherwise; safe from several threads. */
+enum { XC_SAME = 0, XC_CHANGED_MTIME = 1, XC_CHANGED_SIZE = 2,
+       XC_CHANGED_IDENTITY = 3 };
+int xc_st_shard_changed(const xc_st *st, size_t i, char *why, size_t why_len,
+                        uint64_t *now_bytes);
+
+/* Whether st was opened with xc_st_opts.verify.  Cannot fail. */
+int xc_st_verify(const xc_st *st);
+
 #endif /* XC_INTERNAL_H */

@@ -330,9 +330,14 @@ int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
     size_t at = j->pos;
     int c = xj_peek(j), plain, rc;
     uint64_t v = 0;
-    if (c != '-' && !is_digit(c))
+    if (c != '-' && !is_digit(c)) {
+        /* Another type is type_code only if it is JSON at all. */
+        xj probe = *j;
+        if ((rc = xj_skip(&probe, 2)) != XC_OK)
+            return rc;
         return xj_fail(j, type_code, at, "%s must be a non-negative integer, "
                        "found %s", what, describe(j));
+    }
     if ((rc = number_syntax(j, &plain)) != XC_OK)
         return rc;
     if (!plain)

@@ -64,9 +64,10 @@ int xj_expect(xj *j, char c);
 int xj_string(xj *j, char **out, size_t *out_len, int *has_nul);
 
 /* Parses a number at the cursor that must be a non-negative integer not
- * above max.  Malformed numbers are XC_E_FORMAT_JSON; a value that is not a
- * number, or a valid number that is negative, fractional, has an exponent or
- * exceeds max, is type_code (XC_E_FORMAT_SCHEMA for headers). */
+ * above max.  Malformed numbers and malformed values of any type are
+ * XC_E_FORMAT_JSON; a well-formed value that is not a number, or a valid
+ * number that is negative, fractional, has an exponent or exceeds max, is
+ * type_code (XC_E_FORMAT_SCHEMA for headers). */
 int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
             uint64_t *out);
 

@@ -301,7 +301,6 @@ static int read_piece(const xc_loader *ld, int64_t h, const char *path,
                       int *src)
 {
     int64_t n = -EOPNOTSUPP;
-    int rc;
     if (ld->io->pread_nowait != NULL && len > 0)
         n = ld->io->pread_nowait(ld->io->ctx, h, buf, len, off);
     if (n == (int64_t)len) {
@@ -309,16 +308,59 @@ static int read_piece(const xc_loader *ld, int64_t h, const char *path,
         return XC_OK;
     }
     if (n >= 0 || n == -EAGAIN) {
-        size_t have = n > 0 ? (size_t)n : 0;
+        /* Not all of it is cached (or the file ends early): read the whole
+         * piece the ordinary way, so that a failure is reported for the
+         * piece as asked and the cached prefix costs only a memory copy. */
         *src = XC_SRC_DEVICE;
-        rc = xc_io_read_full(ld->io, h, path, buf + have, len - have,
-                             off + have, got);
-        *got += have;
-        return rc;
+        return xc_io_read_full(ld->io, h, path, buf, len, off, got);
     }
     if (*src != XC_SRC_DEVICE)
         *src = XC_SRC_UNKNOWN;
     return xc_io_read_full(ld->io, h, path, buf, len, off, got);
+}
+
+/* Ends a load of key from shard: asks whether the file changed since the
+ * container opened it.  A failed read of a file replaced or removed is
+ * XC_E_CHANGED; of a file resized in place it keeps its code (the bytes
+ * really are missing) and the message says so.  A successful read is
+ * checked only when the container verifies every load; then any change
+ * fails it with XC_E_CHANGED, so replaced or rewritten bytes are never
+ * published as the ones validated at open. */
+static int end_load(const xc_loader *ld, uint32_t key, uint32_t shard, int rc)
+{
+    char why[600];
+    uint64_t now;
+    int ch;
+    int32_t layer, expert;
+    if (rc == XC_OK && !xc_st_verify(ld->st))
+        return XC_OK;
+    ch = xc_st_shard_changed(ld->st, shard, why, sizeof why, &now);
+    if (ch < 0) /* stat itself failed: report the read's own error */
+        ch = XC_SAME;
+    if (rc == XC_OK) {
+        if (ch == XC_SAME)
+            return XC_OK;
+        xc_load_unkey(ld, key, &layer, &expert);
+        return xc_fail(XC_E_CHANGED, now == UINT64_MAX ? -1 : (int64_t)now,
+                       layer, expert, "layer %d expert %d: not published: %s",
+                       (int)layer, (int)expert, why);
+    }
+    if (ch == XC_CHANGED_IDENTITY) {
+        xc_load_unkey(ld, key, &layer, &expert);
+        return xc_fail(XC_E_CHANGED, now == UINT64_MAX ? -1 : (int64_t)now,
+                       layer, expert, "layer %d expert %d: read failed and %s",
+                       (int)layer, (int)expert, why);
+    }
+    if (ch == XC_SAME)
+        return blame(ld, key, rc);
+    {
+        char msg[sizeof xc_last_error()->message];
+        int64_t off = xc_last_error()->offset;
+        xc_load_unkey(ld, key, &layer, &expert);
+        memcpy(msg, xc_last_error()->message, sizeof msg);
+        return xc_fail(rc, off, layer, expert, "layer %d expert %d: %.500s "
+                       "(%s)", (int)layer, (int)expert, msg, why);
+    }
 }
 
 int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
@@ -341,8 +383,10 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
 
     *src = ld->direct[key] ? XC_SRC_DEVICE : XC_SRC_PAGE_CACHE;
     if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
+        uint32_t last = shard[0];
         for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
             asked += ld->tensors[t].nbytes;
+            last = shard[t];
             rc = read_piece(ld, xc_st_shard_handle(ld->st, shard[t]),
                             xc_st_shard_path(ld->st, shard[t]),
                             slot + ld->tensors[t].offset,
@@ -350,7 +394,12 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
         }
         *payload_off = 0;
         *asked_bytes = asked;
-        return rc == XC_OK ? XC_OK : blame(ld, key, rc);
+        if (rc != XC_OK)
+            return end_load(ld, key, last, rc);
+        /* every shard the expert came from must still be the one opened */
+        for (t = 0; t < ld->n_tensors && rc == XC_OK; t++)
+            rc = end_load(ld, key, shard[t], XC_OK);
+        return rc;
     }
 
     begin = off[0];
@@ -382,5 +431,5 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
     }
     *payload_off = off[0] - begin;
     *asked_bytes = asked;
-    return rc == XC_OK ? XC_OK : blame(ld, key, rc);
+    return end_load(ld, key, shard[0], rc);
 }

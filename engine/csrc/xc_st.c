@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_48 ((1ull << 48) - 1)
 #define INDEX_NAME "model.safetensors.index.json"
@@ -97,6 +98,9 @@ typedef struct st_shard {
     char *path;
     int64_t handle;     /* -1 when not open */
     int direct;
+    int id_ok;          /* 1 once the identity below was recorded */
+    uint64_t id_dev, id_ino; /* stat(path) right after the open */
+    int64_t id_mtime_s, id_mtime_ns;
     uint64_t file_bytes;
     uint64_t header_bytes; /* N */
     char *buf;          /* holds the header; names point into it */
@@ -113,6 +117,7 @@ typedef struct st_table {
 struct xc_st {
     xc_io io;
     int direct_req;
+    int verify;
     int direct_all;
     char note[NOTE_LEN];
     st_shard *shards;
@@ -288,6 +293,20 @@ static inline int is_key(const char *k, size_t n, const char *want)
     return strlen(want) == n && memcmp(k, want, n) == 0;
 }
 
+/* A value of the wrong type at buffer position at is a schema error only if
+ * it is JSON at all: a byte that cannot start a value, or a malformed one,
+ * makes the header not JSON, which DESIGN §3 checks first (the way
+ * parse_header treats a top level that is not an object).  Returns the
+ * JSON error (recorded) when the value is malformed, XC_OK when it is a
+ * well-formed value of another type.  The probe may decode a string in
+ * place; every caller fails right after, so the buffer is not used again. */
+static int malformed_value(const xj *j, size_t at)
+{
+    xj probe = *j;
+    probe.pos = at;
+    return xj_skip(&probe, 2);
+}
+
 static int parse_metadata(st_parse *p)
 {
     xj *j = &p->j;
@@ -296,8 +315,9 @@ static int parse_metadata(st_parse *p)
     if (xj_peek(j) == 'n') /* null: the official reader's Option::None */
         return xj_skip(j, 1);
     if (xj_peek(j) != '{')
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
-                       "__metadata__ must be an object of strings");
+        return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+               : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
+                         "__metadata__ must be an object of strings");
     j->pos++;
     xj_ws(j);
     if (xj_peek(j) == '}') {
@@ -319,7 +339,8 @@ static int parse_metadata(st_parse *p)
             return rc;
         xj_ws(j);
         if (xj_peek(j) != '"')
-            return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
+            return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+                   : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
                            "__metadata__ value of \"%.200s\" must be a "
                            "string", k);
         if ((rc = xj_string(j, &v, &vn, &nul)) != XC_OK)
@@ -361,7 +382,8 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
     size_t at = j->pos;
     const char *what = max == 2 ? "a data_offsets entry" : "a shape entry";
     if (xj_peek(j) != '[')
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, at, "tensor \"%.200s\": %s "
+        return malformed_value(j, at) ? XC_E_FORMAT_JSON
+               : xj_fail(j, XC_E_FORMAT_SCHEMA, at, "tensor \"%.200s\": %s "
                        "must be an array of integers", name, field);
     j->pos++;
     xj_ws(j);
@@ -404,7 +426,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
                                                "data_offsets"};
 
     if (xj_peek(j) != '{')
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "tensor \"%.200s\": "
+        return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+               : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "tensor \"%.200s\": "
                        "expected an object with dtype, shape and "
                        "data_offsets", name);
     j->pos++;
@@ -436,7 +459,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
                 int d;
                 vat = j->pos;
                 if (xj_peek(j) != '"')
-                    return xj_fail(j, XC_E_FORMAT_SCHEMA, vat, "tensor "
+                    return malformed_value(j, vat) ? XC_E_FORMAT_JSON
+                           : xj_fail(j, XC_E_FORMAT_SCHEMA, vat, "tensor "
                                    "\"%.200s\": dtype must be a string", name);
                 if ((rc = xj_string(j, &v, &vn, NULL)) != XC_OK)
                     return rc;
@@ -926,6 +950,19 @@ static int add_shard(xc_st *st, char *path)
     }
     if (st->direct_req && !sh->direct && st->note[0] == '\0')
         snprintf(st->note, sizeof st->note, "%s", note);
+    {
+        /* The identity xc_st_check_files compares against.  Taken from the
+         * path (the io handle need not be a descriptor); the window between
+         * open and stat is a few microseconds. */
+        struct stat sb;
+        if (stat(path, &sb) == 0) {
+            sh->id_ok = 1;
+            sh->id_dev = (uint64_t)sb.st_dev;
+            sh->id_ino = (uint64_t)sb.st_ino;
+            sh->id_mtime_s = (int64_t)sb.st_mtim.tv_sec;
+            sh->id_mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
+        }
+    }
     return XC_OK;
 }
 
@@ -1409,6 +1446,7 @@ int xc_st_open(const char *path, const xc_st_opts *opts, xc_st **out)
         return nomem(path, "container");
     st->io = (opts && opts->io) ? *opts->io : *xc_io_default();
     st->direct_req = opts ? opts->direct != 0 : 0;
+    st->verify = opts ? opts->verify != 0 : 0;
     kind = xc_path_kind(path);
     if (kind < 0) {
         rc = xc_fail(XC_E_IO, -1, -1, -1, "%s: stat failed: %s (errno %d)",
@@ -1525,6 +1563,83 @@ int xc_st_shard_direct(const xc_st *st, size_t i)
 }
 
 const xc_io *xc_st_io(const xc_st *st) { return &st->io; }
+
+int xc_st_verify(const xc_st *st) { return st->verify; }
+
+/* ------------------------------------------------------------------ */
+/* Files changed while open                                             */
+/* ------------------------------------------------------------------ */
+
+int xc_st_shard_changed(const xc_st *st, size_t i, char *why, size_t why_len,
+                        uint64_t *now_bytes)
+{
+    const st_shard *sh = &st->shards[i];
+    struct stat sb;
+    uint64_t handle_bytes = 0;
+    int rc;
+    *now_bytes = UINT64_MAX;
+    if (why_len)
+        why[0] = '\0';
+    if (stat(sh->path, &sb) != 0) {
+        int err = errno;
+        if (err == ENOENT || err == ENOTDIR) {
+            snprintf(why, why_len, "%s was removed while the container was "
+                     "open", sh->path);
+            return XC_CHANGED_IDENTITY;
+        }
+        return xc_fail(XC_E_IO, -1, -1, -1, "%s: stat failed: %s (errno %d)",
+                       sh->path, strerror(err), err);
+    }
+    *now_bytes = (uint64_t)sb.st_size;
+    if (sh->id_ok && ((uint64_t)sb.st_dev != sh->id_dev ||
+                      (uint64_t)sb.st_ino != sh->id_ino)) {
+        snprintf(why, why_len, "%s was replaced by another file (inode %llu, "
+                 "%llu bytes) while the container was open (inode %llu, "
+                 "%llu bytes)", sh->path, (unsigned long long)sb.st_ino,
+                 (unsigned long long)sb.st_size,
+                 (unsigned long long)sh->id_ino,
+                 (unsigned long long)sh->file_bytes);
+        return XC_CHANGED_IDENTITY;
+    }
+    /* The open handle's view: the same inode unless the vtable says
+     * otherwise; it is what reads see. */
+    rc = st->io.size(st->io.ctx, sh->handle, &handle_bytes);
+    if (rc == 0 && handle_bytes != (uint64_t)sb.st_size)
+        *now_bytes = handle_bytes;
+    if ((uint64_t)sb.st_size != sh->file_bytes ||
+        (rc == 0 && handle_bytes != sh->file_bytes)) {
+        snprintf(why, why_len, "%s was resized from %llu to %llu bytes while "
+                 "the container was open", sh->path,
+                 (unsigned long long)sh->file_bytes,
+                 (unsigned long long)*now_bytes);
+        return XC_CHANGED_SIZE;
+    }
+    if (sh->id_ok && ((int64_t)sb.st_mtim.tv_sec != sh->id_mtime_s ||
+                      (int64_t)sb.st_mtim.tv_nsec != sh->id_mtime_ns)) {
+        snprintf(why, why_len, "%s was modified while the container was "
+                 "open (mtime %lld.%09lld, was %lld.%09lld)", sh->path,
+                 (long long)sb.st_mtim.tv_sec, (long long)sb.st_mtim.tv_nsec,
+                 (long long)sh->id_mtime_s, (long long)sh->id_mtime_ns);
+        return XC_CHANGED_MTIME;
+    }
+    return XC_SAME;
+}
+
+int xc_st_check_files(const xc_st *st)
+{
+    char why[900];
+    uint64_t now;
+    for (size_t i = 0; i < st->n_shards; i++) {
+        int ch = xc_st_shard_changed(st, i, why, sizeof why, &now);
+        if (ch < 0)
+            return ch;
+        if (ch != XC_SAME)
+            return xc_fail(XC_E_CHANGED,
+                           now == UINT64_MAX ? -1 : (int64_t)now, -1, -1,
+                           "%s", why);
+    }
+    return XC_OK;
+}
 
 size_t xc_st_n_metadata(const xc_st *st) { return st->n_meta; }
 

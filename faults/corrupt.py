@@ -1,0 +1,299 @@
+"""Byte-level corruptors: from a valid safetensors file, each DESIGN §3 error.
+
+Every ``make_<kind>(src, dst)`` function writes a corrupted copy of the valid
+file ``src`` to ``dst`` and returns a :class:`Corruption`: the
+``FormatError.kind`` the engine must raise and the absolute byte ``offset``
+its error record must carry, by the engine's convention (``xc_st.c``): the
+file's length for ``too_short`` and ``header_past_end``, 0 (the N field) for
+``header_too_large``, the offending byte for ``not_utf8``, ``json``,
+``schema`` and ``dtype`` (for the last two, the start of the bad value), the
+entry's name (its opening quote) for ``duplicate`` (the second one),
+``offsets``, ``overflow``, ``bits`` and ``size``, and the first byte where
+data and file disagree for ``length``.  The oracle (``oracle.safetensors``)
+must agree on the kind; its offsets follow its own documented convention.
+
+The others act on a file in place: :func:`truncate_at`, :func:`flip_byte`,
+:func:`append_trailing`, and for files open in a container
+:func:`shrink_in_place` (ftruncate: the open descriptor sees it) and
+:func:`replace_same_size` (a new file renamed over the path: the open
+descriptor keeps the old inode).  :func:`drop_from_index` removes a tensor
+from a sharded container's index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+HEADER_START = 8
+
+
+class Corruption(NamedTuple):
+    """What the engine must report for a corrupted file."""
+
+    kind: str
+    offset: int | None
+
+
+def _split(raw: bytes) -> tuple[int, str, bytes]:
+    """(N, header text, data) of a valid safetensors file's bytes."""
+    (n,) = struct.unpack_from("<Q", raw, 0)
+    return n, raw[HEADER_START:HEADER_START + n].decode(), raw[HEADER_START + n:]
+
+
+def _join(header: str, data: bytes, pad: bool = True) -> bytes:
+    """A file from header text (padded with spaces to 8 bytes) and data."""
+    h = header.encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    """The header's JSON in the writers' style (DESIGN §3 separators)."""
+    return json.dumps(doc, separators=(", ", ": "))
+
+
+def _name_at(header: str, name: str, nth: int = 0) -> int:
+    """Absolute file offset of the opening quote of entry ``name`` (nth occurrence)."""
+    at = -1
+    for _ in range(nth + 1):
+        at = header.index(json.dumps(name) + ": {", at + 1)
+    return HEADER_START + len(header[:at].encode())
+
+
+def _value_at(header: str, name: str, field: str) -> int:
+    """Absolute file offset of the value of ``field`` in entry ``name``."""
+    at = header.index(json.dumps(name) + ": {")
+    key = json.dumps(field) + ": "
+    at = header.index(key, at) + len(key)
+    return HEADER_START + len(header[:at].encode())
+
+
+def _names(header: str) -> list[str]:
+    return [k for k in json.loads(header) if k != "__metadata__"]
+
+
+def _rewrite(src: Path, dst: Path,
+             edit: Callable[[dict[str, Any], list[str]], str]) -> str:
+    """Rewrite src's header as a dict; ``edit`` mutates it and names an entry.
+
+    Returns the new header text; the data buffer is copied unchanged.
+    """
+    _, header, data = _split(Path(src).read_bytes())
+    doc = json.loads(header)
+    edit(doc, _names(header))
+    text = _dump(doc)
+    Path(dst).write_bytes(_join(text, data))
+    return text
+
+
+# -- one function per DESIGN §3 kind ----------------------------------------
+
+def make_too_short(src: Path, dst: Path) -> Corruption:
+    """Five bytes: shorter than the 8-byte length field."""
+    Path(dst).write_bytes(Path(src).read_bytes()[:5])
+    return Corruption("too_short", 5)
+
+
+def make_header_too_large(src: Path, dst: Path) -> Corruption:
+    """N = 100,000,001: above the cap, whatever follows."""
+    raw = bytearray(Path(src).read_bytes())
+    raw[:8] = struct.pack("<Q", 100_000_001)
+    Path(dst).write_bytes(raw)
+    return Corruption("header_too_large", 0)
+
+
+def make_header_past_end(src: Path, dst: Path) -> Corruption:
+    """N = the file's length, so 8 + N passes the end."""
+    raw = bytearray(Path(src).read_bytes())
+    raw[:8] = struct.pack("<Q", len(raw))
+    Path(dst).write_bytes(raw)
+    return Corruption("header_past_end", len(raw))
+
+
+def make_not_utf8(src: Path, dst: Path) -> Corruption:
+    """Byte 0xFF inside the first tensor name."""
+    raw = bytearray(Path(src).read_bytes())
+    _, header, _ = _split(bytes(raw))
+    at = _name_at(header, _names(header)[0]) + 2
+    raw[at] = 0xFF
+    Path(dst).write_bytes(raw)
+    return Corruption("not_utf8", at)
+
+
+def make_json(src: Path, dst: Path) -> Corruption:
+    """The first entry's ':' becomes ';' (same length): not JSON there."""
+    raw = bytearray(Path(src).read_bytes())
+    _, header, _ = _split(bytes(raw))
+    name = _names(header)[0]
+    at = _name_at(header, name) + len(json.dumps(name).encode())
+    assert raw[at] == ord(":")
+    raw[at] = ord(";")
+    Path(dst).write_bytes(raw)
+    return Corruption("json", at)
+
+
+def make_schema(src: Path, dst: Path) -> Corruption:
+    """The second entry's dtype is a number, not a string."""
+    def edit(doc: dict[str, Any], names: list[str]) -> None:
+        doc[names[1]]["dtype"] = 8
+    text = _rewrite(src, dst, edit)
+    return Corruption("schema", _value_at(text, _names(text)[1], "dtype"))
+
+
+def make_dtype(src: Path, dst: Path) -> Corruption:
+    """The second entry's dtype is "U9", which no reader knows."""
+    def edit(doc: dict[str, Any], names: list[str]) -> None:
+        doc[names[1]]["dtype"] = "U9"
+    text = _rewrite(src, dst, edit)
+    return Corruption("dtype", _value_at(text, _names(text)[1], "dtype"))
+
+
+def make_duplicate(src: Path, dst: Path) -> Corruption:
+    """The second entry renamed to the first's name (same text, same length)."""
+    raw = Path(src).read_bytes()
+    _, header, data = _split(raw)
+    first, second = _names(header)[:2]
+    at = header.index(json.dumps(second) + ": {")
+    text = header[:at] + json.dumps(first) + header[at + len(json.dumps(second)):]
+    Path(dst).write_bytes(_join(text, data, pad=False))
+    return Corruption("duplicate", _name_at(text, first, nth=1))
+
+
+def make_offsets(src: Path, dst: Path) -> Corruption:
+    """The second tensor starts one byte late: a gap after the first."""
+    def edit(doc: dict[str, Any], names: list[str]) -> None:
+        doc[names[1]]["data_offsets"][0] += 1
+    text = _rewrite(src, dst, edit)
+    return Corruption("offsets", _name_at(text, _names(text)[1]))
+
+
+def make_overflow(src: Path, dst: Path) -> Corruption:
+    """The second tensor claims 2**40 x 2**40 elements (past 64 bits)."""
+    def edit(doc: dict[str, Any], names: list[str]) -> None:
+        doc[names[1]]["shape"] = [2**40, 2**40]
+    text = _rewrite(src, dst, edit)
+    return Corruption("overflow", _name_at(text, _names(text)[1]))
+
+
+def make_bits(src: Path, dst: Path) -> Corruption:
+    """The second tensor becomes one F4 element: 4 bits, not whole bytes."""
+    def edit(doc: dict[str, Any], names: list[str]) -> None:
+        doc[names[1]]["dtype"] = "F4"
+        doc[names[1]]["shape"] = [1, 1]
+    text = _rewrite(src, dst, edit)
+    return Corruption("bits", _name_at(text, _names(text)[1]))
+
+
+def make_size(src: Path, dst: Path) -> Corruption:
+    """The second tensor's shape loses one column: its range is too long."""
+    def edit(doc: dict[str, Any], names: list[str]) -> None:
+        shape = doc[names[1]]["shape"]
+        shape[-1] -= 1
+    text = _rewrite(src, dst, edit)
+    return Corruption("size", _name_at(text, _names(text)[1]))
+
+
+def make_length(src: Path, dst: Path) -> Corruption:
+    """The last 100 data bytes are gone: data ends past the file."""
+    raw = Path(src).read_bytes()
+    Path(dst).write_bytes(raw[:-100])
+    return Corruption("length", len(raw) - 100)
+
+
+def make_trailing(src: Path, dst: Path) -> Corruption:
+    """Three stray bytes after the data buffer."""
+    raw = Path(src).read_bytes()
+    Path(dst).write_bytes(raw + b"\0\0\0")
+    return Corruption("length", len(raw))
+
+
+#: Every single-file corruptor by the kind it produces (``length`` twice).
+MAKERS: dict[str, Callable[[Path, Path], Corruption]] = {
+    "too_short": make_too_short,
+    "header_too_large": make_header_too_large,
+    "header_past_end": make_header_past_end,
+    "not_utf8": make_not_utf8,
+    "json": make_json,
+    "schema": make_schema,
+    "dtype": make_dtype,
+    "duplicate": make_duplicate,
+    "offsets": make_offsets,
+    "overflow": make_overflow,
+    "bits": make_bits,
+    "size": make_size,
+    "length": make_length,
+    "trailing": make_trailing,
+}
+
+
+# -- in place ---------------------------------------------------------------
+
+def truncate_at(path: Path, offset: int) -> None:
+    """Cut the file to ``offset`` bytes in place (an open descriptor sees it)."""
+    os.truncate(path, offset)
+
+
+def shrink_in_place(path: Path, new_size: int) -> None:
+    """Shrink a file that a container holds open (same inode, fewer bytes)."""
+    with open(path, "r+b") as f:
+        f.truncate(new_size)
+
+
+def flip_byte(path: Path, offset: int, mask: int = 0xFF) -> int:
+    """XOR the byte at ``offset`` with ``mask`` in place; return its new value."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)[0] ^ mask
+        f.seek(offset)
+        f.write(bytes([b]))
+    return b
+
+
+def append_trailing(path: Path, extra: bytes = b"\0\0\0") -> int:
+    """Append bytes after the data buffer; return the old length (the error offset)."""
+    size = os.path.getsize(path)
+    with open(path, "ab") as f:
+        f.write(extra)
+    return size
+
+
+def replace_same_size(path: Path, content: bytes | None = None) -> bytes:
+    """Atomically rename a new file of the same size over ``path``; return its bytes.
+
+    Without ``content`` the new file is the old one with every data byte
+    inverted (the header kept, so it is still valid and the same size): a
+    reader that silently followed the path would serve different bytes.
+    """
+    p = Path(path)
+    old = p.read_bytes()
+    if content is None:
+        n, _, data = _split(old)
+        content = old[:HEADER_START + n] + bytes(b ^ 0xFF for b in data)
+    if len(content) != len(old):
+        raise ValueError(f"replacement is {len(content)} bytes, not {len(old)}")
+    tmp = p.with_name(p.name + ".replacing")
+    tmp.write_bytes(content)
+    os.replace(tmp, p)
+    return content
+
+
+def drop_from_index(folder: Path, name: str | None = None) -> str:
+    """Remove one tensor (the last, by default) from the folder's index weight_map.
+
+    Returns the name removed; the shard still holds it, so the index no longer
+    agrees with the shard (kind ``index``).
+    """
+    index = Path(folder) / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    wm = doc["weight_map"]
+    if name is None:
+        name = list(wm)[-1]
+    del wm[name]
+    index.write_text(json.dumps(doc, indent=2))
+    return name

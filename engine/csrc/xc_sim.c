@@ -19,8 +19,9 @@
  * Two shortcuts keep replay fast and change no victim:
  * - a policy that declares XC_POLICY_ORDER_LAST_USE / _INSERT (lru, fifo)
  *   is replayed with its slots on a queue in that order (xc_policy.h says
- *   why that is exactly its to_evict); opts.no_fast_path turns it off so
- *   tests can compare the two;
+ *   why that is exactly its to_evict; such a policy has no-op callbacks, so
+ *   plain mode runs a loop of its own without them); opts.no_fast_path
+ *   turns it off so tests can compare the two;
  * - in plain mode the candidate array is the slot table itself (every slot
  *   is a candidate), so nothing is copied per miss.
  *
@@ -111,6 +112,63 @@ static void q_push(simbuf *b, queue *q, int32_t s)
     q->tail = s;
 }
 
+/* The fast path in plain mode: nothing is protected, so the victim is the
+ * queue's head.  No policy callback runs -- a policy with a declared order
+ * (lru, fifo) has only no-op callbacks -- and only what the queue needs is
+ * kept.  Counts as run() would; tests compare the two. */
+static void run_queue_plain(simbuf *b, int by_last_use, const uint32_t *keys,
+                            size_t n, size_t n_slots, xc_sim_result *out)
+{
+    int32_t *key_slot = b->key_slot, *prev = b->prev, *next = b->next;
+    uint8_t *seen = b->seen;
+    xc_pcand *row = b->row;
+    int32_t head = -1, tail = -1;
+    uint64_t hits = 0, compulsory = 0, evictions = 0;
+    size_t i, filled = 0;
+    for (i = 0; i < n; i++) {
+        uint32_t key = keys[i];
+        int32_t s = key_slot[key];
+        if (s >= 0) {
+            hits++;
+            if (by_last_use && s != tail) {
+                /* unlink s (not the tail), push it at the tail */
+                if (prev[s] >= 0) next[prev[s]] = next[s];
+                else head = next[s];
+                prev[next[s]] = prev[s];
+                prev[s] = tail;
+                next[s] = -1;
+                next[tail] = s;
+                tail = s;
+            }
+            continue;
+        }
+        compulsory += !seen[key];
+        seen[key] = 1;
+        if (filled < n_slots) {
+            s = (int32_t)filled++;
+        } else {
+            s = head;
+            key_slot[row[s].key] = -1;
+            evictions++;
+            head = next[s];
+            if (head >= 0) prev[head] = -1;
+            else tail = -1;
+        }
+        row[s].key = key;
+        key_slot[key] = s;
+        prev[s] = tail;
+        next[s] = -1;
+        if (tail >= 0) next[tail] = s;
+        else head = s;
+        tail = s;
+    }
+    out->requests += n;
+    out->hits += hits;
+    out->misses += n - hits;
+    out->compulsory += compulsory;
+    out->evictions += evictions;
+}
+
 /* One independent cache of n_slots over keys[0..n-1]; adds to *out. */
 static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                const uint8_t *starts, size_t n, const size_t *pos,
@@ -131,6 +189,14 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                                  (size_t)o->n_slots)) != XC_OK)
             return rc;
         fast = !o->no_fast_path && pol.ops->order != XC_POLICY_ORDER_NONE;
+        if (fast && !step) {
+            for (i = 0; i < n; i++)
+                b->key_slot[keys[i]] = -1;
+            run_queue_plain(b, pol.ops->order == XC_POLICY_ORDER_LAST_USE,
+                            keys, n, n_slots, out);
+            xc_policy_close(&pol);
+            return XC_OK;
+        }
     } else {
         for (i = 0; i < n; i++)
             b->last[keys[i]] = NEVER;

@@ -54,7 +54,7 @@ EXECUTORS = ("process", "thread", "dask")
 
 def _cell(keys: np.ndarray, starts: np.ndarray, n_experts: int, policy: str,
           slots: int, mode: str, per_layer: bool) -> dict[str, Any]:
-    """One (policy, size) replay; a top-level function so process pools can pickle it."""
+    """One (policy, size) replay (top-level, so process pools can pickle it)."""
     return simulate(keys, policy, slots, mode, per_layer, n_experts=n_experts,
                     step_starts=starts)
 
@@ -267,11 +267,12 @@ def trace_main(argv: Sequence[str] | None = None) -> int:
             return 2
     info = analyse(trace)
     scope = "per layer" if ns.per_layer else "global"
+    ov = info["adjacent_overlap"]
     print(f"{info['name']}: {info['accesses']} accesses, {info['tokens']} tokens, "
           f"{info['layers']} layers x {info['experts']} experts, top-{info['top_k']}; "
           f"mode {ns.mode}, {scope} capacity; median reuse "
           f"{info['median_reuse_tokens']} tokens, adjacent overlap "
-          f"{info['adjacent_overlap'] if info['adjacent_overlap'] is None else round(info['adjacent_overlap'], 3)}")
+          f"{ov if ov is None else round(ov, 3)}")
     print(f"{'policy':<10} {'slots':>6} {'misses':>8} {'hit rate':>9} "
           f"{'reloads':>8} {'belady gap':>10}")
     for r in rows:

@@ -13,6 +13,8 @@ from lab_main import COLUMNS, run_sweep, trace_main
 from oracle.traces import Trace, write_csv
 from tests.test_oracle_sim import real_trace, synthetic
 
+NO_DASK = "dask[distributed] not installed (pip install -e '.[lab]')"
+
 
 def small_slice(n: int = 3000) -> Trace:
     """The first n accesses of the olmoe trace."""
@@ -95,9 +97,8 @@ def test_process_and_thread_executors_agree():
 
 
 def test_dask_executor_agrees():
-    """A dask.distributed client's executor (local cluster, threads) gives the same rows."""
-    distributed = pytest.importorskip(
-        "distributed", reason="dask[distributed] not installed (pip install -e '.[lab]')")
+    """A dask.distributed client's executor (local threads) gives the same rows."""
+    distributed = pytest.importorskip("distributed", reason=NO_DASK)
     trace = synthetic(seed=7)
     with distributed.LocalCluster(n_workers=1, processes=False,
                                   dashboard_address=None) as cluster, \
@@ -109,8 +110,7 @@ def test_dask_executor_agrees():
 
 def test_lab_command_on_dask(tmp_path):
     """--executor dask runs the sweep on a local dask cluster."""
-    pytest.importorskip(
-        "distributed", reason="dask[distributed] not installed (pip install -e '.[lab]')")
+    pytest.importorskip("distributed", reason=NO_DASK)
     src = tmp_path / "s.csv"
     write_csv(synthetic(), src)
     assert trace_main(["--trace", str(src), "--slots", "4,8", "--policies", "lru",

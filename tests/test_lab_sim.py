@@ -114,7 +114,7 @@ def test_fast_path_equals_to_evict(trace, capacity, mode):
 
 
 def test_belady_by_hand_and_step_protection():
-    """Belady: the oracle's hand-computed runs (a b c a b; steps [0] [1 2] [0] [2] [1])."""
+    """Belady: the oracle's hand-computed runs (a b c a b; [0] [1 2] [0] [2] [1])."""
     one = Trace.from_steps([(t, 0, s) for t, s in enumerate([[0], [1], [2], [0], [1]])],
                            1, 8)
     r = simulate(one, "belady", 2, "plain")

@@ -217,6 +217,28 @@ size_t xc_cache_n_tensors(const xc_cache *c);
 int xc_cache_tensor(const xc_cache *c, size_t i, xc_slot_tensor *out);
 int xc_cache_contiguous(const xc_cache *c, int32_t layer, int32_t expert);
 
+/* --- trace replay (contracts in xc.h) --- */
+enum { XC_SIM_PLAIN = 0, XC_SIM_STEP = 1 };
+typedef struct xc_sim_opts {
+    const char *policy;   /* a cache policy spec (NULL: "lru"), or "belady" */
+    uint64_t n_slots;     /* capacity in slots (per layer with per_layer) */
+    uint32_t n_keys;      /* every key is < n_keys */
+    uint32_t n_experts;   /* with per_layer, key k is in layer k / n_experts */
+    int mode;             /* XC_SIM_PLAIN or XC_SIM_STEP */
+    int per_layer;        /* 1: an independent cache of n_slots per layer */
+    int no_fast_path;     /* 1: lru / fifo through to_evict too (tests) */
+} xc_sim_opts;
+/* reloads = misses - compulsory (misses of keys seen before). */
+typedef struct xc_sim_result {
+    uint64_t requests, hits, misses, compulsory, reloads, evictions;
+} xc_sim_result;
+/* Replays keys[0..n-1] (step_start[i] != 0: first access of a step; NULL
+ * allowed in plain mode).  XC_E_MISUSE (nothing written) for bad options,
+ * a key >= n_keys or a step larger than the cache (offset: the access);
+ * XC_E_NOMEM.  No state survives the call. */
+int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
+               const uint8_t *step_start, size_t n, xc_sim_result *out);
+
 enum {
     XC_FAULT_NONE = 0,
     XC_FAULT_PARTIAL = 1,

@@ -12,7 +12,16 @@ Two formats are read (detected from the first record):
   by ``(problem_id, token_idx)`` and a token may lack some layers;
 - per token (olmoe): ``{"tok", "layers": [[...], ...]}``, one object per token
   with the experts of every layer in layer order.
+
+Also read: the text dump many engines write (:func:`load_text_dump`, one
+line ``pos layer id0 .. idK-1 [w0 .. wK-1]`` per token and layer) and a raw
+little-endian int32 file of fixed-k expert ids per routed call
+(:func:`load_int32`). Written: CSV (:func:`write_csv`, read back by
+:func:`load_csv`) and libCacheSim's ``oracleGeneral`` binary format
+(:func:`write_oracle_general`, read back by :func:`read_oracle_general`).
+:func:`read_trace` picks the reader by name or file extension.
 """
+
 
 from __future__ import annotations
 
@@ -28,7 +37,9 @@ __all__ = [
     "reuse_histogram", "median_reuse_distance", "adjacent_overlap",
     "reload_counts", "miss_ratio_curve", "EngineTraceHeader",
     "read_engine_trace", "load_engine_trace", "ENGINE_TRACE_KINDS",
-    "ENGINE_TRACE_OUTCOMES",
+    "ENGINE_TRACE_OUTCOMES", "load_text_dump", "load_int32",
+    "load_csv", "write_csv", "write_oracle_general", "read_oracle_general",
+    "ORACLE_GENERAL_DTYPE", "read_trace", "FORMATS",
 ]
 
 
@@ -270,6 +281,245 @@ def load_engine_trace(path: str | os.PathLike,
         top_k = 0
     return Trace(token.astype(np.int64), layer, expert, header.layer_limit,
                  header.n_experts, top_k, name=os.path.basename(str(path)))
+
+
+# -- other formats ------------------------------------------------------------
+
+#: libCacheSim's oracleGeneral record: packed little-endian uint32 clock_time,
+#: uint64 obj_id, uint32 obj_size, int64 next_access_vtime (24 bytes; the
+#: reader's item_size, libCacheSim traceReader/customizedReader/oracle/
+#: oracleGeneralBin.h). next_access_vtime is the position of the key's next
+#: request, INT64_MAX when there is none.
+ORACLE_GENERAL_DTYPE = np.dtype([("clock_time", "<u4"), ("obj_id", "<u8"),
+                                 ("obj_size", "<u4"),
+                                 ("next_access_vtime", "<i8")])
+_NEVER = np.iinfo(np.int64).max
+
+
+def _finish(path: str, seq: list[int], tok: list[int], lay: list[int],
+            exp: list[int], n_layers: int | None, n_experts: int | None) -> Trace:
+    """Dense token ordinals, shape checks and top_k for parsed accesses."""
+    if not tok:
+        raise TraceFormatError(path, 0, "no records")
+    token = np.asarray(tok, np.int64)
+    layer, expert = np.asarray(lay, np.int64), np.asarray(exp, np.int64)
+    seq_a = np.asarray(seq, np.int64)
+    change = np.ones(len(token), bool)
+    change[1:] = (token[1:] != token[:-1]) | (seq_a[1:] != seq_a[:-1])
+    ordinal = np.cumsum(change) - 1
+    n_layers = int(layer.max()) + 1 if n_layers is None else n_layers
+    n_experts = int(expert.max()) + 1 if n_experts is None else n_experts
+    if layer.max() >= n_layers or expert.max() >= n_experts:
+        raise TraceFormatError(path, 0, f"ids exceed n_layers={n_layers} or "
+                               f"n_experts={n_experts}")
+    step = np.ones(len(token), bool)
+    step[1:] = change[1:] | (layer[1:] != layer[:-1])
+    top_k = int(np.max(np.diff(np.append(np.flatnonzero(step), len(step)))))
+    return Trace(ordinal.astype(np.int64), layer, expert, n_layers, n_experts,
+                 top_k, seq_a, name=os.path.basename(path))
+
+
+def _int_token(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def load_text_dump(path: str | os.PathLike, top_k: int | None = None,
+                   n_layers: int | None = None, n_experts: int | None = None
+                   ) -> Trace:
+    """Read ``pos layer id0 .. idK-1 [weights ...]`` lines (one per token and layer).
+
+    Blank lines and ``#`` comments are skipped. Without ``top_k`` the ids
+    are the leading run of unsigned integers after ``pos layer``; the rest
+    must be K numbers (weights) or nothing (give ``top_k`` when weights can
+    be written as bare integers). A ``pos`` lower than the line
+    before starts a new sequence; the layers of one token must ascend.
+    Raises ``TraceFormatError`` naming the first bad line.
+    """
+    path = str(path)
+    seq, tok, lay, exp = [], [], [], []
+    s, prev = 0, None  # prev: (pos, layer) of the last line
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            text = line.split("#", 1)[0].split()
+            if not text:
+                continue
+            head = [_int_token(x) for x in text[:2]]
+            if len(text) < 3 or None in head:
+                raise TraceFormatError(path, number, "needs 'pos layer id0 ..' "
+                                       "with unsigned integer pos and layer")
+            pos, layer = head
+            rest = text[2:]
+            k = top_k
+            if k is None:
+                k = 0
+                while k < len(rest) and _int_token(rest[k]) is not None:
+                    k += 1
+            ids = [_int_token(x) for x in rest[:k]]
+            if k < 1 or None in ids or len(set(ids)) != len(ids):
+                raise TraceFormatError(path, number, f"expert ids must be "
+                                       f"{k or 'some'} distinct unsigned integers")
+            weights = rest[k:]
+            if weights:
+                if len(weights) != k:
+                    raise TraceFormatError(path, number, f"{len(weights)} weights "
+                                           f"for {k} expert ids")
+                try:
+                    [float(w) for w in weights]
+                except ValueError:
+                    raise TraceFormatError(path, number, "weights must be "
+                                           "numbers") from None
+            if prev is not None:
+                if pos < prev[0]:
+                    s += 1
+                elif pos == prev[0] and layer <= prev[1]:
+                    raise TraceFormatError(path, number, f"layer {layer} after "
+                                           f"layer {prev[1]} of the same token")
+            prev = (pos, layer)
+            for e in ids:
+                seq.append(s)
+                tok.append(pos)
+                lay.append(layer)
+                exp.append(e)
+    return _finish(path, seq, tok, lay, exp, n_layers, n_experts)
+
+
+def load_int32(path: str | os.PathLike, top_k: int, n_layers: int,
+               n_experts: int | None = None) -> Trace:
+    """Read raw little-endian int32 expert ids, ``top_k`` per routed call.
+
+    Call ``i`` is token ``i // n_layers``, layer ``i % n_layers`` (the last
+    token may be cut short). A size not a multiple of ``4 * top_k`` or a
+    negative id is ``TraceFormatError`` (``line`` is the 1-based call).
+    """
+    path = str(path)
+    if top_k < 1 or n_layers < 1:
+        raise ValueError("top_k and n_layers must be at least 1")
+    raw = np.fromfile(path, dtype="<i4")
+    size = os.path.getsize(path)
+    if size % (4 * top_k):
+        raise TraceFormatError(path, size // (4 * top_k) + 1,
+                               f"{size} bytes is not a whole number of calls "
+                               f"of {top_k} int32 ids")
+    ids = raw.reshape(-1, top_k).astype(np.int64)
+    bad = np.flatnonzero((ids < 0).any(axis=1))
+    if len(bad):
+        raise TraceFormatError(path, int(bad[0]) + 1, "negative expert id")
+    dup = np.flatnonzero((np.sort(ids, axis=1)[:, 1:] ==
+                          np.sort(ids, axis=1)[:, :-1]).any(axis=1))
+    if len(dup):
+        raise TraceFormatError(path, int(dup[0]) + 1, "repeated expert id")
+    calls = np.arange(len(ids))
+    tok = np.repeat(calls // n_layers, top_k)
+    lay = np.repeat(calls % n_layers, top_k)
+    return _finish(path, [0] * len(tok), tok.tolist(), lay.tolist(),
+                   ids.ravel().tolist(), n_layers, n_experts)
+
+
+_CSV_HEADER = "sequence,token,layer,expert,key"
+
+
+def write_csv(trace: Trace, path: str | os.PathLike) -> None:
+    """Write one row ``sequence,token,layer,expert,key`` per access, with a header.
+
+    ``key`` (column 5) is ``layer * n_experts + expert``, the obj_id a
+    libCacheSim CSV reader can use (``obj-id-col=5, has-header=true``).
+    """
+    cols = np.stack([trace.sequence, trace.token, trace.layer, trace.expert,
+                     trace.keys()], axis=1)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_CSV_HEADER + "\n")
+        np.savetxt(f, cols, fmt="%d", delimiter=",")
+
+
+def load_csv(path: str | os.PathLike, n_layers: int | None = None,
+             n_experts: int | None = None) -> Trace:
+    """Read a CSV written by :func:`write_csv` (``TraceFormatError`` on bad rows)."""
+    path = str(path)
+    seq, tok, lay, exp = [], [], [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            text = line.strip()
+            if not text or (number == 1 and text == _CSV_HEADER):
+                continue
+            fields = [_int_token(x.strip()) for x in text.split(",")]
+            if len(fields) not in (4, 5) or None in fields:
+                raise TraceFormatError(path, number, "needs unsigned integers "
+                                       "sequence,token,layer,expert[,key]")
+            seq.append(fields[0])
+            tok.append(fields[1])
+            lay.append(fields[2])
+            exp.append(fields[3])
+    tr = _finish(path, seq, tok, lay, exp, n_layers, n_experts)
+    return tr
+
+
+def write_oracle_general(trace: Trace, path: str | os.PathLike,
+                         repeat: int = 1) -> int:
+    """Write ``trace`` (``repeat`` times over) as libCacheSim oracleGeneral.
+
+    One 24-byte record per access: clock_time = position, obj_id = key,
+    obj_size = 1, next_access_vtime = position of the key's next access
+    (INT64_MAX when none). Returns the number of records.
+    """
+    keys = np.tile(trace.keys(), repeat)
+    n = len(keys)
+    order = np.argsort(keys, kind="stable")
+    nxt = np.full(n, _NEVER, np.int64)
+    same = keys[order[1:]] == keys[order[:-1]]
+    nxt[order[:-1][same]] = order[1:][same]
+    rec = np.zeros(n, ORACLE_GENERAL_DTYPE)
+    rec["clock_time"] = np.arange(n) & 0xFFFFFFFF
+    rec["obj_id"] = keys
+    rec["obj_size"] = 1
+    rec["next_access_vtime"] = nxt
+    rec.tofile(str(path))
+    return n
+
+
+def read_oracle_general(path: str | os.PathLike) -> np.ndarray:
+    """The records of an oracleGeneral file (a structured numpy array)."""
+    size = os.path.getsize(path)
+    if size % ORACLE_GENERAL_DTYPE.itemsize:
+        raise TraceFormatError(str(path), size // 24 + 1,
+                               f"{size} bytes is not whole 24-byte records")
+    return np.fromfile(str(path), ORACLE_GENERAL_DTYPE)
+
+
+#: Formats :func:`read_trace` knows, by name.
+FORMATS = ("jsonl", "text", "int32", "csv", "engine")
+
+
+def read_trace(path: str | os.PathLike, fmt: str | None = None,
+               top_k: int | None = None, n_layers: int | None = None,
+               n_experts: int | None = None) -> Trace:
+    """Read any supported trace; ``fmt`` defaults from the extension.
+
+    ``.jsonl``/``.json`` -> both shared formats, ``.csv`` -> :func:`load_csv`,
+    ``.bin``/``.i32`` -> :func:`load_int32` (needs ``top_k`` and
+    ``n_layers``), a file starting with the engine's trace magic ->
+    :func:`load_engine_trace`, anything else -> :func:`load_text_dump`.
+    """
+    path = str(path)
+    if fmt is None:
+        with open(path, "rb") as f:
+            magic = f.read(len(_ENGINE_MAGIC))
+        ext = os.path.splitext(path)[1].lower()
+        fmt = "engine" if magic == _ENGINE_MAGIC else {
+            ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv",
+            ".bin": "int32", ".i32": "int32"}.get(ext, "text")
+    if fmt == "engine":
+        return load_engine_trace(path)
+    if fmt == "jsonl":
+        return load_trace(path, n_layers, n_experts)
+    if fmt == "csv":
+        return load_csv(path, n_layers, n_experts)
+    if fmt == "int32":
+        if top_k is None or n_layers is None:
+            raise ValueError("an int32 trace needs top_k and n_layers")
+        return load_int32(path, top_k, n_layers, n_experts)
+    if fmt == "text":
+        return load_text_dump(path, top_k, n_layers, n_experts)
+    raise ValueError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
 # -- analyses ---------------------------------------------------------------

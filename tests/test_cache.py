@@ -251,7 +251,7 @@ def test_double_release_is_misuse(k3_path):
 def test_bad_policy_is_misuse(k3_path):
     """Unknown policy or parameter: MisuseError listing the valid ones."""
     with pytest.raises(MisuseError, match="lru, fifo, lfu"):
-        make(k3_path, policy="arc")
+        make(k3_path, policy="clock")
     with pytest.raises(MisuseError, match="valid parameters: sample, seed"):
         make(k3_path, policy="lfru:samples=3")
     with pytest.raises(MisuseError):

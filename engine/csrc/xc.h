@@ -333,7 +333,8 @@ typedef struct xc_cache_opts {
     uint64_t budget_bytes;     /* budget in bytes when n_slots == 0 */
     int top_k;                 /* experts per token; need n_slots >= top_k+1 */
     const char *policy;        /* "lru" (NULL), "fifo", "lfu",
-                                * "lfru:sample=4,seed=0", "hotness:period=256" */
+                                * "lfru:sample=4,seed=0", "hotness:period=256",
+                                * "s3fifo:small=10", "arc" */
     const char *expert_template; /* with {layer}, {expert}, {tensor} */
     const char *const *tensors;  /* tensor suffixes, in slot order */
     size_t n_tensors;
@@ -588,6 +589,47 @@ int xc_cache_tensor(const xc_cache *c, size_t i, xc_slot_tensor *out);
 /* Whether expert (layer, expert) is one contiguous run in its shard (1),
  * read per tensor (0), or not a key of the cache (XC_E_MISUSE). */
 int xc_cache_contiguous(const xc_cache *c, int32_t layer, int32_t expert);
+
+/* ------------------------------------------------------------------ */
+/* Trace replay (simulator)                                             */
+/* ------------------------------------------------------------------ */
+
+/* Replays a routing trace through the cache's own victim rules (the policy
+ * files the live cache runs, in the same order of events), without bytes,
+ * threads or locks, so a trace replayed here gives the counters a live
+ * cache gives for the same demand gets: plain mode is get + release per
+ * access; step mode holds the accesses of one step until the next step
+ * starts.  docs/CACHE.md "Trace replay" is the exact semantics. */
+
+enum { XC_SIM_PLAIN = 0, XC_SIM_STEP = 1 };
+
+typedef struct xc_sim_opts {
+    const char *policy;   /* a cache policy spec (NULL: "lru"), or "belady" */
+    uint64_t n_slots;     /* capacity in slots (per layer with per_layer) */
+    uint32_t n_keys;      /* every key is < n_keys */
+    uint32_t n_experts;   /* with per_layer, key k is in layer k / n_experts */
+    int mode;             /* XC_SIM_PLAIN or XC_SIM_STEP */
+    int per_layer;        /* 1: an independent cache of n_slots per layer */
+    int no_fast_path;     /* 1: lru / fifo through to_evict too (tests) */
+} xc_sim_opts;
+
+/* Counts of one replay; reloads = misses of keys seen before
+ * (misses - compulsory). */
+typedef struct xc_sim_result {
+    uint64_t requests, hits, misses, compulsory, reloads, evictions;
+} xc_sim_result;
+
+/* Replays keys[0..n-1] in order.  step_start[i] != 0 marks the first access
+ * of a step (access 0 always starts one); it may be NULL in plain mode (and
+ * per_layer then makes every access its own step).  With per_layer the
+ * accesses of each layer (key / n_experts) go, in order, to that layer's own
+ * cache.  *out receives the counts on success.  XC_E_MISUSE (nothing
+ * written) for bad options, an unknown policy or parameter, a key >= n_keys
+ * (offset: its position), or in step mode a step that needs more slots
+ * than the cache has (offset: the access that found every slot held);
+ * XC_E_NOMEM.  Re-entrant: no state survives the call. */
+int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
+               const uint8_t *step_start, size_t n, xc_sim_result *out);
 
 
 /* ------------------------------------------------------------------ */

@@ -1612,7 +1612,8 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         return rc;
     }
     if ((rc = size_budget(o, c->ld.stride, &c->n_slots)) != XC_OK ||
-        (rc = xc_policy_open(&c->pol, o->policy, c->ld.n_keys)) != XC_OK) {
+        (rc = xc_policy_open(&c->pol, o->policy, c->ld.n_keys,
+                             c->n_slots)) != XC_OK) {
         destroy(c, 0);
         return rc;
     }

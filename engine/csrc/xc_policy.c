@@ -14,18 +14,34 @@
 
 static const xc_policy_ops *const table[] = {
     &xc_policy_lru_ops, &xc_policy_fifo_ops, &xc_policy_lfu_ops,
-    &xc_policy_lfru_ops, &xc_policy_hotness_ops,
+    &xc_policy_lfru_ops, &xc_policy_hotness_ops, &xc_policy_s3fifo_ops,
+    &xc_policy_arc_ops,
 };
 #define N_POLICIES (sizeof table / sizeof table[0])
 
 void xc_policy_nop(xc_policy *p, uint32_t key) { (void)p; (void)key; }
 int xc_policy_check_nop(const xc_policy *p) { (void)p; return 0; }
 
+size_t xc_pq_find(const uint32_t *q, size_t n, uint32_t key)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (q[i] == key)
+            return i;
+    return n;
+}
+
+void xc_pq_remove_at(uint32_t *q, size_t *n, size_t i)
+{
+    memmove(q + i, q + i + 1, (*n - i - 1) * sizeof *q);
+    (*n)--;
+}
+
 static int bad_name(const char *spec, size_t len)
 {
     return xc_fail(XC_E_MISUSE, -1, -1, -1,
                    "unknown policy '%.*s'; valid: lru, fifo, lfu, "
-                   "lfru:sample=N,seed=N, hotness:period=N",
+                   "lfru:sample=N,seed=N, hotness:period=N, s3fifo:small=N, arc",
                    (int)len, spec);
 }
 
@@ -74,7 +90,8 @@ static int parse_param(xc_policy *p, const char *s, size_t len)
     return XC_OK;
 }
 
-int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys)
+int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys,
+                   size_t n_slots)
 {
     const char *colon;
     size_t name_len, i;
@@ -92,6 +109,7 @@ int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys)
         return bad_name(spec, name_len);
     p->ops = table[i];
     p->n_keys = n_keys;
+    p->n_slots = n_slots ? n_slots : 1;
     memcpy(p->param, p->ops->param_default, sizeof p->param);
     if (colon) {
         const char *s = colon + 1;

@@ -12,6 +12,19 @@
  * need, add its ops to the table in xc_policy.c.  `to_evict` must
  * be pure: choosing a victim changes nothing; evicting does (on_evict).
  * All callbacks run with the cache lock held and must not fail.
+ *
+ * The order of events for one access is fixed, live and simulated alike:
+ * a hit is on_request then on_hit; a demand miss is to_evict (only when no
+ * slot is EMPTY), on_request, on_evict (only when the victim was READY),
+ * then on_insert once the payload arrived (never for a failed read); a
+ * batch load is to_evict, on_evict, on_insert with no on_request.
+ *
+ * Queue policies (s3fifo, arc) keep their own queues of the resident keys
+ * in `priv`.  Their to_evict may use `scratch` (per-key working memory that
+ * carries nothing from one call to the next) to mark the candidates, and
+ * their on_evict re-derives every queue move the choice implied from the
+ * policy's own state and the victim's key alone, so the victim choice stays
+ * pure while evicting moves what it must.
  */
 #ifndef XC_POLICY_H
 #define XC_POLICY_H
@@ -36,10 +49,23 @@ typedef struct xc_policy {
     const struct xc_policy_ops *ops;
     uint64_t param[XC_POLICY_MAX_PARAMS]; /* by index in ops->param_names */
     uint32_t n_keys;
+    size_t n_slots;        /* the cache's capacity in slots */
     uint64_t n_evicted;    /* policy evictions since open (lfru's e) */
     uint64_t n_requests;   /* demand requests since open (hotness) */
     uint32_t *count;       /* per-key hotness counts, or NULL */
+    void *priv;            /* a queue policy's own state, or NULL */
+    uint32_t *scratch;     /* n_keys words of working memory, or NULL */
 } xc_policy;
+
+/* What a policy promises about its victim, so that a caller may keep the
+ * resident slots in that order itself: ORDER_LAST_USE means to_evict always
+ * returns the candidate with the smallest last_use, ORDER_INSERT the one
+ * with the smallest insert_tick.  Both are ticks that only ever grow to the
+ * newest value, so a queue (move to the back on touch / on publish) holds
+ * the candidates in victim order and its first unprotected entry is what
+ * to_evict would return.  The simulator uses this; tests check both agree. */
+enum { XC_POLICY_ORDER_NONE = 0, XC_POLICY_ORDER_LAST_USE = 1,
+       XC_POLICY_ORDER_INSERT = 2 };
 
 typedef struct xc_policy_ops {
     const char *name;
@@ -56,12 +82,15 @@ typedef struct xc_policy_ops {
     void (*on_evict)(xc_policy *p, uint32_t key);   /* a READY victim */
     /* 0 when the policy's state is consistent, else records why. */
     int (*check)(const xc_policy *p);
+    int order;             /* XC_POLICY_ORDER_* */
 } xc_policy_ops;
 
 /* Parses spec ("lru", "lfru:sample=3,seed=7"; NULL means "lru") and
- * initialises *p for n_keys keys.  XC_E_MISUSE naming the valid policies or
- * parameters; XC_E_NOMEM.  On failure *p owns nothing. */
-int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys);
+ * initialises *p for n_keys keys and a cache of n_slots slots (>= 1).
+ * XC_E_MISUSE naming the valid policies or parameters; XC_E_NOMEM.  On
+ * failure *p owns nothing. */
+int xc_policy_open(xc_policy *p, const char *spec, uint32_t n_keys,
+                   size_t n_slots);
 void xc_policy_close(xc_policy *p);
 
 /* The cache (and a simulator) report events through these, so the counts
@@ -89,7 +118,13 @@ static inline void xc_policy_evict(xc_policy *p, uint32_t key)
 void xc_policy_nop(xc_policy *p, uint32_t key);
 int xc_policy_check_nop(const xc_policy *p);
 
+/* Key queues as arrays, oldest first (queue policies).  find returns the
+ * position of key in q[0..n-1] or n; remove_at closes the gap. */
+size_t xc_pq_find(const uint32_t *q, size_t n, uint32_t key);
+void xc_pq_remove_at(uint32_t *q, size_t *n, size_t i);
+
 extern const xc_policy_ops xc_policy_lru_ops, xc_policy_fifo_ops,
-    xc_policy_lfu_ops, xc_policy_lfru_ops, xc_policy_hotness_ops;
+    xc_policy_lfu_ops, xc_policy_lfru_ops, xc_policy_hotness_ops,
+    xc_policy_s3fifo_ops, xc_policy_arc_ops;
 
 #endif /* XC_POLICY_H */

@@ -24,5 +24,5 @@ static size_t fifo_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
 const xc_policy_ops xc_policy_fifo_ops = {
     "fifo", {NULL}, {0}, fifo_init, fifo_fini, fifo_to_evict,
     xc_policy_nop, xc_policy_nop, xc_policy_nop, xc_policy_nop,
-    xc_policy_check_nop,
+    xc_policy_check_nop, XC_POLICY_ORDER_INSERT,
 };

@@ -72,5 +72,5 @@ static int hot_check(const xc_policy *p)
 
 const xc_policy_ops xc_policy_hotness_ops = {
     "hotness", {"period", NULL}, {256}, hot_init, hot_fini, hot_to_evict,
-    hot_on_request, xc_policy_nop, xc_policy_nop, xc_policy_nop, hot_check,
+    hot_on_request, xc_policy_nop, xc_policy_nop, xc_policy_nop, hot_check, XC_POLICY_ORDER_NONE,
 };

@@ -59,5 +59,5 @@ static size_t lfru_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
 const xc_policy_ops xc_policy_lfru_ops = {
     "lfru", {"sample", "seed", NULL}, {4, 0}, lfru_init, lfru_fini,
     lfru_to_evict, xc_policy_nop, xc_policy_nop, xc_policy_nop,
-    xc_policy_nop, xc_policy_check_nop,
+    xc_policy_nop, xc_policy_check_nop, XC_POLICY_ORDER_NONE,
 };

@@ -25,5 +25,5 @@ static size_t lfu_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
 const xc_policy_ops xc_policy_lfu_ops = {
     "lfu", {NULL}, {0}, lfu_init, lfu_fini, lfu_to_evict,
     xc_policy_nop, xc_policy_nop, xc_policy_nop, xc_policy_nop,
-    xc_policy_check_nop,
+    xc_policy_check_nop, XC_POLICY_ORDER_NONE,
 };

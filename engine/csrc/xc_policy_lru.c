@@ -23,5 +23,5 @@ static size_t lru_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
 const xc_policy_ops xc_policy_lru_ops = {
     "lru", {NULL}, {0}, lru_init, lru_fini, lru_to_evict,
     xc_policy_nop, xc_policy_nop, xc_policy_nop, xc_policy_nop,
-    xc_policy_check_nop,
+    xc_policy_check_nop, XC_POLICY_ORDER_LAST_USE,
 };

@@ -1,0 +1,81 @@
+"""Policy replay rate: the C simulator's LRU and Belady vs libcachesim.
+
+The olmoe trace (38,272 accesses over 1,024 keys) repeated to at least 10
+million accesses, plain mode (libcachesim has no step mode), unit sizes.
+Ours: one ``engine.sim.simulate`` call over the key array in memory (for
+Belady that includes computing every next use).  libcachesim: the same
+trace written once as an oracleGeneral file, replayed by ``process_trace``
+with its own reader (the file read is part of its run, as it is of any
+libcachesim replay; the file is in the page cache).  Both must report the
+same misses.  Best of 3 runs each, at three cache sizes.  Last line: the
+ratios (goal: LRU >= 5x libcachesim's rate, Belady >= 5 M accesses/s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import libcachesim as lcs  # noqa: E402
+import numpy as np  # noqa: E402
+
+from engine.sim import simulate  # noqa: E402
+from oracle.traces import load_trace, write_oracle_general  # noqa: E402
+
+TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT.parent / "shared" / "traces")
+TARGET, ROUNDS, SIZES = 10_000_000, 3, (128, 256, 512)
+
+
+def best(fn) -> tuple[float, int]:
+    """Best wall time of ROUNDS calls of fn, and its (equal every time) misses."""
+    times, misses = [], None
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        m = fn()
+        times.append(time.perf_counter() - t0)
+        assert misses in (None, m)
+        misses = m
+    return min(times), misses
+
+
+def main() -> None:
+    trace = load_trace(TRACES / "olmoe_299.jsonl")
+    repeat = -(-TARGET // len(trace))
+    keys = np.tile(trace.keys(), repeat).astype(np.uint32)
+    n = len(keys)
+    print(f"olmoe_299 x {repeat} = {n:,} accesses, {trace.n_keys} keys, plain mode")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "olmoe.oracleGeneral")
+        write_oracle_general(trace, path, repeat=repeat)
+        lcs_cls = {"lru": lcs.LRU, "belady": lcs.Belady}
+        rates: dict[tuple[str, int], tuple[float, float]] = {}
+        for slots in SIZES:
+            for policy in ("lru", "belady"):
+                ours_s, ours_m = best(lambda p=policy, s=slots: simulate(
+                    keys, p, s, "plain")["misses"])
+
+                def theirs(p=policy, s=slots) -> int:
+                    reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
+                    ratio, _ = lcs_cls[p](cache_size=s).process_trace(reader)
+                    return round(ratio * n)
+
+                lcs_s, lcs_m = best(theirs)
+                assert ours_m == lcs_m, (policy, slots, ours_m, lcs_m)
+                rates[(policy, slots)] = (n / ours_s, n / lcs_s)
+                print(f"{policy:<7} {slots:>4} slots  misses {ours_m:>10,}  "
+                      f"ours {n / ours_s / 1e6:7.1f} M/s  libcachesim "
+                      f"{n / lcs_s / 1e6:6.1f} M/s  ratio {lcs_s / ours_s:5.1f}x")
+    lru = min(o / t for (p, _), (o, t) in rates.items() if p == "lru")
+    bel = min(o for (p, _), (o, _t) in rates.items() if p == "belady")
+    print(f"ratio: LRU ours/libcachesim >= {lru:.1f}x at every size (goal 5x); "
+          f"Belady >= {bel / 1e6:.1f} M accesses/s (goal 5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+/*
+ * xc_sim.c -- trace replay: the cache's victim rules over a routing trace,
+ * without bytes, threads or locks.
+ *
+ * A simulated slot is exactly the row a policy sees (xc_pcand), so the
+ * policy files run here unchanged: the same to_evict over the same
+ * candidates in ascending slot order, the same callbacks in the same order
+ * as xc_cache.c (xc_policy.h: a hit is request, hit; a miss is to_evict
+ * when no slot is empty, request, evict, insert).  Slots fill in order
+ * 0, 1, 2, ... and never empty again, which is the cache's "lowest EMPTY
+ * slot first" rule for a run without failed reads.  Replaying a trace here
+ * therefore gives the counters a live cache gives for the same gets.
+ *
+ *   plain mode: each access is a get released at once; nothing protected.
+ *   step mode:  the accesses of one step (token, layer) are held until the
+ *               step ends, so they are not candidates; a step larger than
+ *               the cache is XC_E_MISUSE.
+ *
+ * Two shortcuts keep replay fast and change no victim:
+ * - a policy that declares XC_POLICY_ORDER_LAST_USE / _INSERT (lru, fifo)
+ *   is replayed with its slots on a queue in that order (xc_policy.h says
+ *   why that is exactly its to_evict; such a policy has no-op callbacks, so
+ *   plain mode runs a loop of its own without them); opts.no_fast_path
+ *   turns it off so tests can compare the two;
+ * - in plain mode the candidate array is the slot table itself (every slot
+ *   is a candidate), so nothing is copied per miss.
+ *
+ * Belady (farthest next use first; several never used again: the lowest
+ * slot) is not a cache policy -- it needs the future -- and lives only here:
+ * a scan of the slots' next-use positions, with the same protection rule.
+ */
+#include "xc_internal.h"
+#include "xc_policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NEVER INT64_MAX
+
+/* Scratch shared by every run of one xc_sim_run call. */
+typedef struct simbuf {
+    size_t cap;            /* slots allocated: min(n_slots, n_keys) */
+    xc_pcand *row, *cand;
+    int32_t *key_slot;     /* per key: its slot or -1 */
+    uint8_t *seen;         /* per key: accessed before */
+    uint8_t *prot;         /* per slot: held by the current step */
+    int32_t *held;         /* the current step's slots */
+    int32_t *prev, *next;  /* queue of slots (fast path) */
+    int64_t *slot_next;    /* per slot: next use (belady) */
+    int64_t *last;         /* per key: scratch for next-use (belady) */
+    int64_t *nxt;          /* per access of the run: next use (belady) */
+} simbuf;
+
+static void buf_free(simbuf *b)
+{
+    xc_free(b->row);
+    xc_free(b->cand);
+    xc_free(b->key_slot);
+    xc_free(b->seen);
+    xc_free(b->prot);
+    xc_free(b->held);
+    xc_free(b->prev);
+    xc_free(b->next);
+    xc_free(b->slot_next);
+    xc_free(b->last);
+    xc_free(b->nxt);
+}
+
+static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
+{
+    memset(b, 0, sizeof *b);
+    b->cap = cap;
+    b->row = xc_calloc(cap, sizeof *b->row);
+    b->cand = xc_calloc(cap, sizeof *b->cand);
+    b->key_slot = xc_calloc(n_keys, sizeof *b->key_slot);
+    b->seen = xc_calloc(n_keys, 1);
+    b->prot = xc_calloc(cap, 1);
+    b->held = xc_calloc(cap, sizeof *b->held);
+    b->prev = xc_calloc(cap, sizeof *b->prev);
+    b->next = xc_calloc(cap, sizeof *b->next);
+    b->slot_next = xc_calloc(cap, sizeof *b->slot_next);
+    b->last = xc_calloc(n_keys, sizeof *b->last);
+    b->nxt = xc_calloc(n ? n : 1, sizeof *b->nxt);
+    if (!b->row || !b->cand || !b->key_slot || !b->seen || !b->prot ||
+        !b->held || !b->prev || !b->next || !b->slot_next || !b->last ||
+        !b->nxt) {
+        buf_free(b);
+        return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                       "sim: no memory for %zu slots, %u keys, %zu accesses",
+                       cap, n_keys, n);
+    }
+    return XC_OK;
+}
+
+/* Queue of slots in victim order (fast path): head is the next victim. */
+typedef struct queue { int32_t head, tail; } queue;
+
+static void q_unlink(simbuf *b, queue *q, int32_t s)
+{
+    if (b->prev[s] >= 0) b->next[b->prev[s]] = b->next[s];
+    else q->head = b->next[s];
+    if (b->next[s] >= 0) b->prev[b->next[s]] = b->prev[s];
+    else q->tail = b->prev[s];
+}
+
+static void q_push(simbuf *b, queue *q, int32_t s)
+{
+    b->prev[s] = q->tail;
+    b->next[s] = -1;
+    if (q->tail >= 0) b->next[q->tail] = s;
+    else q->head = s;
+    q->tail = s;
+}
+
+/* The fast path in plain mode: nothing is protected, so the victim is the
+ * queue's head.  No policy callback runs -- a policy with a declared order
+ * (lru, fifo) has only no-op callbacks -- and only what the queue needs is
+ * kept.  Counts as run() would; tests compare the two. */
+static void run_queue_plain(simbuf *b, int by_last_use, const uint32_t *keys,
+                            size_t n, size_t n_slots, xc_sim_result *out)
+{
+    int32_t *key_slot = b->key_slot, *prev = b->prev, *next = b->next;
+    uint8_t *seen = b->seen;
+    xc_pcand *row = b->row;
+    int32_t head = -1, tail = -1;
+    uint64_t hits = 0, compulsory = 0, evictions = 0;
+    size_t i, filled = 0;
+    for (i = 0; i < n; i++) {
+        uint32_t key = keys[i];
+        int32_t s = key_slot[key];
+        if (s >= 0) {
+            hits++;
+            if (by_last_use && s != tail) {
+                /* unlink s (not the tail), push it at the tail */
+                if (prev[s] >= 0) next[prev[s]] = next[s];
+                else head = next[s];
+                prev[next[s]] = prev[s];
+                prev[s] = tail;
+                next[s] = -1;
+                next[tail] = s;
+                tail = s;
+            }
+            continue;
+        }
+        compulsory += !seen[key];
+        seen[key] = 1;
+        if (filled < n_slots) {
+            s = (int32_t)filled++;
+        } else {
+            s = head;
+            key_slot[row[s].key] = -1;
+            evictions++;
+            head = next[s];
+            if (head >= 0) prev[head] = -1;
+            else tail = -1;
+        }
+        row[s].key = key;
+        key_slot[key] = s;
+        prev[s] = tail;
+        next[s] = -1;
+        if (tail >= 0) next[tail] = s;
+        else head = s;
+        tail = s;
+    }
+    out->requests += n;
+    out->hits += hits;
+    out->misses += n - hits;
+    out->compulsory += compulsory;
+    out->evictions += evictions;
+}
+
+/* One independent cache of n_slots over keys[0..n-1]; adds to *out. */
+static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
+               const uint8_t *starts, size_t n, const size_t *pos,
+               xc_sim_result *out)
+{
+    const int step = o->mode == XC_SIM_STEP, belady = o->policy != NULL &&
+        strcmp(o->policy, "belady") == 0;
+    const size_t n_slots = o->n_slots < b->cap ? (size_t)o->n_slots : b->cap;
+    xc_policy pol;
+    queue q = {-1, -1};
+    int fast = 0, rc;
+    uint64_t tick = 0;
+    size_t i, filled = 0, n_held = 0;
+
+    memset(&pol, 0, sizeof pol);
+    if (!belady) {
+        if ((rc = xc_policy_open(&pol, o->policy, o->n_keys,
+                                 (size_t)o->n_slots)) != XC_OK)
+            return rc;
+        fast = !o->no_fast_path && pol.ops->order != XC_POLICY_ORDER_NONE;
+        if (fast && !step) {
+            for (i = 0; i < n; i++)
+                b->key_slot[keys[i]] = -1;
+            run_queue_plain(b, pol.ops->order == XC_POLICY_ORDER_LAST_USE,
+                            keys, n, n_slots, out);
+            xc_policy_close(&pol);
+            return XC_OK;
+        }
+    } else {
+        for (i = 0; i < n; i++)
+            b->last[keys[i]] = NEVER;
+        for (i = n; i-- > 0;) {
+            b->nxt[i] = b->last[keys[i]];
+            b->last[keys[i]] = (int64_t)i;
+        }
+    }
+    for (i = 0; i < n; i++)
+        b->key_slot[keys[i]] = -1;
+
+    for (i = 0; i < n; i++) {
+        uint32_t key = keys[i];
+        int32_t s = b->key_slot[key];
+        if (step && (i == 0 || starts[i])) {
+            while (n_held)
+                b->prot[b->held[--n_held]] = 0;
+        }
+        out->requests++;
+        if (s >= 0) {
+            /* hit: the cache's get step 2 */
+            xc_pcand *r = &b->row[s];
+            out->hits++;
+            r->freq++;
+            r->last_use = ++tick;
+            if (belady) {
+                b->slot_next[s] = b->nxt[i];
+            } else {
+                xc_policy_request(&pol, key);
+                xc_policy_hit(&pol, key);
+                if (fast && pol.ops->order == XC_POLICY_ORDER_LAST_USE) {
+                    q_unlink(b, &q, s);
+                    q_push(b, &q, s);
+                }
+            }
+        } else {
+            /* miss: get steps 4 and 6 */
+            int evict = 0;
+            uint32_t old = 0;
+            out->misses++;
+            if (!b->seen[key]) {
+                b->seen[key] = 1;
+                out->compulsory++;
+            }
+            if (filled < n_slots) {
+                s = (int32_t)filled++;
+            } else if (belady) {
+                int64_t far = -1;
+                size_t j;
+                for (j = 0; j < n_slots; j++)
+                    if (!b->prot[j] && b->slot_next[j] > far) {
+                        far = b->slot_next[j];
+                        s = (int32_t)j;
+                    }
+                evict = 1;
+            } else if (fast) {
+                for (s = q.head; s >= 0 && b->prot[s]; s = b->next[s])
+                    ;
+                evict = 1;
+            } else {
+                const xc_pcand *c = b->row;
+                size_t m = n_slots, j;
+                if (step) {
+                    for (j = m = 0; j < n_slots; j++)
+                        if (!b->prot[j])
+                            b->cand[m++] = b->row[j];
+                    c = b->cand;
+                }
+                if (m > 0)
+                    s = c[pol.ops->to_evict(&pol, c, m)].slot;
+                evict = 1;
+            }
+            if (s < 0) {
+                size_t at = pos ? pos[i] : i;
+                if (!belady)
+                    xc_policy_close(&pol);
+                return xc_fail(XC_E_MISUSE, (int64_t)at, -1, -1,
+                               "sim: access %zu (key %u): every one of the "
+                               "%zu slots holds an expert of the current "
+                               "step; step mode needs slots >= the largest "
+                               "step", at, key, n_slots);
+            }
+            if (evict) {
+                old = b->row[s].key;
+                b->key_slot[old] = -1;
+                out->evictions++;
+            }
+            if (!belady) {
+                xc_policy_request(&pol, key);
+                if (evict)
+                    xc_policy_evict(&pol, old);
+            }
+            b->row[s].slot = s;
+            b->row[s].key = key;
+            b->row[s].freq = 1;
+            b->row[s].last_use = b->row[s].insert_tick = ++tick;
+            b->key_slot[key] = s;
+            if (belady) {
+                b->slot_next[s] = b->nxt[i];
+            } else {
+                xc_policy_insert(&pol, key);
+                if (fast) {
+                    if (evict)
+                        q_unlink(b, &q, s);
+                    q_push(b, &q, s);
+                }
+            }
+        }
+        if (step && !b->prot[s]) {
+            b->prot[s] = 1;
+            b->held[n_held++] = s;
+        }
+    }
+    while (n_held)
+        b->prot[b->held[--n_held]] = 0;
+    if (!belady)
+        xc_policy_close(&pol);
+    return XC_OK;
+}
+
+int xc_sim_run(const xc_sim_opts *o, const uint32_t *keys,
+               const uint8_t *step_start, size_t n, xc_sim_result *out)
+{
+    xc_sim_result r;
+    simbuf b;
+    size_t i, cap;
+    int rc = XC_OK;
+
+    if (o == NULL || out == NULL || (n > 0 && keys == NULL))
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "sim: NULL options, result or keys");
+    if (o->n_slots < 1 || o->n_keys < 1 ||
+        (o->mode != XC_SIM_PLAIN && o->mode != XC_SIM_STEP) ||
+        (o->mode == XC_SIM_STEP && n > 0 && step_start == NULL) ||
+        (o->per_layer && o->n_experts < 1))
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "sim: need n_slots >= 1 (got %llu), n_keys >= 1 (got "
+                       "%u), mode plain or step (got %d) with step starts "
+                       "in step mode, n_experts >= 1 with per_layer (got %u)",
+                       (unsigned long long)o->n_slots, o->n_keys, o->mode,
+                       o->n_experts);
+    for (i = 0; i < n; i++)
+        if (keys[i] >= o->n_keys)
+            return xc_fail(XC_E_MISUSE, (int64_t)i, -1, -1,
+                           "sim: access %zu has key %u >= n_keys %u", i,
+                           keys[i], o->n_keys);
+    memset(&r, 0, sizeof r);
+    cap = o->n_slots < o->n_keys ? (size_t)o->n_slots : o->n_keys;
+    if ((rc = buf_alloc(&b, cap, o->n_keys, n)) != XC_OK)
+        return rc;
+    if (!o->per_layer) {
+        rc = run(o, &b, keys, step_start, n, NULL, &r);
+    } else {
+        /* Group the accesses by layer (stable), one cache per layer. */
+        uint32_t n_layers = (o->n_keys - 1) / o->n_experts + 1, l;
+        size_t *start = xc_calloc((size_t)n_layers + 1, sizeof *start);
+        uint32_t *sub = xc_malloc((n ? n : 1) * sizeof *sub);
+        uint8_t *sub_st = xc_malloc(n ? n : 1);
+        size_t *pos = xc_malloc((n ? n : 1) * sizeof *pos);
+        if (!start || !sub || !sub_st || !pos) {
+            rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
+                         "sim: no memory to split %zu accesses by layer", n);
+        } else {
+            for (i = 0; i < n; i++)
+                start[keys[i] / o->n_experts + 1]++;
+            for (l = 0; l < n_layers; l++)
+                start[l + 1] += start[l];
+            for (i = 0; i < n; i++) {
+                size_t at = start[keys[i] / o->n_experts]++;
+                sub[at] = keys[i];
+                sub_st[at] = step_start ? step_start[i] : 1;
+                pos[at] = i;
+            }
+            for (l = n_layers; l > 0; l--)
+                start[l] = start[l - 1];
+            start[0] = 0;
+            for (l = 0; l < n_layers && rc == XC_OK; l++)
+                if (start[l + 1] > start[l])
+                    rc = run(o, &b, sub + start[l], sub_st + start[l],
+                             start[l + 1] - start[l], pos + start[l], &r);
+        }
+        xc_free(start);
+        xc_free(sub);
+        xc_free(sub_st);
+        xc_free(pos);
+    }
+    buf_free(&b);
+    if (rc != XC_OK)
+        return rc;
+    r.reloads = r.misses - r.compulsory;
+    *out = r;
+    return XC_OK;
+}

@@ -1,0 +1,112 @@
+"""Trace replay through the C simulator (``xc_sim_run``): the live cache's
+own policy code over a routing trace, without bytes or threads.
+
+:func:`simulate` takes keys, or a trace's ``(token, layer, expert)`` arrays
+(any object with those attributes and ``n_experts``, such as
+``oracle.traces.Trace``; this package never imports ``oracle``), and returns
+the counts of one run as a dict. Semantics: docs/CACHE.md "Trace replay".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine import _lib
+
+__all__ = ["MODES", "POLICIES", "simulate", "trace_arrays"]
+
+MODES = ("plain", "step")
+#: Every policy the simulator runs: the cache's policies, then Belady.
+POLICIES = ("lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc", "belady")
+
+
+def trace_arrays(data: Any, n_experts: int | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Return (keys uint32, step starts uint8, n_keys, n_experts) for ``data``.
+
+    ``data`` is a trace-like object (attributes ``token``, ``layer``,
+    ``expert`` and ``n_experts``, optionally ``n_layers``), a tuple
+    ``(token, layer, expert)``, or a 1-D array of keys (each access its own
+    step; ``n_experts`` then only matters for ``per_layer``).
+    """
+    if hasattr(data, "token") and hasattr(data, "expert"):
+        token, layer, expert = data.token, data.layer, data.expert
+        n_experts = int(data.n_experts)
+        n_layers = getattr(data, "n_layers", None)
+    elif isinstance(data, tuple) and len(data) in (3, 4):
+        token, layer, expert = (np.asarray(a, np.int64) for a in data[:3])
+        if len(data) == 4:
+            n_experts = int(data[3])
+        n_experts = int(n_experts if n_experts is not None
+                        else (expert.max() + 1 if len(expert) else 1))
+        n_layers = None
+    else:
+        keys = np.asarray(data)
+        if keys.ndim != 1 or (len(keys) and (keys.min() < 0 or
+                                             keys.max() >= 2**32 - 1)):
+            raise ValueError("keys must be a 1-D array of non-negative ids")
+        keys = keys.astype(np.uint32)
+        n_keys = int(keys.max()) + 1 if len(keys) else 1
+        n_experts = int(n_experts) if n_experts else n_keys
+        n_keys = -(-n_keys // n_experts) * n_experts
+        return keys, np.ones(len(keys), np.uint8), n_keys, n_experts
+    token = np.asarray(token, np.int64)
+    layer = np.asarray(layer, np.int64)
+    expert = np.asarray(expert, np.int64)
+    if len(layer) and (layer.min() < 0 or expert.min() < 0
+                       or expert.max() >= n_experts):
+        raise ValueError("layer and expert ids must be >= 0, experts < n_experts")
+    n_layers = int(n_layers if n_layers is not None
+                   else (layer.max() + 1 if len(layer) else 1))
+    keys = (layer * n_experts + expert).astype(np.uint32)
+    starts = np.ones(len(keys), np.uint8)
+    if len(keys) > 1:
+        starts[1:] = (token[1:] != token[:-1]) | (layer[1:] != layer[:-1])
+    return keys, starts, max(n_layers * n_experts, 1), n_experts
+
+
+def simulate(keys_or_trace_arrays: Any, policy: str, slots: int,
+             mode: str = "step", per_layer: bool = False, *,
+             n_experts: int | None = None, step_starts: Any = None,
+             fast_path: bool = True) -> dict[str, Any]:
+    """Replay a trace through ``policy`` (a cache policy spec or ``belady``).
+
+    ``slots`` is the capacity (per layer with ``per_layer``). Returns
+    ``policy, slots, mode, per_layer, requests, hits, misses, compulsory,
+    reloads, evictions, hit_rate, miss_ratio``. ``step_starts`` overrides
+    the step boundaries (nonzero at each step's first access);
+    ``fast_path=False`` sends lru / fifo through their ``to_evict`` too.
+    Raises ``engine.MisuseError`` for a bad policy, size or step.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    keys, starts, n_keys, n_exp = trace_arrays(keys_or_trace_arrays, n_experts)
+    if step_starts is not None:
+        starts = np.asarray(step_starts).astype(np.uint8)
+        if starts.shape != keys.shape:
+            raise ValueError("step_starts must have one flag per access")
+    keys = np.ascontiguousarray(keys, np.uint32)
+    starts = np.ascontiguousarray(starts, np.uint8)
+    ffi, lib = _lib.ffi(), _lib.lib()
+    spec = ffi.new("char[]", policy.encode())
+    opts = ffi.new("xc_sim_opts *")
+    opts.policy = spec
+    opts.n_slots = int(slots) if slots > 0 else 0
+    opts.n_keys = n_keys
+    opts.n_experts = n_exp
+    opts.mode = lib.XC_SIM_STEP if mode == "step" else lib.XC_SIM_PLAIN
+    opts.per_layer = int(per_layer)
+    opts.no_fast_path = int(not fast_path)
+    out = ffi.new("xc_sim_result *")
+    _lib.check(lib.xc_sim_run(opts, ffi.from_buffer("uint32_t[]", keys),
+                              ffi.from_buffer("uint8_t[]", starts), len(keys),
+                              out))
+    r = {name: int(getattr(out, name)) for name in
+         ("requests", "hits", "misses", "compulsory", "reloads", "evictions")}
+    req = r["requests"]
+    return {"policy": policy, "slots": int(slots), "mode": mode,
+            "per_layer": bool(per_layer), **r,
+            "hit_rate": r["hits"] / req if req else 0.0,
+            "miss_ratio": r["misses"] / req if req else 0.0}

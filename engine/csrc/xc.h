@@ -417,7 +417,8 @@ int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published);
 
 /* Pin / unpin a READY key (pins nest).  pin: XC_E_NOT_FOUND when the key is
- * not READY; unpin: XC_E_MISUSE when it has no pin.  Both XC_E_MISUSE for a
+ * not READY; unpin: XC_E_NOT_FOUND when the key is not READY, XC_E_MISUSE
+ * when it is READY with no pin (docs/CACHE.md).  Both XC_E_MISUSE for a
  * key outside the cache; nothing changed after a failure.  Neither counts as
  * a request nor touches the clock. */
 int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert);

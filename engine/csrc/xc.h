@@ -378,8 +378,9 @@ typedef struct xc_slot_tensor {
 
 /* Opens a cache over st.  Resolves every (layer, expert) of opts through the
  * template and checks that each tensor exists (XC_E_NOT_FOUND naming layer,
- * expert and tensor), has the dtype and shape of expert 0 of the first layer
- * and lives in that expert's one shard (XC_E_MISUSE naming the tensor).  Bad
+ * expert and tensor) and has the dtype and shape of expert 0 of the first
+ * layer (XC_E_MISUSE naming the tensor); an expert's tensors may lie in
+ * different shards (then it is read per tensor).  Bad
  * options (unknown policy or parameter, layers not ascending, n_experts < 1,
  * top_k < 1, batch_threads < 1) are XC_E_MISUSE; fewer than top_k + 1 slots
  * is XC_E_BUDGET with the slots needed, the slots the budget gives and the

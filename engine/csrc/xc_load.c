@@ -5,10 +5,11 @@
  * in this container; nothing here knows a model.  All the thinking happens
  * once, at open: every name is formatted and looked up, every expert is
  * checked against the first one (same dtypes and shapes, so one slot layout
- * serves all), each expert must sit in one shard, and each is classified as
- * contiguous (its tensors in list order with no gaps: one read) or not (one
- * read per tensor).  What remains for the hot path is a table lookup and a
- * few preads.
+ * serves all), and each is classified as contiguous (its tensors in list
+ * order in one shard with no gaps: one read) or not (one read per tensor,
+ * each from its own shard -- real checkpoints split an expert's tensors
+ * across a shard boundary).  What remains for the hot path is a table
+ * lookup and a few preads.
  *
  * Chunking.  A contiguous read may be split at file offsets that are
  * multiples of chunk_bytes, so that very large experts are requested in
@@ -149,7 +150,7 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
     int rc;
     for (key = 0; key < ld->n_keys; key++) {
         int32_t layer, expert;
-        int contiguous = 1;
+        int contiguous = 1, direct = 0;
         xc_load_unkey(ld, key, &layer, &expert);
         for (t = 0; t < ld->n_tensors; t++) {
             xc_slot_tensor *lt = &ld->tensors[t];
@@ -175,25 +176,19 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
                                xc_dtype_name(lt->dtype), lt->ndim,
                                (unsigned long long)lt->nbytes);
             }
-            if (t == 0) {
-                ld->shard[key] = info.shard;
-            } else if (info.shard != ld->shard[key]) {
-                return xc_fail(XC_E_MISUSE, -1, layer, expert,
-                               "layer %d expert %d: tensor '%s' is in shard "
-                               "%u but the expert's first tensor is in shard "
-                               "%u; an expert must live in one shard",
-                               (int)layer, (int)expert, info.name,
-                               info.shard, ld->shard[key]);
-            }
+            ld->shard[(size_t)key * ld->n_tensors + t] = info.shard;
             ld->file_offset[(size_t)key * ld->n_tensors + t] = info.offset;
             if (t > 0 &&
-                info.offset != ld->file_offset[(size_t)key * ld->n_tensors +
-                                                t - 1] +
-                                   ld->tensors[t - 1].nbytes)
+                (info.shard != ld->shard[(size_t)key * ld->n_tensors + t - 1] ||
+                 info.offset != ld->file_offset[(size_t)key * ld->n_tensors +
+                                                 t - 1] +
+                                    ld->tensors[t - 1].nbytes))
                 contiguous = 0;
+            if (xc_st_shard_direct(ld->st, info.shard) == 1)
+                direct = 1;
         }
         ld->contiguous[key] = (uint8_t)contiguous;
-        ld->direct[key] = xc_st_shard_direct(ld->st, ld->shard[key]) == 1;
+        ld->direct[key] = (uint8_t)direct;
         if (ld->direct[key] && ld->chunk_bytes % XC_ALIGN != 0)
             return xc_fail(XC_E_MISUSE, -1, layer, expert,
                            "chunk_bytes %llu must be a multiple of %llu "
@@ -227,7 +222,8 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
     ld->layers = xc_malloc(o->n_layers * sizeof *ld->layers);
     ld->names = xc_calloc(o->n_tensors, sizeof *ld->names);
     ld->tensors = xc_calloc(o->n_tensors, sizeof *ld->tensors);
-    ld->shard = xc_calloc(ld->n_keys, sizeof *ld->shard);
+    ld->shard = xc_calloc((size_t)ld->n_keys * o->n_tensors,
+                          sizeof *ld->shard);
     ld->contiguous = xc_calloc(ld->n_keys, sizeof *ld->contiguous);
     ld->direct = xc_calloc(ld->n_keys, sizeof *ld->direct);
     ld->file_offset = xc_calloc((size_t)ld->n_keys * o->n_tensors,
@@ -297,9 +293,9 @@ static int blame(const xc_loader *ld, uint32_t key, int rc)
 int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
                  uint64_t *payload_off, uint64_t *asked_bytes)
 {
-    uint32_t shard = ld->shard[key];
-    int64_t h = xc_st_shard_handle(ld->st, shard);
-    const char *path = xc_st_shard_path(ld->st, shard);
+    const uint32_t *shard = &ld->shard[(size_t)key * ld->n_tensors];
+    int64_t h = xc_st_shard_handle(ld->st, shard[0]);
+    const char *path = xc_st_shard_path(ld->st, shard[0]);
     const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
     uint64_t asked = 0, begin, end, at;
     size_t t, got;
@@ -307,6 +303,8 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
 
     if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
         for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
+            h = xc_st_shard_handle(ld->st, shard[t]);
+            path = xc_st_shard_path(ld->st, shard[t]);
             asked += ld->tensors[t].nbytes;
             rc = xc_io_read_full(ld->io, h, path,
                                  slot + ld->tensors[t].offset,

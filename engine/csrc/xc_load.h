@@ -25,9 +25,9 @@ typedef struct xc_loader {
     uint64_t expert_bytes;
     uint64_t stride;
     uint64_t chunk_bytes;
-    uint32_t *shard;          /* per key */
+    uint32_t *shard;          /* per key x tensor: shard index */
     uint8_t *contiguous;      /* per key: one run in file order */
-    uint8_t *direct;          /* per key: its shard reads O_DIRECT */
+    uint8_t *direct;          /* per key: a shard of it reads O_DIRECT */
     uint64_t *file_offset;    /* per key x tensor: absolute offset */
 } xc_loader;
 

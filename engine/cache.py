@@ -102,6 +102,7 @@ class Expert:
 
     def release(self) -> None:
         """Give the hold back; a second release is a MisuseError."""
+        self._alive()  # C cannot tell our hold from another on the same slot
         cache = self._cache
         rc = cache._release(cache._ptr, self._ref)
         if rc:

@@ -18,7 +18,7 @@ simulator and the model cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,7 +165,9 @@ class CacheModel:
 
     Give the budget as ``n_slots`` or ``budget_bytes`` (exactly one); fewer
     than ``top_k + 1`` slots is ``Budget``. ``io_bytes_per_load`` is what one
-    load asks of io (default ``expert_bytes``: no widening, no chunks).
+    load asks of io (default ``expert_bytes``: no widening, no chunks), or a
+    function of the ``(layer, expert)`` loaded when that differs per expert
+    (O_DIRECT widens each expert's own run to 4,096 on both ends).
     """
 
     _next_cache_id = 1
@@ -173,7 +175,8 @@ class CacheModel:
     def __init__(self, layers: Sequence[int], n_experts: int, top_k: int, *,
                  expert_bytes: int, n_slots: int | None = None,
                  budget_bytes: int | None = None, policy: str = "lru",
-                 io_bytes_per_load: int | None = None) -> None:
+                 io_bytes_per_load: int | Callable[[tuple[int, int]], int]
+                 | None = None) -> None:
         if list(layers) != sorted(set(layers)) or not layers or n_experts < 1:
             raise Misuse("layers must be ascending and distinct; n_experts >= 1")
         self.layers = list(layers)
@@ -270,6 +273,11 @@ class CacheModel:
         self._freq[slot] = 0
         self._index[key] = slot
 
+    def _io_bytes(self, key: int) -> int:
+        """What one load of key id ``key`` asks of io."""
+        per_load = self.io_bytes_per_load
+        return per_load(self.key_of(key)) if callable(per_load) else per_load
+
     def _count_demand(self, key: int) -> None:
         self.counters["requests"] += 1
         self.hot[key] = self.hot.get(key, 0) + 1
@@ -325,7 +333,7 @@ class CacheModel:
         self._count_demand(key)
         self.counters["misses"] += 1
         self._evict_into(slot, key)
-        self.counters["io_bytes"] += self.io_bytes_per_load  # (5) read
+        self.counters["io_bytes"] += self._io_bytes(key)  # (5) read
         if fail is not None:
             self._fail(slot, fail)
             cls = ShortRead if fail == "short" else IOFailure
@@ -373,7 +381,7 @@ class CacheModel:
             self.spec_counters["spec_issued"] += len(reserved)
         published = 0
         for slot, key in reserved:  # (2) read, (3) publish in order
-            self.counters["io_bytes"] += self.io_bytes_per_load
+            self.counters["io_bytes"] += self._io_bytes(key)
             kind = failures.get(self.key_of(key))
             if kind is not None:
                 self._fail(slot, kind)

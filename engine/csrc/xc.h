@@ -551,7 +551,8 @@ int xc_cache_mlock_active(const xc_cache *c);
 const char *xc_cache_mlock_note(const xc_cache *c);
 
 /* Pin / unpin a READY key (pins nest).  pin: XC_E_NOT_FOUND when the key is
- * not READY; unpin: XC_E_MISUSE when it has no pin.  Both XC_E_MISUSE for a
+ * not READY; unpin: XC_E_NOT_FOUND when the key is not READY, XC_E_MISUSE
+ * when it is READY with no pin (docs/CACHE.md).  Both XC_E_MISUSE for a
  * key outside the cache; nothing changed after a failure.  Neither counts as
  * a request nor touches the clock. */
 int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert);

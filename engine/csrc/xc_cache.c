@@ -581,7 +581,13 @@ int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert)
         return rc;
     pthread_mutex_lock(&c->mu);
     si = c->index[key];
-    if (si < 0 || c->slots[si].pins == 0) {
+    if (si < 0 || c->slots[si].state != XC_SLOT_READY) {
+        pthread_mutex_unlock(&c->mu);
+        return xc_fail(XC_E_NOT_FOUND, -1, layer, expert,
+                       "unpin: layer %d expert %d is not resident", (int)layer,
+                       (int)expert);
+    }
+    if (c->slots[si].pins == 0) {
         pthread_mutex_unlock(&c->mu);
         return xc_fail(XC_E_MISUSE, -1, layer, expert,
                        "unpin: layer %d expert %d is not pinned", (int)layer,

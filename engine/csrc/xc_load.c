@@ -152,7 +152,7 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
     int rc;
     for (key = 0; key < ld->n_keys; key++) {
         int32_t layer, expert;
-        int contiguous = 1;
+        int contiguous = 1, direct = 0;
         xc_load_unkey(ld, key, &layer, &expert);
         for (t = 0; t < ld->n_tensors; t++) {
             xc_slot_tensor *lt = &ld->tensors[t];
@@ -186,12 +186,13 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
                                                 t - 1] +
                                     ld->tensors[t - 1].nbytes))
                 contiguous = 0;
+            if (xc_st_shard_direct(ld->st, info.shard) == 1)
+                direct = 1;
         }
         ld->contiguous[key] = (uint8_t)contiguous;
-        ld->direct[key] =
-            xc_st_shard_direct(ld->st,
-                               ld->file_shard[(size_t)key * ld->n_tensors]) ==
-            1;
+        /* a contiguous expert is in one shard; a scattered one with any
+         * O_DIRECT shard is refused below */
+        ld->direct[key] = (uint8_t)direct;
         if (ld->direct[key] && ld->chunk_bytes % XC_ALIGN != 0)
             return xc_fail(XC_E_MISUSE, -1, layer, expert,
                            "chunk_bytes %llu must be a multiple of %llu "
@@ -385,10 +386,11 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
     if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
         uint32_t last = shard[0];
         for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
+            h = xc_st_shard_handle(ld->st, shard[t]);
+            path = xc_st_shard_path(ld->st, shard[t]);
             asked += ld->tensors[t].nbytes;
             last = shard[t];
-            rc = read_piece(ld, xc_st_shard_handle(ld->st, shard[t]),
-                            xc_st_shard_path(ld->st, shard[t]),
+            rc = read_piece(ld, h, path,
                             slot + ld->tensors[t].offset,
                             ld->tensors[t].nbytes, off[t], &got, src);
         }

@@ -27,7 +27,7 @@ typedef struct xc_loader {
     uint64_t chunk_bytes;
     uint32_t *file_shard;     /* per key x tensor: shard index */
     uint8_t *contiguous;      /* per key: one run in file order */
-    uint8_t *direct;          /* per key: its shard reads O_DIRECT */
+    uint8_t *direct;          /* per key: a shard of it reads O_DIRECT */
     uint64_t *file_offset;    /* per key x tensor: absolute offset */
 } xc_loader;
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Coverage: Python branch coverage (oracle, fixtures, faults, engine) and C
+# line + branch coverage of engine/csrc, from one run of the whole suite
+# against a gcov-instrumented engine.  Standalone: run it from the repository
+# root with the project's venv activated (pip install -e '.[test]').
+#   .ci/coverage.sh            # prints both summaries
+#   XC_COVERAGE_DIR=d .ci/...  # keep the build, .gcda files and reports in d
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+out=${XC_COVERAGE_DIR:-$(mktemp -d)}
+[ -n "${XC_COVERAGE_DIR:-}" ] || trap 'rm -rf "$out"' EXIT
+mkdir -p "$out"
+
+echo "== build (XC_COVERAGE=1: --coverage -O0) into $out"
+so=$(XC_COVERAGE=1 python engine/_build.py --out "$out/build")
+find "$out/build" -name '*.gcda' -delete
+
+echo "== tests under coverage run"
+export XC_ENGINE_LIB="$so"
+export COVERAGE_FILE="$out/.coverage"
+set +e
+python -m coverage run -m pytest -q -p no:cacheprovider tests/
+rc=$?
+set -e
+unset XC_ENGINE_LIB
+
+echo "== Python branch coverage"
+python -m coverage report --skip-empty
+
+echo "== C line and branch coverage (engine/csrc)"
+# cffi compiles each source under the build folder at its absolute path,
+# so the .gcno/.gcda pairs sit in $out/build$root/engine/csrc.
+gcovr --root "$root" --object-directory "$out/build" \
+      --filter "$root/engine/csrc/" --txt-metric line --txt-metric branch \
+      "$out/build"
+exit "$rc"

@@ -9,8 +9,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
-from lab_main import COLUMNS, run_sweep, trace_main
 from oracle.traces import Trace, write_csv
+from replay import COLUMNS, run_sweep, trace_main
 from tests.test_oracle_sim import real_trace, synthetic
 
 NO_DASK = "dask[distributed] not installed (pip install -e '.[lab]')"

@@ -205,8 +205,11 @@ def load_engine(engine_dir: Path, so_path: Path) -> Any:
 # check; a check names the values it pins.  Every scenario runs on a fresh
 # copy of its fixture, once against the engine and once against the oracle.
 
-#: Error kinds every backend reports for a failed operation.
-_KINDS = {"ShortReadError": "short_read", "ShortRead": "short_read",
+#: Error kinds every backend reports for a failed operation (most derived
+#: class first: the MRO is searched in order).
+_KINDS = {"FileChangedError": "changed", "_Changed": "changed",
+          "OutOfMemoryError": "nomem", "_NoMemory": "nomem",
+          "ShortReadError": "short_read", "ShortRead": "short_read",
           "EngineIOError": "io", "IOFailure": "io",
           "AllPinnedError": "all_pinned", "AllPinned": "all_pinned",
           "MisuseError": "misuse", "Misuse": "misuse",
@@ -214,11 +217,28 @@ _KINDS = {"ShortReadError": "short_read", "ShortRead": "short_read",
           "BudgetError": "budget", "Budget": "budget"}
 
 
+class _Changed(Exception):
+    """The oracle's view of a load refused because the file changed."""
+
+
+class _NoMemory(Exception):
+    """The oracle's view of an operation refused for want of memory."""
+
+
 def _kind_of(exc: BaseException) -> str:
+    kind = getattr(exc, "kind", None)
+    if type(exc).__name__ in ("FormatError", "OracleFormatError"):
+        return str(kind)
     for cls in type(exc).__mro__:
         if cls.__name__ in _KINDS:
             return _KINDS[cls.__name__]
     raise exc
+
+
+#: What one faulted pread does to a whole-expert load (k3-mini: one pread
+#: per load): the failure the cache must report, or None when the read loop
+#: absorbs it (faults/README.md F1-F5).
+_FAULT_EFFECT = {"eof": "short", "eio": "io", "eintr": None, "partial": None}
 
 
 class EngineBackend:
@@ -228,7 +248,13 @@ class EngineBackend:
 
     def __init__(self, engine: Any, folder: Path, spec: Any,
                  opts: dict[str, Any]) -> None:
-        self.container = engine.Container(str(folder))
+        from engine import alloc  # noqa: PLC0415 - the tree load_engine chose
+        from faults.io import IOFaults  # noqa: PLC0415
+
+        self.alloc = alloc
+        self.faults = IOFaults() if opts.get("faults") else None
+        self.container = engine.Container(
+            str(folder), io=self.faults, verify=bool(opts.get("verify")))
         self.cache = engine.ExpertCache(
             self.container, n_slots=opts["n_slots"], top_k=spec.top_k,
             policy=opts.get("policy", "lru"),
@@ -257,6 +283,27 @@ class EngineBackend:
         """Start a new counter window."""
         self.cache.reset_stats()
 
+    def inject(self, step: dict[str, Any]) -> None:
+        """Arm an I/O fault under the C read loop."""
+        from faults.io import Fault  # noqa: PLC0415
+
+        if self.faults is None:
+            raise CannotRun("an inject step needs \"faults\": true in the cache")
+        self.faults.arm(Fault(step["fault"], nth=step.get("nth", 1),
+                              persistent=step.get("persistent", False),
+                              arg=step.get("arg", 0)))
+
+    def inject_alloc(self, step: dict[str, Any]) -> None:
+        """Make the nth engine allocation from now fail."""
+        self.alloc.fail_alloc(step.get("nth", 1),
+                                     step.get("persistent", False))
+
+    def clear(self) -> None:
+        """Disarm every fault."""
+        self.alloc.disarm()
+        if self.faults is not None:
+            self.faults.disarm()
+
     def values(self) -> dict[str, Any]:
         """Counters and slot facts a check may pin."""
         v: dict[str, Any] = dict(self.cache.stats())
@@ -273,9 +320,12 @@ class EngineBackend:
         return v
 
     def close(self) -> None:
-        """Free the cache and the container."""
+        """Free the cache, the container and the injector."""
+        self.alloc.disarm()
         self.cache.close()
         self.container.close()
+        if self.faults is not None:
+            self.faults.close()
 
 
 class OracleBackend:
@@ -289,18 +339,44 @@ class OracleBackend:
 
         self.spec = spec
         self.reader = Container(folder)
+        self.verify = bool(opts.get("verify"))
+        # Reads go through descriptors opened now, as the engine's do, so a
+        # file replaced later keeps serving the bytes validated at open.
+        self.fds: dict[str, tuple[int, tuple[int, int, int]]] = {}
+        for shard in self.reader.shards():
+            fd = os.open(shard, os.O_RDONLY)
+            self.fds[shard] = (fd, _identity(os.fstat(fd)))
+        self.fault: dict[str, Any] | None = None
+        self.reads_seen = 0
+        self.alloc_fault = False
         self.model = CacheModel(spec.layers, spec.n_experts, spec.top_k,
                                 expert_bytes=spec.expert_nbytes,
                                 n_slots=opts["n_slots"],
                                 policy=opts.get("policy", "lru"))
         self.payload: dict[tuple[int, int], bytes] = {}
 
-    def _load(self, layer: int, expert: int) -> bytes | None:
-        try:
-            return b"".join(self.reader.read_bytes(n)
-                            for n in self.spec.expert_names(layer, expert))
-        except OSError:
-            return None
+    def _load(self, layer: int, expert: int) -> tuple[bytes | None, str | None]:
+        """Read an expert as the engine would: (bytes, None) or (None, failure)."""
+        self.reads_seen += 1
+        f = self.fault
+        if f is not None and (self.reads_seen == f["nth"] or
+                              (f["persistent"] and self.reads_seen > f["nth"])):
+            effect = _FAULT_EFFECT[f["fault"]]
+            if f["fault"] == "eintr" and f["persistent"]:
+                effect = "io"  # a storm outlasts the loop's retries
+            if effect is not None:
+                return None, effect
+        parts = []
+        for name in self.spec.expert_names(layer, expert):
+            info = self.reader.tensor(name)
+            fd, ident = self.fds[info.shard]
+            if self.verify and _path_identity(info.shard) != ident:
+                return None, "changed"
+            data = os.pread(fd, info.nbytes, info.offset)
+            if len(data) != info.nbytes:
+                return None, "short"
+            parts.append(data)
+        return b"".join(parts), None
 
     def get(self, layer: int, expert: int) -> bytes:
         """Demand access through the model, reading what a miss would read."""
@@ -308,9 +384,13 @@ class OracleBackend:
         if self.model.slot_of(layer, expert) is not None:
             ref = self.model.get(layer, expert)
         else:
-            data = self._load(layer, expert)
-            ref = self.model.get(layer, expert,
-                                 fail=None if data is not None else "short")
+            data, failure = self._load(layer, expert)
+            try:
+                ref = self.model.get(layer, expert, fail=_model_failure(failure))
+            except Exception as e:
+                if failure == "changed":
+                    raise _Changed(str(e)) from e
+                raise
             assert data is not None
             self.payload[key] = data
         self.model.release(ref)
@@ -318,13 +398,16 @@ class OracleBackend:
 
     def getmany(self, keys: list[tuple[int, int]]) -> int:
         """Batch prefetch through the model with the reads it would make."""
-        loaded = {}
-        failures = {}
+        if self.alloc_fault:  # getmany allocates its key arrays first (F13)
+            raise _NoMemory("getmany: no memory for its key arrays")
+        loaded: dict[tuple[int, int], bytes] = {}
+        failures: dict[tuple[int, int], str] = {}
         for k in keys:
-            if k not in loaded and self.model.slot_of(*k) is None:
-                data = self._load(*k)
-                if data is None:
-                    failures[k] = "short"
+            if (k not in loaded and k not in failures and
+                    self.model.slot_of(*k) is None):
+                data, failure = self._load(*k)
+                if failure is not None:
+                    failures[k] = _model_failure(failure)
                 else:
                     loaded[k] = data
         n = self.model.getmany(keys, failures=failures)
@@ -336,6 +419,21 @@ class OracleBackend:
     def reset(self) -> None:
         """Start a new counter window."""
         self.model.reset_stats()
+
+    def inject(self, step: dict[str, Any]) -> None:
+        """Arm the modelled I/O fault: the nth load from now meets it."""
+        self.fault = {"fault": step["fault"], "nth": step.get("nth", 1),
+                      "persistent": step.get("persistent", False)}
+        self.reads_seen = 0
+
+    def inject_alloc(self, step: dict[str, Any]) -> None:
+        """Model an allocation failure: only getmany allocates (F12, F13)."""
+        self.alloc_fault = True
+
+    def clear(self) -> None:
+        """Disarm every fault."""
+        self.fault = None
+        self.alloc_fault = False
 
     def values(self) -> dict[str, Any]:
         """Counters and slot facts a check may pin."""
@@ -352,7 +450,26 @@ class OracleBackend:
         return v
 
     def close(self) -> None:
-        """Nothing to free."""
+        """Close the held descriptors."""
+        for fd, _ in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _path_identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
+
+
+def _model_failure(failure: str | None) -> str | None:
+    """The oracle model's failure kinds: a changed file is an I/O failure."""
+    return None if failure is None else ("short" if failure == "short" else "io")
 
 
 def _make_backend(kind: str, engine: Any, spec: Any, opts: dict[str, Any],
@@ -389,14 +506,35 @@ class ScenarioRun:
         self.reads = self.wrong = 0
         self.published: int | None = None
         self.last_error: str | None = None
+        self.error_offset: int | None = None
 
-    def _open(self) -> None:
+    def _open(self, fresh: bool = True) -> None:
         if self.backend is not None:
             self.backend.close()
-        if self.scratch.exists():
-            shutil.rmtree(self.scratch)
-        shutil.copytree(self.pristine, self.scratch)
+            self.backend = None
+        if fresh:
+            if self.scratch.exists():
+                shutil.rmtree(self.scratch)
+            shutil.copytree(self.pristine, self.scratch)
         self.backend = self.make(self.scratch)
+
+    def _corrupt(self, step: dict[str, Any]) -> None:
+        """Open a corrupted copy; the error (kind and offset) is what is checked."""
+        from faults import corrupt  # noqa: PLC0415
+
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        shard = next(p for p in sorted(self.pristine.iterdir())
+                     if p.suffix == ".safetensors")
+        getattr(corrupt, f"make_{step['kind']}")(shard, self.scratch / shard.name)
+        try:
+            self.backend = self.make(self.scratch)
+        except Exception as e:  # noqa: BLE001 - the kind is what is checked
+            self.last_error = _kind_of(e)
+            self.error_offset = getattr(e, "offset", None)
+        else:
+            self.last_error = self.error_offset = None
 
     def _expected(self, layer: int, expert: int) -> bytes:
         from fixtures import expected_bytes  # noqa: PLC0415
@@ -454,6 +592,19 @@ class ScenarioRun:
                         self._get(layer, e)
         elif op == "reset":
             self.backend.reset()
+        elif op == "inject":
+            self.backend.inject(step)
+        elif op == "inject_alloc":
+            self.backend.inject_alloc(step)
+        elif op == "clear":
+            self.backend.clear()
+        elif op == "corrupt":
+            self._corrupt(step)
+        elif op == "replace":
+            from faults.corrupt import replace_same_size  # noqa: PLC0415
+
+            for p in sorted(self.scratch.glob("*.safetensors")):
+                replace_same_size(p)
         elif op == "truncate":
             self._truncate(step)
         elif op == "check":
@@ -469,10 +620,12 @@ class ScenarioRun:
             f.truncate(run.offset)
 
     def _check(self, step: dict[str, Any]) -> None:
-        values = self.backend.values()
+        values = self.backend.values() if self.backend is not None else {}
         values.update(reads=self.reads, wrong_reads=self.wrong,
-                      published=self.published, last_error=self.last_error)
-        expect = {**step["expect"], **self.variant_expect.get(step["name"], {})}
+                      published=self.published, last_error=self.last_error,
+                      error_offset=self.error_offset)
+        expect = {**step["expect"], **self.variant_expect.get(step["name"], {}),
+                  **step.get(f"expect_{self._backend_name}", {})}
         bad = {k: values.get(k) for k, want in expect.items()
                if values.get(k) != want}
         if "wrong_reads" in expect:
@@ -486,7 +639,7 @@ class ScenarioRun:
         if bad:
             text += "; expected " + ", ".join(f"{k} {_fmt(expect[k])}"
                                               for k in bad)
-        self.report.add(self.sc["name"] + self.variant, self.backend.name,
+        self.report.add(self.sc["name"] + self.variant, self._backend_name,
                         step["name"] + self.variant, not bad, text,
                         expect, {k: values.get(k) for k in expect})
         self.reads = self.wrong = 0

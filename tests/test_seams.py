@@ -72,3 +72,14 @@ def test_check_maps_status_to_exception_family():
     assert ei.value.kind == "short_read" and ei.value.offset == 0
     assert isinstance(errors.from_status(-108, "offsets", "m"), errors.FormatError)
     assert isinstance(errors.from_status(-8, "budget", "m"), errors.MisuseError)
+
+
+def test_the_engine_in_use_is_the_one_asked_for():
+    """XC_ENGINE_LIB (sanitizer, coverage builds) really replaces the package build."""
+    asked = os.environ.get(_lib.ENV_LIB)
+    loaded = os.path.realpath(_lib.module().__file__)
+    if asked:
+        assert loaded == os.path.realpath(asked)
+    else:
+        assert os.path.dirname(loaded) == os.path.dirname(
+            os.path.realpath(_lib.__file__))

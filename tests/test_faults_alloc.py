@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 import engine
-import fixtures
 from faults.loops import (
     Baseline,
     K3Harness,
@@ -14,23 +13,8 @@ from faults.loops import (
     countdown,
     k3_expected,
 )
-from tests import k3
 
 OOM = (engine.OutOfMemoryError,)
-
-
-@pytest.fixture(scope="module")
-def shard(tmp_path_factory):
-    """A k3-mini shard shared read-only by this module's loops."""
-    return k3.write_k3_mini(tmp_path_factory.mktemp("k3"))
-
-
-@pytest.fixture(scope="module")
-def mixtral(tmp_path_factory):
-    """A three-shard mixtral-mini folder with its index."""
-    out = tmp_path_factory.mktemp("mm") / "mixtral-mini"
-    fixtures.generate("mixtral-mini", out)
-    return out
 
 
 def _check_oom(run: Run) -> None:
@@ -42,11 +26,11 @@ def _check_oom(run: Run) -> None:
 
 
 @pytest.mark.parametrize("persistent", [False, True])
-@pytest.mark.parametrize("which", ["k3", "mixtral"])
-def test_container_open_countdown(shard, mixtral, which, persistent):
+@pytest.mark.parametrize("which", ["k3", "mixtral_dir"])
+def test_container_open_countdown(k3_shard, mixtral_dir, which, persistent):
     """Opening a container with allocation N failing: it opens, or OOM, nothing left."""
-    path = shard if which == "k3" else mixtral
-    n_tensors = {"k3": 144, "mixtral": 111}[which]
+    path = k3_shard if which == "k3" else mixtral_dir
+    n_tensors = {"k3": 144, "mixtral_dir": 111}[which]
     base = Baseline.now()
 
     def check(run: Run) -> None:
@@ -66,9 +50,9 @@ def test_container_open_countdown(shard, mixtral, which, persistent):
 
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_cache_open_countdown(shard, threads, persistent):
+def test_cache_open_countdown(k3_shard, threads, persistent):
     """Opening a cache with allocation N failing: it opens, or OOM, no thread left."""
-    container = engine.Container(str(shard))
+    container = engine.Container(str(k3_shard))
     base = Baseline.now()
 
     def op() -> engine.ExpertCache:
@@ -95,10 +79,10 @@ def test_cache_open_countdown(shard, threads, persistent):
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("op_name", ["get", "getmany", "reset_stats"])
-def test_cache_ops_countdown(shard, op_name, threads, persistent):
+def test_cache_ops_countdown(k3_shard, op_name, threads, persistent):
     """get, getmany and reset_stats with allocation N failing: OOM changes nothing."""
     base = Baseline.now()
-    h = K3Harness(shard, batch_threads=threads)
+    h = K3Harness(k3_shard, batch_threads=threads)
     batch = [(0, 4), (0, 0), (0, 5), (0, 4)]
     alloc_arm, alloc_disarm = alloc_hooks(persistent=persistent)
 
@@ -135,9 +119,9 @@ def test_cache_ops_countdown(shard, op_name, threads, persistent):
     assert len(runs) == (1 if op_name == "get" else 4)
 
 
-def test_cache_open_nomem_message_after_cleanup(shard):
+def test_cache_open_nomem_message_after_cleanup(k3_shard):
     """Regression: the slot-table NOMEM message was read from the freed cache."""
-    container = engine.Container(str(shard))
+    container = engine.Container(str(k3_shard))
     base = Baseline.now()
     seen = []
     for n in range(1, 30):

@@ -9,26 +9,11 @@ import shutil
 import pytest
 
 import engine
-import fixtures
 from faults import corrupt
 from faults.loops import Baseline
 from oracle import safetensors as osf
 from oracle.errors import OracleFormatError
 from tests import k3
-
-
-@pytest.fixture(scope="module")
-def src(tmp_path_factory):
-    """A valid k3-mini shard."""
-    return k3.write_k3_mini(tmp_path_factory.mktemp("k3"))
-
-
-@pytest.fixture(scope="module")
-def mixtral(tmp_path_factory):
-    """A valid three-shard mixtral-mini folder with its index."""
-    out = tmp_path_factory.mktemp("mm") / "mixtral-mini"
-    fixtures.generate("mixtral-mini", out)
-    return out
 
 
 def _engine_kind(path) -> tuple[str, int | None] | None:
@@ -68,11 +53,11 @@ EXPECTED = {  # kind, offset for k3-mini (DATA_START 20,608, FILE_BYTES 59,776)
 
 
 @pytest.mark.parametrize("maker", sorted(corrupt.MAKERS))
-def test_each_kind_from_a_valid_file(src, tmp_path, maker):
+def test_each_kind_from_a_valid_file(k3_shard, tmp_path, maker):
     """Each corruptor gives its kind at its offset; the oracle agrees on the kind."""
     dst = tmp_path / "bad.safetensors"
     base = Baseline.now()
-    want = corrupt.MAKERS[maker](src, dst)
+    want = corrupt.MAKERS[maker](k3_shard, dst)
     assert tuple(want) == EXPECTED[maker]
     with pytest.raises(engine.FormatError) as info:
         engine.Container(str(dst))
@@ -82,10 +67,10 @@ def test_each_kind_from_a_valid_file(src, tmp_path, maker):
     base.assert_back(maker)
 
 
-def test_dropped_index_entry_is_index(mixtral, tmp_path):
+def test_dropped_index_entry_is_index(mixtral_dir, tmp_path):
     """A tensor missing from weight_map: kind index in both readers, shard named."""
     folder = tmp_path / "mm"
-    shutil.copytree(mixtral, folder)
+    shutil.copytree(mixtral_dir, folder)
     name = corrupt.drop_from_index(folder)
     with pytest.raises(engine.FormatError) as info:
         engine.Container(str(folder))
@@ -94,10 +79,10 @@ def test_dropped_index_entry_is_index(mixtral, tmp_path):
     assert _oracle_kind(folder) == "index"
 
 
-def test_missing_shard_is_index(mixtral, tmp_path):
+def test_missing_shard_is_index(mixtral_dir, tmp_path):
     """A shard the index names but the folder lacks: kind index in both readers."""
     folder = tmp_path / "mm"
-    shutil.copytree(mixtral, folder)
+    shutil.copytree(mixtral_dir, folder)
     os.remove(folder / "model-00002-of-00003.safetensors")
     base = Baseline.now()
     with pytest.raises(engine.FormatError) as info:
@@ -108,10 +93,10 @@ def test_missing_shard_is_index(mixtral, tmp_path):
     base.assert_back("missing shard")
 
 
-def test_trailing_bytes_on_one_shard(mixtral, tmp_path):
+def test_trailing_bytes_on_one_shard(mixtral_dir, tmp_path):
     """Three stray bytes after shard 2's data: length at its old end, in that file."""
     folder = tmp_path / "mm"
-    shutil.copytree(mixtral, folder)
+    shutil.copytree(mixtral_dir, folder)
     shard = folder / "model-00002-of-00003.safetensors"
     end = corrupt.append_trailing(shard)
     with pytest.raises(engine.FormatError) as info:
@@ -125,10 +110,10 @@ def test_trailing_bytes_on_one_shard(mixtral, tmp_path):
     (0, "too_short"), (7, "too_short"), (8, "header_past_end"),
     (20607, "header_past_end"), (20608, "length"), (59775, "length"),
 ])
-def test_truncate_at(src, tmp_path, cut, kind):
+def test_truncate_at(k3_shard, tmp_path, cut, kind):
     """Truncating k3-mini at each boundary gives the first check it breaks."""
     dst = tmp_path / "cut.safetensors"
-    shutil.copyfile(src, dst)
+    shutil.copyfile(k3_shard, dst)
     corrupt.truncate_at(dst, cut)
     got = _engine_kind(dst)
     assert got is not None and got[0] == kind == _oracle_kind(dst)
@@ -142,9 +127,9 @@ def test_truncate_at(src, tmp_path, cut, kind):
     (b'"shape": [8, 64]', b'"shape": [8, 6x]'),
     (b'"shape": [8, 64]', b'"shape": tru    '),
 ])
-def test_malformed_value_is_json_not_schema(src, tmp_path, text, at):
+def test_malformed_value_is_json_not_schema(k3_shard, tmp_path, text, at):
     """Regression: a malformed value where a typed one belongs is json, not schema."""
-    raw = src.read_bytes()
+    raw = k3_shard.read_bytes()
     assert len(text) == len(at)
     dst = tmp_path / "bad.safetensors"
     dst.write_bytes(raw.replace(text, at, 1))
@@ -155,9 +140,9 @@ def test_malformed_value_is_json_not_schema(src, tmp_path, text, at):
     assert got[1] == raw.index(text) + first_diff
 
 
-def test_wrong_but_wellformed_type_stays_schema(src, tmp_path):
+def test_wrong_but_wellformed_type_stays_schema(k3_shard, tmp_path):
     """A well-formed value of the wrong type is still schema in both readers."""
-    raw = src.read_bytes()
+    raw = k3_shard.read_bytes()
     dst = tmp_path / "bad.safetensors"
     dst.write_bytes(raw.replace(b'"dtype": "U8"', b'"dtype": true', 1))
     assert _engine_kind(dst) == ("schema", raw.index(b'"dtype": "U8"') + 9)
@@ -174,9 +159,9 @@ KNOWN = {("offsets", "size"), ("dtype", "json"), ("schema", "json"),
          ("duplicate", "json")}
 
 
-def test_header_byte_flips_agree_with_the_oracle(src, tmp_path):
+def test_header_byte_flips_agree_with_the_oracle(k3_shard, tmp_path):
     """Header byte flips: both reject the same files; kinds differ only in KNOWN."""
-    raw = src.read_bytes()
+    raw = k3_shard.read_bytes()
     dst = tmp_path / "flip.safetensors"
     verdicts: collections.Counter = collections.Counter()
     for off in range(0, k3.DATA_START, 37):

@@ -113,3 +113,31 @@ def test_unwritable_trace_path_is_an_io_error(tmp_path):
     with pytest.raises(engine.EngineIOError):
         engine.ExpertCache(k3.open_container(path), n_slots=8, top_k=4,
                            trace_path=tmp_path / "no" / "such" / "dir" / "t")
+
+
+def test_policy_lab_reads_an_engine_trace(tmp_path):
+    """The lab reads an engine trace; its simulator gives the live counters."""
+    import csv
+
+    import replay
+    from oracle.traces import read_trace
+
+    path = k3.write_k3_mini(tmp_path)
+    tr = tmp_path / "run.bin"  # the magic, not the extension, decides
+    c = engine.ExpertCache(k3.open_container(path), n_slots=8, top_k=4,
+                           trace_path=tr)
+    decode(c, steps(2, 60), use_stream=False)
+    live = c.stats()
+    c.close()
+    auto, direct = read_trace(tr), load_engine_trace(tr)
+    assert (auto.token.tolist(), auto.layer.tolist(), auto.expert.tolist()) == (
+        direct.token.tolist(), direct.layer.tolist(), direct.expert.tolist())
+    out = tmp_path / "lab"
+    assert replay.trace_main(["--trace", str(tr), "--policies", "lru",
+                              "--slots", "8", "--executor", "thread",
+                              "--quiet", str(out)]) == 0
+    with open(out / "results.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert (row["policy"], int(row["slots"]), int(row["requests"]),
+            int(row["hits"]), int(row["misses"])) == (
+        "lru", 8, live["requests"], live["hits"], live["misses"])

@@ -1081,6 +1081,12 @@ def main(argv: list[str] | None = None) -> int:
     except CannotRun as e:
         print(f"CANNOT RUN: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    except (OSError, ImportError, KeyError, ValueError) as e:
+        # setup that failed outside the checks (a folder that cannot be
+        # made, an unreadable pins file, an engine that will not import):
+        # the replay could not run, which is not a failed check
+        print(f"CANNOT RUN: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     total_s = time.perf_counter() - t0
     failed = report.failed
     word = "FAIL" if failed else "PASS"
@@ -1089,10 +1095,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{extra}scenarios {sc_s:.2f} s, total {total_s:.1f} s "
           f"(build {build_s:.1f} s)")
     if ns.json_path:
-        Path(ns.json_path).write_text(json.dumps({
-            "passed": not failed, "scenarios": names, "cflags": cflags,
-            "timing_s": {"build": build_s, "scenarios": sc_s, "total": total_s},
-            "checks": report.checks}, indent=1, default=str) + "\n")
+        try:
+            Path(ns.json_path).write_text(json.dumps({
+                "passed": not failed, "scenarios": names, "cflags": cflags,
+                "timing_s": {"build": build_s, "scenarios": sc_s,
+                             "total": total_s},
+                "checks": report.checks}, indent=1, default=str) + "\n")
+        except OSError as e:
+            print(f"CANNOT RUN: cannot write the report: {e}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
     if not ns.keep:
         shutil.rmtree(work, ignore_errors=True)
     return EXIT_FAIL if failed else EXIT_PASS

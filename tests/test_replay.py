@@ -106,3 +106,11 @@ def test_bad_arguments_exit_2(tmp_path):
     assert p.returncode == 2 and "no engine tree there" in p.stderr
     p = _replay(str(tmp_path / "out"), "--scenario", "no-such-scenario")
     assert p.returncode == 2 and "no scenarios found" in p.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    p = _replay(str(blocker / "out"))  # a folder that cannot be made
+    assert p.returncode == 2 and "CANNOT RUN" in p.stderr
+    assert "Traceback" not in p.stderr
+    p = _replay(str(tmp_path / "out"), "--scenario", "faults-alloc",
+                "--json", str(blocker / "r.json"))
+    assert p.returncode == 2 and "cannot write the report" in p.stderr

@@ -34,6 +34,7 @@ struct xc_fault {
     pthread_mutex_t mu;
     handle_path *handles; /* open handles and their paths */
     size_t n_handles, cap_handles;
+    size_t n_opening;     /* opens under way: room is kept for each */
     /* arming */
     int kind;
     uint64_t nth;
@@ -63,8 +64,11 @@ static int fault_open(void *ctx, const char *path, int direct,
     copy = xc_strdup(path);
     if (copy == NULL)
         return -ENOMEM;
+    /* Reserve a table entry before opening, so that a successful open never
+     * has to be undone for want of memory; the reservation counts opens
+     * under way in other threads too. */
     pthread_mutex_lock(&f->mu);
-    if (f->n_handles == f->cap_handles) {
+    if (f->n_handles + f->n_opening == f->cap_handles) {
         size_t cap = f->cap_handles ? 2 * f->cap_handles : 8;
         handle_path *p = xc_realloc(f->handles, cap * sizeof *p);
         if (p == NULL) {
@@ -75,13 +79,16 @@ static int fault_open(void *ctx, const char *path, int direct,
         f->handles = p;
         f->cap_handles = cap;
     }
+    f->n_opening++;
     pthread_mutex_unlock(&f->mu);
     rc = f->inner.open(f->inner.ctx, path, direct, &h);
+    pthread_mutex_lock(&f->mu);
+    f->n_opening--;
     if (rc < 0) {
+        pthread_mutex_unlock(&f->mu);
         xc_free(copy);
         return rc;
     }
-    pthread_mutex_lock(&f->mu);
     f->handles[f->n_handles].handle = h;
     f->handles[f->n_handles].path = copy;
     f->n_handles++;

@@ -2,8 +2,11 @@
 
 Builds bench/hit_path.c with the engine sources, runs it on a k3-mini made
 by fixtures, then times the same hit from Python through ExpertCache.get
-and through the raw binding, and an empty cffi call (xc_alloc_count) as the
-floor.  Best of 5 rounds each.  Last line: the ratios.
+and through the raw bindings (xc_ref get/release, and the integer handles
+xc_cache_hold/unhold the Python API uses), beside two floors: one empty cffi
+call (xc_alloc_count, no arguments) and two one-argument calls
+(xc_cache_n_slots twice), since a get+release is two calls.  Best of 5
+rounds each.  Last line: the ratios against the one-call floor.
 """
 
 from __future__ import annotations
@@ -45,17 +48,24 @@ def main():
     ptr, ref = cache._ptr, ffi.new("xc_ref *")
     n = 200000
     floor = best_ns("f()", n, f=lib.xc_alloc_count)
+    floor2 = best_ns("f(p); f(p)", n, f=lib.xc_cache_n_slots, p=ptr)
     raw = best_ns("g(p, 0, 3, r); rel(p, r)", n, g=lib.xc_cache_get,
                   rel=lib.xc_cache_release, p=ptr, r=ref)
+    hold = best_ns("u(p, h(p, 0, 3))", n, h=lib.xc_cache_hold,
+                   u=lib.xc_cache_unhold, p=ptr)
     api = best_ns("c.get(0, 3).release()", n, c=cache)
     cache.close()
     shutil.rmtree(tmp)
     print(f"C get+release hit:                {c_ns:8.1f} ns (goal < 100)")
     print(f"empty cffi call (floor):          {floor:8.1f} ns")
-    print(f"Python raw binding get+release:   {raw:8.1f} ns")
+    print(f"two 1-arg cffi calls (floor x2):  {floor2:8.1f} ns "
+          f"({floor2 / floor:.2f}x floor)")
+    print(f"Python raw xc_ref get+release:    {raw:8.1f} ns")
+    print(f"Python raw hold+unhold (ints):    {hold:8.1f} ns")
     print(f"Python ExpertCache.get().release: {api:8.1f} ns")
     print(f"ratio: C {c_ns:.1f} ns; Python raw {raw / floor:.2f}x floor, "
-          f"ExpertCache {api / floor:.2f}x floor (goal <= 3x)")
+          f"hold+unhold {hold / floor:.2f}x, ExpertCache {api / floor:.2f}x "
+          f"floor (goal <= 3x), {api / floor2:.2f}x the two-call floor")
 
 
 if __name__ == "__main__":

@@ -186,6 +186,30 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 void xc_cache_close(xc_cache *c);
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 int xc_cache_release(xc_cache *c, const xc_ref *ref);
+
+/* xc_cache_get and xc_cache_release for a binding that wants plain
+ * integers (so cffi's argument conversion stays cheap and no xc_ref is
+ * allocated per call).  A *handle* is (generation mod 2^31) << 32 | slot,
+ * always >= 0.
+ *
+ * xc_cache_hold does exactly what xc_cache_get does -- hit, wait or load,
+ * with the same counters, clock, policy events and trace records -- and
+ * returns the handle of the held reference, or a negative XC_E_* status
+ * with the cache left as xc_cache_get leaves it on that failure.
+ *
+ * xc_cache_unhold gives back one hold taken by xc_cache_hold (or the hold
+ * of an xc_ref turned into a handle by the caller with the same formula).
+ * XC_E_MISUSE, nothing changed, for a handle outside this cache, a slot
+ * republished since (generations compared mod 2^31) or a slot with no hold
+ * left.  Does not touch the clock.
+ *
+ * xc_cache_hold_data returns the first payload byte of a held handle's
+ * expert (xc_cache_expert_bytes long, valid until the hold is given back),
+ * or NULL, recording XC_E_MISUSE, when the handle holds nothing now.  It
+ * changes nothing. */
+int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);
+int xc_cache_unhold(xc_cache *c, int64_t handle);
+const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
 int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published);
 int xc_cache_prefetch(xc_cache *c, const int32_t *layers,

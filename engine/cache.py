@@ -76,19 +76,31 @@ class _Layout:
 class Expert:
     """A held reference to one resident expert; release it (or use ``with``)."""
 
-    __slots__ = ("_cache", "_ref", "key", "_released")
+    # _h is the C handle of the hold (xc.h, xc_cache_hold): an int, so the
+    # hit path allocates no xc_ref and the views are made only when asked.
+    __slots__ = ("_cache", "_h", "key", "_released")
 
-    def __init__(self, cache: ExpertCache, ref: Any, key: tuple[int, int]) -> None:
+    def __init__(self, cache: ExpertCache, handle: int,
+                 key: tuple[int, int]) -> None:
         self._cache = cache
-        self._ref = ref
+        self._h = handle
         self.key = key
         self._released = False
+
+    @property
+    def slot(self) -> int:
+        """The slot that holds this expert."""
+        return self._h & 0xFFFFFFFF
 
     @property
     def data(self) -> np.ndarray:
         """The whole payload as a read-only zero-copy uint8 view."""
         self._alive()
-        buf = _lib.ffi().buffer(self._ref.data, self._ref.nbytes)
+        cache = self._cache
+        ptr = cache._lib.xc_cache_hold_data(cache._ptr, self._h)
+        if ptr == _lib.ffi().NULL:
+            _lib.check(cache._lib.XC_E_MISUSE)  # recorded by C with its message
+        buf = _lib.ffi().buffer(ptr, cache._expert_bytes)
         a = np.frombuffer(buf, dtype=np.uint8)
         a.flags.writeable = False
         return a
@@ -102,9 +114,10 @@ class Expert:
 
     def release(self) -> None:
         """Give the hold back; a second release is a MisuseError."""
-        self._alive()  # C cannot tell our hold from another on the same slot
+        if self._released:  # C cannot tell our hold from another's
+            self._alive()
         cache = self._cache
-        rc = cache._release(cache._ptr, self._ref)
+        rc = cache._unhold(cache._ptr, self._h)
         if rc:
             _lib.check(rc)
         self._released = True
@@ -183,17 +196,17 @@ class ExpertCache:
             lib.xc_cache_mlock_note(self._ptr)).decode("utf-8", "replace")
         self._lib = lib
         # bound once: the hit path is a few hundred ns and lookups show
-        self._get, self._release = lib.xc_cache_get, lib.xc_cache_release
+        self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
+        self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         self._new = ffi.new
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
         """Demand access: a held reference to (layer, expert), loaded if needed."""
-        ref = self._new("xc_ref *")
-        rc = self._get(self._ptr, layer, expert, ref)
-        if rc:
-            _lib.check(rc)
-        return Expert(self, ref, (layer, expert))
+        h = self._hold(self._ptr, layer, expert)
+        if h < 0:
+            _lib.check(h)
+        return Expert(self, h, (layer, expert))
 
     def getmany(self, keys: Iterable[tuple[int, int]]) -> int:
         """Batch prefetch of (layer, expert) keys; returns how many were loaded."""
@@ -238,15 +251,16 @@ class ExpertCache:
                                              len(keys), out))
         st = out[0]
         index = ffi.new("size_t *")
+        ref = self._new("xc_ref *")
         try:
             while True:
-                ref = self._new("xc_ref *")
                 rc = lib.xc_cache_stream_next(st, ref, index)
                 if rc == _STREAM_END:
                     return
                 if rc:
                     _lib.check(rc)
-                yield Expert(self, ref, keys[index[0]])
+                h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
+                yield Expert(self, h, keys[index[0]])
         finally:
             lib.xc_cache_stream_end(st)
 

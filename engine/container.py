@@ -118,6 +118,10 @@ class Container:
 
     def names(self) -> list[str]:
         """Every tensor name in container order (shard by shard, by offset)."""
+        return list(self._name_list())
+
+    def _name_list(self) -> list[str]:
+        """The cached name list (built on first use); not to be mutated."""
         if self._names is None:
             ffi, lib = _lib.ffi(), _lib.lib()
             ptr = self._handle()
@@ -129,17 +133,15 @@ class Container:
             # than one C call and one ffi.string per name at 200k names.
             text = str(ffi.buffer(buf, int(needed[0])), "utf-8")
             names = text.split("\0")
-            self._names = names[:-1]
-        return list(self._names)
+            names.pop()  # the empty string after the last NUL
+            self._names = names
+        return self._names
 
     def __len__(self) -> int:
         return int(_lib.lib().xc_st_n_tensors(self._handle()))
 
     def __iter__(self) -> Iterator[str]:
-        if self._names is None:
-            self.names()
-        assert self._names is not None
-        return iter(self._names)
+        return iter(self._name_list())
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):

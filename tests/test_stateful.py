@@ -131,7 +131,7 @@ class CacheAgreement(RuleBasedStateMachine):
         if out is None:
             return multiple()
         x, ref = out
-        assert x._ref.slot == ref.slot, f"get{key}: slot {x._ref.slot} vs {ref.slot}"
+        assert x.slot == ref.slot, f"get{key}: slot {x.slot} vs {ref.slot}"
         self.held.append(out)
         return out
 

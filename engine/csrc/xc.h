@@ -472,6 +472,30 @@ int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
  * with no hold left (a double release).  Does not touch the clock. */
 int xc_cache_release(xc_cache *c, const xc_ref *ref);
 
+/* xc_cache_get and xc_cache_release for a binding that wants plain
+ * integers (so cffi's argument conversion stays cheap and no xc_ref is
+ * allocated per call).  A *handle* is (generation mod 2^31) << 32 | slot,
+ * always >= 0.
+ *
+ * xc_cache_hold does exactly what xc_cache_get does -- hit, wait or load,
+ * with the same counters, clock, policy events and trace records -- and
+ * returns the handle of the held reference, or a negative XC_E_* status
+ * with the cache left as xc_cache_get leaves it on that failure.
+ *
+ * xc_cache_unhold gives back one hold taken by xc_cache_hold (or the hold
+ * of an xc_ref turned into a handle by the caller with the same formula).
+ * XC_E_MISUSE, nothing changed, for a handle outside this cache, a slot
+ * republished since (generations compared mod 2^31) or a slot with no hold
+ * left.  Does not touch the clock.
+ *
+ * xc_cache_hold_data returns the first payload byte of a held handle's
+ * expert (xc_cache_expert_bytes long, valid until the hold is given back),
+ * or NULL, recording XC_E_MISUSE, when the handle holds nothing now.  It
+ * changes nothing. */
+int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);
+int xc_cache_unhold(xc_cache *c, int64_t handle);
+const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
+
 /* Batch prefetch (docs/CACHE.md getmany steps 1-3): reserves slots for the
  * missing keys serially, reads them in parallel on the cache's readers and
  * publishes them serially; *published (may be NULL) receives how many were

@@ -95,6 +95,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,7 +176,8 @@ struct xc_stream {
 typedef struct job {
     struct job *next;
     resv *items;
-    size_t n, next_item, n_done;
+    size_t n, next_item;
+    _Atomic size_t n_done; /* read unlocked by the caller's spin */
 } job;
 
 struct xc_cache {
@@ -220,6 +222,7 @@ struct xc_cache {
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_work, pool_done;
     job *jobs;
+    _Atomic size_t pool_unclaimed; /* items queued, not yet claimed */
     int pool_stop;
     int n_workers;
     pthread_t *workers;
@@ -549,6 +552,66 @@ int xc_cache_release(xc_cache *c, const xc_ref *ref)
 }
 
 /* ------------------------------------------------------------------ */
+/* Integer handles (xc.h: xc_cache_hold)                                */
+/* ------------------------------------------------------------------ */
+
+#define GEN_MASK 0x7fffffffu
+
+/* The slot a handle names if it is a held READY reference (mu held), or
+ * NULL. */
+static slot *held_slot(xc_cache *c, int64_t handle)
+{
+    int64_t si = handle & 0xffffffff;
+    slot *s;
+    if (handle < 0 || (uint64_t)si >= c->n_slots)
+        return NULL;
+    s = &c->slots[si];
+    if (s->state != XC_SLOT_READY || s->holds == 0 ||
+        (s->generation & GEN_MASK) != (uint32_t)(handle >> 32))
+        return NULL;
+    return s;
+}
+
+int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert)
+{
+    xc_ref ref;
+    int rc = xc_cache_get(c, layer, expert, &ref);
+    if (rc != XC_OK)
+        return rc;
+    return (int64_t)(ref.generation & GEN_MASK) << 32 | (int64_t)ref.slot;
+}
+
+int xc_cache_unhold(xc_cache *c, int64_t handle)
+{
+    slot *s;
+    pthread_mutex_lock(&c->mu);
+    if ((s = held_slot(c, handle)) == NULL) {
+        pthread_mutex_unlock(&c->mu);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "release: handle %lld holds no reference (released "
+                       "twice, republished since, or of another cache)",
+                       (long long)handle);
+    }
+    s->holds--;
+    pthread_mutex_unlock(&c->mu);
+    return XC_OK;
+}
+
+const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle)
+{
+    const uint8_t *p = NULL;
+    slot *s;
+    pthread_mutex_lock(&c->mu);
+    if ((s = held_slot(c, handle)) != NULL)
+        p = slot_mem(c, (int32_t)(handle & 0xffffffff)) + s->payload_off;
+    pthread_mutex_unlock(&c->mu);
+    if (p == NULL)
+        xc_fail(XC_E_MISUSE, -1, -1, -1, "handle %lld holds no reference",
+                (long long)handle);
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
 /* pin / unpin                                                          */
 /* ------------------------------------------------------------------ */
 
@@ -610,6 +673,46 @@ static void read_one(const xc_cache *c, resv *r)
     r->ns = now_ns() - t0;
 }
 
+/* How long a batch reader keeps polling for work before it sleeps on a
+ * condition variable, and how long getmany's caller polls for the last
+ * item of its batch.  A 768 KiB page-cache read takes ~30-60 us here; a
+ * condvar wake-up on this 2-vCPU VM took 50-150 us, so a sleeping reader
+ * joined a batch of four after the caller had read most of it (2 threads:
+ * 0.40 of the C pread floor, 1 thread: ~1.0).  Polling for 100 us keeps the
+ * reader hot across back-to-back batches (bench/load_throughput.py,
+ * 2026-11-29) and costs at most that much CPU after the last batch. */
+#define POOL_SPIN_NS 100000u
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls *v without a lock until it equals target (want_equal) or differs
+ * from it (!want_equal), for at most about POOL_SPIN_NS.  Returns 1 if it
+ * did, 0 on timeout.  The acquire load pairs with the release updates. */
+static int spin_until(_Atomic size_t *v, size_t target, int want_equal)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 1;; i++) {
+        size_t x = atomic_load_explicit(v, memory_order_acquire);
+        if (want_equal ? x == target : x != target)
+            return 1;
+        cpu_relax();
+        if ((i & 63) == 0) {
+            uint64_t t = now_ns();
+            if (t0 == 0)
+                t0 = t;
+            else if (t - t0 > POOL_SPIN_NS)
+                return 0;
+        }
+    }
+}
+
 /* Claims the next item of j (pool_mu held); unlinks j when it has none
  * left.  Returns NULL when every item is claimed. */
 static resv *claim(xc_cache *c, job *j)
@@ -618,6 +721,7 @@ static resv *claim(xc_cache *c, job *j)
     if (j->next_item == j->n)
         return NULL;
     r = &j->items[j->next_item++];
+    atomic_fetch_sub_explicit(&c->pool_unclaimed, 1, memory_order_relaxed);
     if (j->next_item == j->n) {
         job **pp = &c->jobs;
         while (*pp != j)
@@ -627,9 +731,14 @@ static resv *claim(xc_cache *c, job *j)
     return r;
 }
 
+/* One item of j ended (pool_mu held).  The caller may be polling n_done
+ * without the lock and return as soon as it reaches n, so j is not touched
+ * after the increment. */
 static void done_one(xc_cache *c, job *j)
 {
-    if (++j->n_done == j->n)
+    size_t n = j->n;
+    if (atomic_fetch_add_explicit(&j->n_done, 1, memory_order_release) + 1 ==
+        n)
         pthread_cond_broadcast(&c->pool_done);
 }
 
@@ -640,6 +749,12 @@ static void *worker_main(void *arg)
     for (;;) {
         job *j;
         resv *r;
+        if (c->jobs == NULL && !c->pool_stop) {
+            /* poll a while before sleeping (POOL_SPIN_NS) */
+            pthread_mutex_unlock(&c->pool_mu);
+            spin_until(&c->pool_unclaimed, 0, 0);
+            pthread_mutex_lock(&c->pool_mu);
+        }
         while (c->jobs == NULL && !c->pool_stop)
             pthread_cond_wait(&c->pool_work, &c->pool_mu);
         if (c->jobs == NULL)
@@ -659,7 +774,7 @@ static void *worker_main(void *arg)
  * workers, and returns when all have ended. */
 static void read_batch(xc_cache *c, resv *items, size_t n)
 {
-    job j = {NULL, items, n, 0, 0};
+    job j;
     resv *r;
     if (n == 0)
         return;
@@ -669,6 +784,11 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
             read_one(c, &items[i]);
         return;
     }
+    j.next = NULL;
+    j.items = items;
+    j.n = n;
+    j.next_item = 0;
+    atomic_init(&j.n_done, 0);
     pthread_mutex_lock(&c->pool_mu);
     {
         job **pp = &c->jobs;
@@ -676,6 +796,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
             pp = &(*pp)->next;
         *pp = &j;
     }
+    atomic_fetch_add_explicit(&c->pool_unclaimed, n, memory_order_release);
     pthread_cond_broadcast(&c->pool_work);
     while ((r = claim(c, &j)) != NULL) {
         pthread_mutex_unlock(&c->pool_mu);
@@ -683,7 +804,15 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
         pthread_mutex_lock(&c->pool_mu);
         done_one(c, &j);
     }
-    while (j.n_done < j.n)
+    if (atomic_load(&j.n_done) < j.n) {
+        /* a reader still has our last item: poll before sleeping */
+        pthread_mutex_unlock(&c->pool_mu);
+        if (spin_until(&j.n_done, j.n, 1))
+            return; /* done_one touches j no more after its increment,
+                       and its release orders the item's results */
+        pthread_mutex_lock(&c->pool_mu);
+    }
+    while (atomic_load(&j.n_done) < j.n)
         pthread_cond_wait(&c->pool_done, &c->pool_mu);
     pthread_mutex_unlock(&c->pool_mu);
 }

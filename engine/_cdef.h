@@ -281,3 +281,34 @@ void xc_fault_disarm(xc_fault *f);
 uint64_t xc_fault_reads(const xc_fault *f);
 uint64_t xc_fault_fired(const xc_fault *f);
 int64_t xc_fault_open_handles(const xc_fault *f);
+
+/* ===================== TEST HOOKS (xc_testhooks.c) ======================
+ * For the test suite only; never call from production code.  Corrupts one
+ * field of a live cache (what = XC_TH_*, a and b name slots or variants as
+ * documented in xc_testhooks.c), runs xc_cache_check(), restores every
+ * field and returns check()'s result: the INV-* number it found (its
+ * message in the error record), 0 if none, XC_E_MISUSE for arguments that
+ * do not fit this cache or when the hook's mirror of the private cache
+ * layout has drifted from xc_cache.c (nothing is written then). */
+enum {
+    XC_TH_SLOT_STATE = 1,
+    XC_TH_SLOT_KEY_RANGE = 2,
+    XC_TH_KEY_TWICE = 3,
+    XC_TH_INDEX = 4,
+    XC_TH_EMPTY_FIELD = 5,
+    XC_TH_INFLIGHT_FIELD = 6,
+    XC_TH_READS = 7,
+    XC_TH_CLOCK = 8,
+    XC_TH_CLOCK_SHARED = 9,
+    XC_TH_COUNTERS = 10,
+    XC_TH_PREFETCH = 11,
+    XC_TH_POLICY_COUNT = 12,
+    XC_TH_POLICY_STATE = 13,
+    XC_TH_QUEUE_DEPTH = 14,
+    XC_TH_QUEUE_SLOT = 15,
+    XC_TH_QUEUE_STATE = 16,
+    XC_TH_QUEUE_TWICE = 17,
+    XC_TH_SPEC = 18,
+};
+int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
+/* ===================== end of TEST HOOKS ================================ */

@@ -270,6 +270,12 @@ int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
     rc = io->open(io->ctx, path, 0, &h);
     if (rc == -ENOENT)
         return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file", path);
+    /* ENOMEM is a failed allocation (the kernel's, or a vtable's own, as
+     * the fault injector's): the caller's documented OutOfMemoryError, not
+     * an I/O error, so allocation countdowns see one error class. */
+    if (rc == -ENOMEM)
+        return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: open failed: no memory",
+                       path);
     if (rc != 0)
         return xc_fail(XC_E_IO, -1, -1, -1, "%s: open failed: %s (errno %d)",
                        path, strerror(-rc), -rc);

@@ -457,7 +457,9 @@ void xc_cache_close(xc_cache *c);
 
 /* Demand access (docs/CACHE.md get steps 1-6): returns a held reference to
  * (layer, expert), loading it if needed and waiting for another thread's
- * read of the same key.  XC_E_MISUSE for a key outside the cache (nothing
+ * read of the same key -- except a stream's reservation that nobody is
+ * reading yet, which it reads itself and publishes for that stream (the
+ * stream keeps its hold; docs/CACHE.md "Claiming").  XC_E_MISUSE for a key outside the cache (nothing
  * changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
  * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
  * is EMPTY again, the failure counted, the evicted key stays evicted, the
@@ -534,7 +536,9 @@ void xc_cache_drain(xc_cache *c);
  * reserves slots for the missing ones (counted as misses, in the order
  * given, like a run of gets that hold) and queues their reads; otherwise
  * it changes nothing and xc_cache_stream_next does plain gets in order.
- * The caller owns *out and must end it with xc_cache_stream_end before
+ * A reserved miss with nobody to read it (no readers, or the queue full)
+ * is read by xc_cache_stream_next, or by any get or stream that needs the
+ * key first (it is then published for this stream).  The caller owns *out and must end it with xc_cache_stream_end before
  * closing the cache. */
 typedef struct xc_stream xc_stream;
 int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,

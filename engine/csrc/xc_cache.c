@@ -78,9 +78,18 @@
  * clock a run of get()s would leave -- and their reads queued.  next()
  * yields the hits in order, then reads as they complete (a reader pushes
  * its item onto the stream's completion list), reading in the consumer
- * itself what the queue could not take.  A speculative prefetch is a
- * prefetch whose loads carry their own mark (spec), so guesses that were
- * never used are counted apart from prefetches that were asked for.
+ * itself what the queue could not take.  Such a kept miss is INFLIGHT with
+ * nobody reading it, so waiting for it would be waiting for the consumer
+ * -- forever, if the waiter *is* the consumer (a get of that key from its
+ * own thread).  So every INFLIGHT slot carries an owner tag (slot.owner),
+ * and a kept miss (OWN_STREAM) is claimable: the first get() or stream
+ * that needs the key reads it itself and publishes it for the stream (the
+ * stream's hold, its completion list), then carries on as after a wait.
+ * Nothing ever waits on a read that nobody is doing.
+ *
+ * A speculative prefetch is a prefetch whose loads carry their own mark
+ * (spec), so guesses that were never used are counted apart from
+ * prefetches that were asked for.
  *
  * Locking: one mutex guards every slot field, the index, the clock, the
  * counters, the policy, the read-ahead ring, every stream's state and the
@@ -112,7 +121,25 @@ typedef struct slot {
     uint32_t generation;  /* bumped at each publish */
     uint64_t last_use, insert_tick, freq;
     uint64_t payload_off;
+    /* INFLIGHT only: who owns the read (OWN_*), and for OWN_STREAM /
+     * OWN_CLAIMED the stream and its item */
+    uint8_t owner;
+    struct xc_stream *ost;
+    size_t oidx;
 } slot;
+
+/* Owner of an INFLIGHT slot's read (slot.owner).  OWN_STREAM is the one
+ * reservation nobody is reading yet: any thread that needs the key claims
+ * it (stream_claim_read) instead of waiting for the consumer. */
+enum {
+    OWN_NONE = 0,   /* not INFLIGHT */
+    OWN_DEMAND,     /* a get() reading it in its own thread */
+    OWN_BATCH,      /* a getmany()/prefetch() caller reading it */
+    OWN_QUEUED,     /* in the read-ahead ring */
+    OWN_ACTIVE,     /* taken from the ring by a read-ahead reader */
+    OWN_STREAM,     /* a stream's miss, not read yet: claimable */
+    OWN_CLAIMED,    /* a stream's miss being read by whoever claimed it */
+};
 
 #define SLOT_PROTECTED(s) ((s)->holds != 0 || (s)->pins != 0)
 
@@ -152,7 +179,9 @@ typedef struct aitem {
 enum {
     ST_HIT,       /* resident at begin: counted, held, not yet yielded */
     ST_QUEUED,    /* our miss, its read in the read-ahead ring */
-    ST_LOCAL,     /* our miss, to be read by next() (ring full / no readers) */
+    ST_LOCAL,     /* our miss, not read yet (ring full / no readers): read
+                   * by next(), or claimed by any get or stream needing it */
+    ST_READING,   /* our miss, claimed: some thread is reading it */
     ST_FOREIGN,   /* INFLIGHT at begin by another read: resolved by next() */
     ST_DEFER,     /* no slot at begin: a plain get, last */
     ST_DONE,      /* our read ended (rc says how), not yet yielded */
@@ -167,7 +196,9 @@ struct xc_stream {
     int *rc;              /* per item: result of its read */
     uint8_t *state;       /* per item: ST_* */
     size_t *done;         /* completion order of ST_DONE items */
-    size_t n_done, done_next, hit_next, n_queued;
+    size_t n_done, done_next, hit_next;
+    size_t n_queued;      /* items in the ring or being read (ST_QUEUED,
+                           * ST_READING): end() waits for them */
     int plain;            /* below split_min_misses: plain gets in order */
     size_t plain_next;
 };
@@ -345,6 +376,9 @@ static void reserve(xc_cache *c, int32_t si, uint32_t key)
     s->mark = 0;
     s->spec = 0;
     s->last_use = 0;
+    s->owner = OWN_DEMAND;
+    s->ost = NULL;
+    s->oidx = 0;
     c->index[key] = si;
     c->n_reads++;
 }
@@ -360,6 +394,8 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
     c->st.io_bytes += asked_bytes;
     c->st.load_ns += ns;
     c->n_reads--;
+    s->owner = OWN_NONE;
+    s->ost = NULL;
     if (rc == XC_OK) {
         s->state = XC_SLOT_READY;
         s->freq = kind == K_DEMAND || kind == K_STREAM ? 1 : 0;
@@ -484,6 +520,8 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     return XC_OK;
 }
 
+static void stream_claim_read(xc_cache *c, struct xc_stream *st, size_t i);
+
 /* get with mu held (steps 2-6); tkind is the trace kind to record. */
 static int get_locked(xc_cache *c, uint32_t key, int32_t layer,
                       int32_t expert, int tkind, xc_ref *out)
@@ -501,9 +539,15 @@ static int get_locked(xc_cache *c, uint32_t key, int32_t layer,
             fill_ref(c, si, out);
             return XC_OK;
         }
-        /* (3) in flight: wait, then look up again */
+        /* (3) in flight: wait, then look up again.  A stream's
+         * reservation nobody is reading yet is read here instead (for the
+         * stream, which keeps its hold): waiting for its consumer could be
+         * waiting for ourselves. */
         waited = 1;
-        pthread_cond_wait(&c->ended, &c->mu);
+        if (c->slots[si].owner == OWN_STREAM)
+            stream_claim_read(c, c->slots[si].ost, c->slots[si].oidx);
+        else
+            pthread_cond_wait(&c->ended, &c->mu);
     }
     return get_miss(c, key, layer, expert, tkind, out);
 }
@@ -831,6 +875,7 @@ static int aq_push(xc_cache *c, int32_t si, uint32_t key, int kind,
     it->st = st;
     it->idx = idx;
     c->aq_n++;
+    c->slots[si].owner = OWN_QUEUED;
     return 1;
 }
 
@@ -863,6 +908,7 @@ static void *io_main(void *arg)
         c->aq_head = (c->aq_head + 1) % c->aq_cap;
         c->aq_n--;
         c->aq_active++;
+        c->slots[it.slot].owner = OWN_ACTIVE;
         pthread_mutex_unlock(&c->mu);
         r.slot = it.slot;
         r.key = it.key;
@@ -944,6 +990,7 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
             continue; /* no slot: a short count */
         }
         reserve(c, si, key);
+        c->slots[si].owner = OWN_BATCH;
         trace_put(c, tkind, TO_ISSUED, key);
         rv[n_resv].slot = si;
         rv[n_resv].key = key;
@@ -1111,6 +1158,9 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
             trace_put(c, TK_STREAM, TO_MISS, key);
             touch(c, &c->slots[si]);
             st->slot[i] = si;
+            c->slots[si].owner = OWN_STREAM;
+            c->slots[si].ost = st;
+            c->slots[si].oidx = i;
             if (aq_push(c, si, key, K_STREAM, st, i)) {
                 st->state[i] = ST_QUEUED;
                 n_queued++;
@@ -1129,20 +1179,27 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
     return XC_OK;
 }
 
-/* Reads stream item i (ST_LOCAL) in the calling thread; mu held on entry
- * and on return, released for the read. */
-static void stream_read_local(xc_cache *c, xc_stream *st, size_t i)
+/* Claims stream item i (ST_LOCAL: reserved, nobody reading it) and reads
+ * it in the calling thread -- the consumer's next() or end(), or any get()
+ * or other stream that needs the key -- then publishes it for the stream
+ * (its hold, its completion list) exactly as a reader thread would.  mu
+ * held on entry and on return, released for the read; end() waits for the
+ * read through n_queued, so st outlives it. */
+static void stream_claim_read(xc_cache *c, xc_stream *st, size_t i)
 {
     resv r;
     r.slot = st->slot[i];
     r.key = st->keys[i];
-    st->state[i] = ST_DONE; /* claimed: nobody else reads it */
+    st->state[i] = ST_READING; /* claimed: nobody else reads it */
+    st->n_queued++;
+    c->slots[r.slot].owner = OWN_CLAIMED;
     pthread_mutex_unlock(&c->mu);
     read_one(c, &r);
     pthread_mutex_lock(&c->mu);
     finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns, K_STREAM,
            r.src);
     stream_item_done(c, st, i, r.rc);
+    st->n_queued--;
     pthread_cond_broadcast(&c->ended);
 }
 
@@ -1224,6 +1281,11 @@ int xc_cache_stream_next(xc_stream *st, xc_ref *out, size_t *index)
             if (st->state[i] != ST_FOREIGN)
                 continue;
             si = c->index[st->keys[i]];
+            if (si >= 0 && c->slots[si].owner == OWN_STREAM) {
+                /* another stream's reservation nobody reads: read it */
+                stream_claim_read(c, c->slots[si].ost, c->slots[si].oidx);
+                si = c->index[st->keys[i]];
+            }
             if (si >= 0 && c->slots[si].state != XC_SLOT_READY) {
                 waiting = 1;
                 continue;
@@ -1237,7 +1299,7 @@ int xc_cache_stream_next(xc_stream *st, xc_ref *out, size_t *index)
             if (st->state[i] == ST_LOCAL)
                 break;
         if (i < st->n) {
-            stream_read_local(c, st, i);
+            stream_claim_read(c, st, i);
             continue;
         }
         /* (5) wait for a completion */
@@ -1268,7 +1330,7 @@ void xc_cache_stream_end(xc_stream *st)
     /* reserved reads are ours: finish them, so no slot stays INFLIGHT */
     for (i = 0; i < st->n; i++)
         if (st->state[i] == ST_LOCAL)
-            stream_read_local(c, st, i);
+            stream_claim_read(c, st, i);
     while (st->n_queued > 0)
         pthread_cond_wait(&c->ended, &c->mu);
     /* give back the holds of what was never yielded */

@@ -1,0 +1,102 @@
+"""Regressions for the review of the stream, window and lifetime contracts.
+
+Each test is the minimal reproduction of one reported problem (docs/CACHE.md
+is the contract); counters are exact values worked out by hand from the
+get/stream rules there.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import engine
+from tests import k3
+
+
+@pytest.fixture
+def k3_path(tmp_path: Path) -> Path:
+    return k3.write_k3_mini(tmp_path)
+
+
+@pytest.fixture
+def truth(k3_path: Path) -> list[bytes]:
+    return [k3.expert_bytes(k3_path, e) for e in range(24)]
+
+
+def make(path: Path, io_threads: int = 0, **kw: Any) -> engine.ExpertCache:
+    return engine.ExpertCache(k3.open_container(path), n_slots=8, top_k=4,
+                              io_threads=io_threads, **kw)
+
+
+def in_thread(fn: Any, timeout: float = 10.0) -> list[Any]:
+    """Run fn in a daemon thread; [result] if it returned in time, else []."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    t.join(timeout)
+    return out
+
+
+# -- 1. a stream's unread reservation does not block other readers ------
+
+def test_get_claims_a_stream_reservation_in_the_consumers_own_thread(k3_path,
+                                                                     truth):
+    """get() of a key a stream reserved but has not read returns at once."""
+    c = make(k3_path)
+    c.get(0, 0).release()
+
+    def scenario() -> tuple[Any, ...]:
+        it = c.stream([(0, 0), (0, 5)])
+        first = next(it)
+        first.release()
+        x = c.get(0, 5)  # same thread as the stream's consumer
+        holds = c.slots()[1]["holds"]  # the stream's hold plus the get's
+        second = next(it)
+        return first.key, x, holds, second, it
+
+    out = in_thread(scenario)
+    assert out, "get() of a stream's unread reservation hung"
+    first_key, x, holds, second, it = out[0]
+    assert first_key == (0, 0) and second.key == (0, 5)
+    assert holds == 2
+    assert bytes(x.data) == bytes(second.data) == truth[5]
+    x.release()
+    second.release()
+    assert list(it) == []
+    c.get(0, 0).release()
+    s = c.stats()
+    # get miss, stream hit, stream miss, get hit (after its own read), get hit
+    assert (s["requests"], s["hits"], s["misses"], s["payload_bytes"]) == (
+        5, 3, 2, 2 * 1632)
+    c.check()
+    assert all(sl["holds"] == 0 for sl in c.slots())
+
+
+def test_get_from_another_thread_and_another_stream_claim_the_read(k3_path,
+                                                                   truth):
+    """Another thread's get and another stream read the reservation themselves."""
+    c = make(k3_path)
+    it = c.stream([(0, 1), (0, 2), (0, 4)])  # three misses, no readers
+    first = next(it)  # the consumer reads (0, 1); (0, 2), (0, 4) stay unread
+    got = in_thread(lambda: c.get(0, 2), timeout=10.0)
+    assert got, "get() from another thread waited for the stream's consumer"
+    other = c.stream([(0, 4), (0, 3)])  # (0, 4) is in flight for `it`
+    ys = in_thread(lambda: list(other), timeout=10.0)
+    assert ys, "a second stream waited for the first one's consumer"
+    xs = [first, *it]
+    assert sorted(x.key for x in xs) == [(0, 1), (0, 2), (0, 4)]
+    assert sorted(y.key for y in ys[0]) == [(0, 3), (0, 4)]
+    for x in [got[0], *xs, *ys[0]]:
+        assert bytes(x.data) == truth[x.key[1]]
+        x.release()
+    s = c.stats()
+    # stream: 3 misses; get: hit; other stream: (0,4) hit, (0,3) miss
+    assert (s["requests"], s["hits"], s["misses"], s["payload_bytes"]) == (
+        6, 2, 4, 4 * 1632)
+    c.check()
+    assert all(sl["holds"] == 0 and sl["state"] != "inflight"
+               for sl in c.slots())

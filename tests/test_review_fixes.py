@@ -100,3 +100,55 @@ def test_get_from_another_thread_and_another_stream_claim_the_read(k3_path,
     c.check()
     assert all(sl["holds"] == 0 and sl["state"] != "inflight"
                for sl in c.slots())
+
+
+# -- 2. a load reserved before reset_stats belongs to the closed window --
+
+def test_stream_read_straddling_reset_stats_stays_in_the_closed_window(
+        k3_path, truth):
+    """A stream miss reserved before reset_stats and read after it counts nowhere."""
+    c = make(k3_path)
+    it = c.stream([(0, 2), (0, 3)])  # both reserved (and counted) now
+    first = next(it)
+    c.reset_stats()
+    first.release()
+    second = next(it)  # read now: its miss was in the closed window
+    assert bytes(second.data) == truth[3]
+    second.release()
+    assert list(it) == []
+    s = c.stats()
+    assert (s["requests"], s["misses"], s["payload_bytes"], s["io_bytes"],
+            s["unknown_loads"] + s["page_cache_loads"] + s["device_loads"]) \
+        == (0, 0, 0, 0, 0)
+    c.check()
+    c.get(0, 3).release()
+    s = c.stats()
+    assert (s["requests"], s["hits"], s["misses"], s["payload_bytes"]) == (
+        1, 1, 0, 0)
+    c.check()
+
+
+def test_prefetch_straddling_reset_stats_publishes_without_mark(k3_path,
+                                                               truth):
+    """A read-ahead published after reset_stats is resident, unmarked, uncounted."""
+    from faults.io import Fault, IOFaults
+    with IOFaults() as f:
+        cont = engine.Container(str(k3_path), io=f)
+        c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1)
+        f.arm(Fault("delay", nth=1, persistent=True, arg=100_000))
+        assert c.prefetch([(0, 4), (0, 5)]) == 2
+        c.reset_stats()
+        c.drain()
+        f.disarm()
+        s = c.stats()
+        assert (s["prefetch_loads"], s["payload_bytes"], s["io_bytes"],
+                s["prefetch_unused_resident"]) == (0, 0, 0, 0)
+        assert c.resident() == {(0, 4), (0, 5)}
+        c.check()
+        with c.get(0, 4) as x:
+            assert bytes(x.data) == truth[4]
+        s = c.stats()
+        assert (s["hits"], s["prefetch_first_uses"]) == (1, 0)
+        c.check()
+        c.close()
+        cont.close()

@@ -590,8 +590,10 @@ int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert);
 void xc_cache_stats(xc_cache *c, xc_stats *out);
 
 /* Starts a new window: zeroes every counter and clears every unused-prefetch
- * mark.  Residents, holds, pins, the clock and policy state are kept.
- * Cannot fail. */
+ * mark.  Residents, holds, pins, the clock and policy state are kept.  A
+ * read reserved before the reset and ending after it still publishes (or
+ * fails), but counts in no window and carries no mark (docs/CACHE.md
+ * "reset_stats").  Cannot fail. */
 void xc_cache_reset_stats(xc_cache *c);
 
 /* Walks every structure under the lock.  Returns 0, or the number of the

@@ -126,6 +126,7 @@ typedef struct slot {
     uint8_t owner;
     struct xc_stream *ost;
     size_t oidx;
+    uint64_t window;      /* INFLIGHT: the counter window of its reservation */
 } slot;
 
 /* Owner of an INFLIGHT slot's read (slot.owner).  OWN_STREAM is the one
@@ -226,6 +227,7 @@ struct xc_cache {
     uint64_t *seen;        /* per key: batch number that last named it */
     uint64_t batch_seq;
     uint64_t tick;
+    uint64_t window;       /* counter window number, +1 per reset_stats */
     uint32_t n_reads;      /* reads under way == INFLIGHT slots */
     uint64_t evictions_since_open, requests_since_open;
     xc_stats st;           /* the derived fields are unused here */
@@ -379,6 +381,7 @@ static void reserve(xc_cache *c, int32_t si, uint32_t key)
     s->owner = OWN_DEMAND;
     s->ost = NULL;
     s->oidx = 0;
+    s->window = c->window;
     c->index[key] = si;
     c->n_reads++;
 }
@@ -386,13 +389,22 @@ static void reserve(xc_cache *c, int32_t si, uint32_t key)
 /* Ends the read of INFLIGHT slot si.  Success publishes it (demand and
  * stream: freq 1; prefetch: freq 0 and the unused mark; speculative: freq
  * 0 and the spec mark) with the tick stamped at reservation, or a fresh
- * touch when none was; failure empties it and counts why. */
+ * touch when none was; failure empties it and counts why.  A load belongs
+ * to the window that counted its reservation (its miss, spec_issued):
+ * when reset_stats closed that window meanwhile, its io, payload, source,
+ * prefetch/spec and failure counters and its mark go nowhere, so the new
+ * window holds only loads it reserved (docs/CACHE.md "reset_stats"). */
 static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
                    uint64_t asked_bytes, uint64_t ns, int kind, int src)
 {
     slot *s = &c->slots[si];
-    c->st.io_bytes += asked_bytes;
-    c->st.load_ns += ns;
+    xc_stats dropped, *cs = &c->st;
+    if (s->window != c->window) {
+        memset(&dropped, 0, sizeof dropped);
+        cs = &dropped; /* the closed window's counters are gone */
+    }
+    cs->io_bytes += asked_bytes;
+    cs->load_ns += ns;
     c->n_reads--;
     s->owner = OWN_NONE;
     s->ost = NULL;
@@ -404,22 +416,22 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         s->insert_tick = s->last_use;
         s->generation++;
         s->payload_off = payload_off;
-        c->st.payload_bytes += c->ld.expert_bytes;
-        if (kind == K_PREFETCH) {
+        cs->payload_bytes += c->ld.expert_bytes;
+        if (kind == K_PREFETCH && cs == &c->st) {
             s->mark = 1;
-            c->st.prefetch_loads++;
-        } else if (kind == K_SPEC) {
+            cs->prefetch_loads++;
+        } else if (kind == K_SPEC && cs == &c->st) {
             s->spec = 1;
-            c->st.spec_loads++;
+            cs->spec_loads++;
         }
         if (src == XC_SRC_PAGE_CACHE) {
-            c->st.page_cache_loads++;
-            c->st.page_cache_bytes += asked_bytes;
+            cs->page_cache_loads++;
+            cs->page_cache_bytes += asked_bytes;
         } else if (src == XC_SRC_DEVICE) {
-            c->st.device_loads++;
-            c->st.device_bytes += asked_bytes;
+            cs->device_loads++;
+            cs->device_bytes += asked_bytes;
         } else {
-            c->st.unknown_loads++;
+            cs->unknown_loads++;
         }
         xc_policy_insert(&c->pol, s->key);
     } else {
@@ -427,11 +439,11 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         s->state = XC_SLOT_EMPTY;
         s->key = 0;
         s->last_use = 0;
-        c->st.load_failures++;
+        cs->load_failures++;
         if (rc == XC_E_SHORT_READ)
-            c->st.short_reads++;
+            cs->short_reads++;
         else
-            c->st.io_errors++;
+            cs->io_errors++;
     }
 }
 
@@ -1378,6 +1390,7 @@ void xc_cache_reset_stats(xc_cache *c)
     size_t i;
     pthread_mutex_lock(&c->mu);
     memset(&c->st, 0, sizeof c->st);
+    c->window++; /* loads reserved before now belong to the closed window */
     for (i = 0; i < c->n_slots; i++) {
         c->slots[i].mark = 0;
         c->slots[i].spec = 0;

@@ -20,7 +20,7 @@ import numpy as np
 
 from engine import _lib
 from engine.container import NUMPY_DTYPES
-from engine.errors import InvariantError
+from engine.errors import InvariantError, MisuseError
 
 #: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
 K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
@@ -71,6 +71,20 @@ class _Layout:
             items.append((name, int(info.offset), int(info.nbytes),
                           np.dtype(dtype), shape))
         self.items = tuple(items)
+
+
+def _closed(*_args: object) -> Any:
+    raise MisuseError("the cache is closed", status=-7, kind="misuse")
+
+
+class _ClosedLib:
+    """Stands in for the C library once a cache is closed: every call is misuse."""
+
+    def __getattr__(self, name: str) -> Any:
+        return _closed
+
+
+_CLOSED_LIB = _ClosedLib()
 
 
 class Expert:
@@ -124,7 +138,6 @@ class Expert:
 
     def _alive(self) -> None:
         if self._released:
-            from engine.errors import MisuseError
             raise MisuseError(f"expert {self.key} was released")
 
     def __enter__(self) -> Expert:
@@ -154,7 +167,6 @@ class ExpertCache:
                  trace_ring_records: int = 0) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
         if (n_slots is None) == (budget_bytes is None):
-            from engine.errors import MisuseError
             raise MisuseError("give exactly one of n_slots and budget_bytes")
         self._container = container
         names = [ffi.new("char[]", t.encode()) for t in tensors]
@@ -187,7 +199,9 @@ class ExpertCache:
         o.trace_path = keep["trace"]
         o.trace_ring_records = trace_ring_records
         out = ffi.new("xc_cache **")
-        _lib.check(lib.xc_cache_open(container._ptr, o, out))
+        handle = getattr(container, "_handle", None)  # MisuseError if closed
+        cptr = handle() if handle is not None else container._ptr
+        _lib.check(lib.xc_cache_open(cptr, o, out))
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
         self._layout = _Layout(self._ptr)
         #: whether the slot arena is locked in memory, and why (not) in words
@@ -199,6 +213,9 @@ class ExpertCache:
         self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         self._new = ffi.new
+        caches = getattr(container, "_caches", None)
+        if caches is not None:  # Container.close refuses while we are open
+            caches.add(self)
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
@@ -349,10 +366,21 @@ class ExpertCache:
 
     # -- lifetime -------------------------------------------------------
     def close(self) -> None:
-        """Free the cache now; experts still held become invalid."""
+        """Free the cache now; idempotent.
+
+        Every method called afterwards raises MisuseError ("the cache is
+        closed"), and so do ``data``, ``tensors`` and ``release`` of experts
+        still held (their holds went with the cache).
+        """
         if self._ptr is not None:
+            # swap the entry points first: nothing reaches the freed pointer
+            self._lib = _CLOSED_LIB
+            self._hold = self._unhold = _closed
             _lib.ffi().release(self._ptr)
             self._ptr = None
+            caches = getattr(self._container, "_caches", None)
+            if caches is not None:
+                caches.discard(self)
 
     def __enter__(self) -> ExpertCache:
         return self

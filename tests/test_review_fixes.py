@@ -152,3 +152,39 @@ def test_prefetch_straddling_reset_stats_publishes_without_mark(k3_path,
         c.check()
         c.close()
         cont.close()
+
+
+# -- 3 and 8. lifetimes: closing a container under a cache, a closed cache --
+
+def test_container_close_is_refused_while_a_cache_is_open(k3_path, truth):
+    """Container.close() with an open cache raises MisuseError and frees nothing."""
+    cont = engine.Container(str(k3_path))
+    c = engine.ExpertCache(cont, n_slots=8, top_k=4)
+    with pytest.raises(engine.MisuseError, match="1 cache"):
+        cont.close()
+    with c.get(0, 3) as x:  # the container is still there
+        assert bytes(x.data) == truth[3]
+    c.close()
+    cont.close()
+    cont.close()  # idempotent
+    with pytest.raises(engine.MisuseError, match="closed"):
+        engine.ExpertCache(cont, n_slots=8, top_k=4)
+
+
+def test_every_method_of_a_closed_cache_is_misuse(k3_path):
+    """After close(), methods and held experts raise MisuseError, never crash."""
+    c = make(k3_path)
+    x = c.get(0, 3)
+    c.close()
+    c.close()  # idempotent
+    calls = [lambda: c.get(0, 1), lambda: c.getmany([(0, 1)]),
+             lambda: c.prefetch([(0, 1)]), c.drain,
+             lambda: c.set_step(1),
+             c.trace_flush, lambda: c.pin(0, 3), lambda: c.unpin(0, 3),
+             c.stats, c.reset_stats, c.check, c.slots, c.resident,
+             lambda: c.contiguous(0, 1), lambda: c.n_slots,
+             lambda: c.stride, lambda: c.expert_bytes,
+             lambda: x.data, lambda: x.tensors, x.release]
+    for call in calls:
+        with pytest.raises(engine.MisuseError, match="the cache is closed"):
+            call()

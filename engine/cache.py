@@ -13,14 +13,15 @@ for another expert and the views would show its bytes.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from engine import _lib
 from engine.container import NUMPY_DTYPES
-from engine.errors import InvariantError, MisuseError
+from engine.errors import EngineError, InvariantError, MisuseError
 
 #: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
 K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
@@ -152,6 +153,83 @@ class Expert:
         return f"<Expert layer={self.key[0]} expert={self.key[1]} {state}>"
 
 
+class Stream:
+    """An open stream: yields held experts, resident ones first, then as reads complete.
+
+    Each yielded :class:`Expert` is the caller's to release.  A failed read
+    does not end the stream (docs/CACHE.md stream step 5): the other
+    experts are still yielded, and the first failure is raised, with its
+    own message, file and byte offset, once they all were; the next call
+    then stops.  :meth:`close` (also the context manager's exit, garbage
+    collection, and closing the cache) ends the stream early: the holds of
+    experts not yet yielded go back, reads it started are finished first.
+    """
+
+    __slots__ = ("_cache", "_keys", "_st", "_ref", "_index", "_error",
+                 "__weakref__")
+
+    def __init__(self, cache: ExpertCache, keys: Iterable[tuple[int, int]]
+                 ) -> None:
+        ffi, lib = _lib.ffi(), cache._lib
+        self._st: Any = None
+        self._cache = cache
+        self._keys = list(keys)
+        layers = ffi.new("int32_t[]", [k[0] for k in self._keys] or [0])
+        experts = ffi.new("int32_t[]", [k[1] for k in self._keys] or [0])
+        out = ffi.new("xc_stream **")
+        _lib.check(lib.xc_cache_stream_begin(cache._ptr, layers, experts,
+                                             len(self._keys), out))
+        self._st = out[0]
+        self._ref = ffi.new("xc_ref *")
+        self._index = ffi.new("size_t *")
+        self._error: EngineError | None = None
+        cache._streams.add(self)
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> Expert:
+        while True:
+            if self._st is None:
+                raise StopIteration
+            cache = self._cache
+            rc = cache._lib.xc_cache_stream_next(self._st, self._ref,
+                                                 self._index)
+            if rc == _STREAM_END:
+                err, self._error = self._error, None
+                self.close()
+                if err is not None:
+                    raise err
+                raise StopIteration
+            if rc:
+                try:
+                    _lib.check(rc)
+                except EngineError as e:  # the stream goes on; raised last
+                    if self._error is None:
+                        self._error = e
+                    continue
+            ref = self._ref
+            h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
+            return Expert(cache, h, self._keys[self._index[0]])
+
+    def close(self) -> None:
+        """End the stream: give back the holds of experts not yet yielded."""
+        st, self._st = self._st, None
+        if st is not None:
+            self._cache._streams.discard(self)
+            self._cache._lib.xc_cache_stream_end(st)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_st", None) is not None:
+            self.close()
+
+
 class ExpertCache:
     """Slots of experts streamed from a container (see docs/CACHE.md)."""
 
@@ -216,6 +294,8 @@ class ExpertCache:
         caches = getattr(container, "_caches", None)
         if caches is not None:  # Container.close refuses while we are open
             caches.add(self)
+        #: open streams, ended by close() before the C cache is freed
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
@@ -253,33 +333,14 @@ class ExpertCache:
         """Wait until every read-ahead read queued so far has ended."""
         self._lib.xc_cache_drain(self._ptr)
 
-    def stream(self, keys: Iterable[tuple[int, int]]) -> Iterator[Expert]:
-        """Yield held experts of ``keys``: resident ones first, then as reads complete.
+    def stream(self, keys: Iterable[tuple[int, int]]) -> Stream:
+        """Begin a stream of ``keys`` now; iterate it for held experts.
 
-        Each yielded :class:`Expert` is the caller's to release.  Closing the
-        generator early gives back the holds of experts not yet yielded.
+        Validation happens here (MisuseError, nothing changed), and the
+        resident keys are counted and held, the missing ones reserved and
+        queued (docs/CACHE.md "stream").  See :class:`Stream`.
         """
-        ffi, lib = _lib.ffi(), self._lib
-        keys = list(keys)
-        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
-        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
-        out = ffi.new("xc_stream **")
-        _lib.check(lib.xc_cache_stream_begin(self._ptr, layers, experts,
-                                             len(keys), out))
-        st = out[0]
-        index = ffi.new("size_t *")
-        ref = self._new("xc_ref *")
-        try:
-            while True:
-                rc = lib.xc_cache_stream_next(st, ref, index)
-                if rc == _STREAM_END:
-                    return
-                if rc:
-                    _lib.check(rc)
-                h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
-                yield Expert(self, h, keys[index[0]])
-        finally:
-            lib.xc_cache_stream_end(st)
+        return Stream(self, keys)
 
     def set_step(self, step: int) -> None:
         """Stamp trace records from now on with ``step`` (a token index, say)."""
@@ -373,6 +434,8 @@ class ExpertCache:
         still held (their holds went with the cache).
         """
         if self._ptr is not None:
+            for st in list(self._streams):  # C: streams end before close
+                st.close()
             # swap the entry points first: nothing reaches the freed pointer
             self._lib = _CLOSED_LIB
             self._hold = self._unhold = _closed

@@ -188,3 +188,54 @@ def test_every_method_of_a_closed_cache_is_misuse(k3_path):
     for call in calls:
         with pytest.raises(engine.MisuseError, match="the cache is closed"):
             call()
+
+
+# -- 4 and 12. a failed stream read does not end the stream; eager begin --
+
+@pytest.mark.parametrize("io_threads", [0, 1])  # reads in key order
+def test_stream_goes_on_after_a_failed_read_and_raises_it_last(k3_path, truth,
+                                                               io_threads):
+    """The other experts are yielded, then the first failure is raised."""
+    from faults.io import Fault, IOFaults
+    with IOFaults() as f:
+        cont = engine.Container(str(k3_path), io=f)
+        c = engine.ExpertCache(cont, n_slots=8, top_k=4,
+                               io_threads=io_threads)
+        f.arm(Fault("eio", nth=1))  # the first read, (0, 1)'s, fails
+        got = []
+        with pytest.raises(engine.EngineIOError) as ei:
+            for x in c.stream([(0, 1), (0, 2), (0, 3)]):
+                assert bytes(x.data) == truth[x.key[1]]
+                got.append(x.key)
+                x.release()
+        assert sorted(got) == [(0, 2), (0, 3)]
+        assert (ei.value.layer, ei.value.expert) == (0, 1)
+        assert c.resident() == {(0, 2), (0, 3)}
+        s = c.stats()
+        assert (s["requests"], s["misses"], s["load_failures"],
+                s["io_errors"], s["payload_bytes"]) == (3, 3, 1, 1, 2 * 1632)
+        c.check()
+        c.close()
+        cont.close()
+
+
+def test_stream_begins_at_call_and_ends_on_close(k3_path):
+    """stream() validates and reserves at once; close/with-exit give holds back."""
+    c = make(k3_path)
+    c.get(0, 0).release()
+    with pytest.raises(engine.MisuseError, match="named twice"):
+        c.stream([(0, 1), (0, 1)])
+    with c.stream([(0, 0), (0, 4), (0, 5)]) as it:
+        s = c.stats()  # begun without a next(): 1 hit, 2 misses reserved
+        assert (s["requests"], s["hits"], s["misses"]) == (4, 1, 3)
+        assert [sl["state"] for sl in c.slots()[:3]] == [
+            "ready", "inflight", "inflight"]
+        assert c.slots()[0]["holds"] == 1
+    assert all(sl["holds"] == 0 and sl["state"] != "inflight"
+               for sl in c.slots())
+    assert list(it) == []
+    it2 = c.stream([(0, 6), (0, 7)])
+    c.close()  # ends the open stream first
+    with pytest.raises(engine.MisuseError, match="the cache is closed"):
+        c.stream([(0, 1)])
+    assert list(it2) == []

@@ -239,3 +239,27 @@ def test_stream_begins_at_call_and_ends_on_close(k3_path):
     with pytest.raises(engine.MisuseError, match="the cache is closed"):
         c.stream([(0, 1)])
     assert list(it2) == []
+
+
+# -- 5. a stream's failed read reports the file, byte and cause -----------
+
+@pytest.mark.parametrize("io_threads", [0, 1])
+def test_stream_error_names_file_and_byte_like_get(k3_path, io_threads):
+    """A streamed short read carries the loader's record, as a plain get does."""
+    from faults.io import Fault, IOFaults
+    with IOFaults() as f:
+        cont = engine.Container(str(k3_path), io=f)
+        c = engine.ExpertCache(cont, n_slots=8, top_k=4,
+                               io_threads=io_threads)
+        f.arm(Fault("eof", nth=1))
+        with pytest.raises(engine.ShortReadError) as ei:
+            for x in c.stream([(0, 7), (0, 8)]):
+                x.release()
+        e = ei.value
+        # expert 7 starts at 20,608 + 7 * 1,632 = 32,032 (DESIGN.md section 3)
+        assert (e.offset, e.layer, e.expert) == (32032, 0, 7)
+        assert str(k3_path) in str(e)
+        assert "short read: 0 of 1632 bytes at byte 32032" in str(e)
+        c.check()
+        c.close()
+        cont.close()

@@ -551,7 +551,9 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
  * missing ones in completion order.  On XC_OK *out is a held reference
  * (release it with xc_cache_release) and *index (may be NULL) its position
  * in the keys given.  A failed read returns XC_E_SHORT_READ / XC_E_IO for
- * that key (counted as in get; *index says which) and the stream goes on;
+ * that key (counted as in get; *index says which), with the failed read's
+ * own error record (file, byte offset, cause; recorded by whichever thread
+ * read it) in xc_last_error(), and the stream goes on;
  * a key that found no slot is tried as a plain get last (XC_E_ALL_PINNED
  * possible).  XC_STREAM_END when done. */
 int xc_cache_stream_next(xc_stream *s, xc_ref *out, size_t *index);

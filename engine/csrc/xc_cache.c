@@ -195,6 +195,8 @@ struct xc_stream {
     uint32_t *keys;
     int32_t *slot;        /* per item: its slot once reserved or hit */
     int *rc;              /* per item: result of its read */
+    xc_error *err;        /* per item: the failed read's error record, copied
+                           * from the reading thread (file, byte, cause) */
     uint8_t *state;       /* per item: ST_* */
     size_t *done;         /* completion order of ST_DONE items */
     size_t n_done, done_next, hit_next;
@@ -891,12 +893,16 @@ static int aq_push(xc_cache *c, int32_t si, uint32_t key, int kind,
     return 1;
 }
 
-/* A stream's read ended (mu held): hold the expert for the consumer and
- * put the item on the stream's completion list. */
+/* A stream's read ended (mu held), in the thread that read it: hold the
+ * expert for the consumer, or keep this thread's error record (the
+ * loader's, naming file and byte) for next() to report, and put the item
+ * on the stream's completion list. */
 static void stream_item_done(xc_cache *c, xc_stream *st, size_t idx, int rc)
 {
     if (rc == XC_OK)
         c->slots[st->slot[idx]].holds = 1;
+    else
+        st->err[idx] = *xc_last_error();
     st->rc[idx] = rc;
     st->state[idx] = ST_DONE;
     st->done[st->n_done++] = idx;
@@ -1082,6 +1088,7 @@ static void stream_free(xc_stream *st)
     xc_free(st->keys);
     xc_free(st->slot);
     xc_free(st->rc);
+    xc_free(st->err);
     xc_free(st->state);
     xc_free(st->done);
     xc_free(st);
@@ -1112,10 +1119,12 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         st->keys = xc_malloc((n + 1) * sizeof *st->keys);
         st->slot = xc_malloc((n + 1) * sizeof *st->slot);
         st->rc = xc_calloc(n + 1, sizeof *st->rc);
+        st->err = xc_calloc(n + 1, sizeof *st->err);
         st->state = xc_calloc(n + 1, sizeof *st->state);
         st->done = xc_malloc((n + 1) * sizeof *st->done);
     }
-    if (st == NULL || !st->keys || !st->slot || !st->rc || !st->state ||
+    if (st == NULL || !st->keys || !st->slot || !st->rc || !st->err ||
+        !st->state ||
         !st->done) {
         if (st)
             stream_free(st);
@@ -1227,6 +1236,8 @@ static int stream_yield_done(xc_cache *c, xc_stream *st, size_t i,
         fill_ref(c, st->slot[i], out);
         return XC_OK;
     }
+    if (st->err[i].code == st->rc[i])
+        return xc_fail_copy(&st->err[i]); /* the reader's: file, byte */
     xc_load_unkey(&c->ld, st->keys[i], &layer, &expert);
     return xc_fail(st->rc[i], -1, layer, expert,
                    "layer %d expert %d: streamed read failed (%s)",

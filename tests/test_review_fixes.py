@@ -263,3 +263,23 @@ def test_stream_error_names_file_and_byte_like_get(k3_path, io_threads):
         c.check()
         c.close()
         cont.close()
+
+
+# -- 6. check() accounts for every reservation -----------------------------
+
+def test_check_is_clean_with_stream_owned_and_stamped_reservations(k3_path):
+    """Unread, claimed and queued stream reads each pass the stronger check."""
+    c = make(k3_path)
+    c.get(0, 0).release()
+    it = c.stream([(0, 0), (0, 5), (0, 6)])  # two unread, ticks stamped
+    c.check()
+    assert [sl["state"] for sl in c.slots()[:3]] == [
+        "ready", "inflight", "inflight"]
+    c.get(0, 6).release()  # claims (0, 6)
+    c.check()
+    xs = list(it)
+    assert sorted(x.key for x in xs) == [(0, 0), (0, 5), (0, 6)]
+    for x in xs:
+        x.release()
+    c.check()
+    c.close()

@@ -365,11 +365,16 @@ enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
  * INV-INDEX: the key index maps exactly the non-EMPTY slots.  INV-EMPTY: an
  * EMPTY slot has no holds, pins or unused mark.  INV-INFLIGHT: an INFLIGHT
  * slot has no holds, pins or mark, and the INFLIGHT slots are exactly the
- * reads under way (one each).  INV-CLOCK: last_use values of non-EMPTY
- * slots are unique and <= tick; insert_tick <= last_use.  INV-COUNTERS:
- * hits + misses == requests, load_failures == short_reads + io_errors,
- * prefetch_evicted_unused <= evictions, payload_bytes is a whole number of
- * experts no more than misses + prefetch_loads.  INV-PREFETCH:
+ * reads under way (one each): each names one owner (a get, a batch, the
+ * read-ahead ring, a read-ahead reader, or an open stream's item), the
+ * ring's entries and readers match the slots that name them, and every
+ * open stream's unread, queued or claimed item names an INFLIGHT slot it
+ * owns (no orphaned reservation).  INV-CLOCK: last_use values of READY
+ * slots and of INFLIGHT slots with a stamped tick are unique and <= tick;
+ * insert_tick <= last_use.  INV-COUNTERS: hits + misses == requests,
+ * load_failures == short_reads + io_errors, prefetch_evicted_unused <=
+ * evictions, payload_bytes is a whole number of experts no more than
+ * misses + prefetch_loads + spec_loads.  INV-PREFETCH:
  * prefetch_first_uses + prefetch_evicted_unused + prefetch_unused_resident
  * == prefetch_loads (every prefetch of this window is used, evicted unused
  * or still waiting).  INV-POLICY: the policy's own state is consistent

@@ -204,6 +204,7 @@ struct xc_stream {
                            * ST_READING): end() waits for them */
     int plain;            /* below split_min_misses: plain gets in order */
     size_t plain_next;
+    struct xc_stream *next_open; /* the cache's open streams, for check() */
 };
 
 /* A batch handed to the readers; lives on the caller's stack. */
@@ -231,6 +232,7 @@ struct xc_cache {
     uint64_t tick;
     uint64_t window;       /* counter window number, +1 per reset_stats */
     uint32_t n_reads;      /* reads under way == INFLIGHT slots */
+    struct xc_stream *streams; /* open streams (begun, not ended) */
     uint64_t evictions_since_open, requests_since_open;
     xc_stats st;           /* the derived fields are unused here */
 
@@ -1156,6 +1158,8 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         /* (2) count what is not resident */
         n_missing += si < 0 || c->slots[si].state != XC_SLOT_READY;
     }
+    st->next_open = c->streams;
+    c->streams = st;
     if (n_missing < (size_t)c->split_min) {
         st->plain = 1;
         pthread_mutex_unlock(&c->mu);
@@ -1361,6 +1365,12 @@ void xc_cache_stream_end(xc_stream *st)
         if (st->state[i] == ST_HIT ||
             (st->state[i] == ST_DONE && st->rc[i] == XC_OK))
             c->slots[st->slot[i]].holds--;
+    {
+        xc_stream **pp = &c->streams;
+        while (*pp != st)
+            pp = &(*pp)->next_open;
+        *pp = st->next_open;
+    }
     pthread_mutex_unlock(&c->mu);
     stream_free(st);
 }
@@ -1522,13 +1532,81 @@ int xc_cache_check(xc_cache *c)
     if (n_inflight != c->n_reads)
         BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: %u slots in flight but %u "
                "reads under way", n_inflight, c->n_reads);
+    /* every INFLIGHT slot is owned by exactly one read, and the owner
+     * knows it: ring entries, readers, and open streams' items */
+    {
+        size_t n_q = 0, n_a = 0;
+        const xc_stream *o;
+        for (i = 0; i < c->n_slots; i++) {
+            const slot *s = &c->slots[i];
+            if (s->state != XC_SLOT_INFLIGHT) {
+                if (s->owner != OWN_NONE)
+                    BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu not in "
+                           "flight has read owner %d", i, s->owner);
+                continue;
+            }
+            n_q += s->owner == OWN_QUEUED;
+            n_a += s->owner == OWN_ACTIVE;
+            if (s->owner == OWN_NONE || s->owner > OWN_CLAIMED)
+                BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu in flight "
+                       "has no read owner (%d)", i, s->owner);
+            if (s->owner == OWN_STREAM || s->owner == OWN_CLAIMED) {
+                for (o = c->streams; o != NULL && o != s->ost;
+                     o = o->next_open)
+                    ;
+                if (o == NULL || s->oidx >= o->n ||
+                    o->slot[s->oidx] != (int32_t)i ||
+                    o->keys[s->oidx] != s->key ||
+                    o->state[s->oidx] != (s->owner == OWN_STREAM
+                                              ? ST_LOCAL : ST_READING))
+                    BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu in "
+                           "flight for a stream that does not own it "
+                           "(orphaned reservation)", i);
+            }
+        }
+        if (n_q != c->aq_n || n_a != c->aq_active)
+            BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: %zu slots queued and %zu "
+                   "being read ahead, the ring has %zu and %zu", n_q, n_a,
+                   c->aq_n, c->aq_active);
+        for (o = c->streams; o != NULL; o = o->next_open) {
+            size_t j, pending = 0;
+            for (j = 0; j < o->n; j++) {
+                const slot *s;
+                int want;
+                if (o->state[j] == ST_LOCAL)
+                    want = OWN_STREAM;
+                else if (o->state[j] == ST_READING)
+                    want = OWN_CLAIMED;
+                else if (o->state[j] == ST_QUEUED)
+                    want = OWN_QUEUED;
+                else
+                    continue;
+                pending += want != OWN_STREAM;
+                s = o->slot[j] >= 0 && (size_t)o->slot[j] < c->n_slots
+                        ? &c->slots[o->slot[j]] : NULL;
+                if (s == NULL || s->state != XC_SLOT_INFLIGHT ||
+                    s->key != o->keys[j] ||
+                    (want == OWN_QUEUED
+                         ? s->owner != OWN_QUEUED && s->owner != OWN_ACTIVE
+                         : s->owner != want || s->ost != o || s->oidx != j))
+                    BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: a stream's item "
+                           "%zu (state %d) names slot %d, not in flight for "
+                           "it", j, o->state[j], (int)o->slot[j]);
+            }
+            if (pending != o->n_queued)
+                BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: a stream has %zu "
+                       "reads pending but counts %zu", pending, o->n_queued);
+        }
+    }
     /* INV-CLOCK */
     for (i = 0; i < c->n_slots; i++) {
         const slot *s = &c->slots[i];
-        if (s->state != XC_SLOT_READY)
-            continue;
-        if (s->last_use > c->tick || s->insert_tick > s->last_use ||
-            s->last_use == 0)
+        if (s->state == XC_SLOT_EMPTY ||
+            (s->state == XC_SLOT_INFLIGHT && s->last_use == 0))
+            continue; /* an INFLIGHT slot's stamped tick counts too */
+        if (s->last_use > c->tick ||
+            (s->state == XC_SLOT_READY &&
+             (s->insert_tick > s->last_use || s->last_use == 0)))
             BROKEN(XC_INV_CLOCK, "INV-CLOCK: slot %zu last_use %llu "
                    "insert_tick %llu tick %llu", i,
                    (unsigned long long)s->last_use,
@@ -1598,7 +1676,8 @@ int xc_cache_check(xc_cache *c)
             BROKEN(XC_INV_QUEUE, "INV-QUEUE: entry %zu names slot %d", i,
                    (int)it->slot);
         s = &c->slots[it->slot];
-        if (s->state != XC_SLOT_INFLIGHT || s->key != it->key)
+        if (s->state != XC_SLOT_INFLIGHT || s->key != it->key ||
+            s->owner != OWN_QUEUED)
             BROKEN(XC_INV_QUEUE, "INV-QUEUE: entry %zu: slot %d is state "
                    "%d key %u, not in flight for key %u", i, (int)it->slot,
                    s->state, s->key, it->key);

@@ -13,14 +13,15 @@ for another expert and the views would show its bytes.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from engine import _lib
 from engine.container import NUMPY_DTYPES
-from engine.errors import InvariantError
+from engine.errors import EngineError, InvariantError, MisuseError
 
 #: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
 K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
@@ -71,6 +72,20 @@ class _Layout:
             items.append((name, int(info.offset), int(info.nbytes),
                           np.dtype(dtype), shape))
         self.items = tuple(items)
+
+
+def _closed(*_args: object) -> Any:
+    raise MisuseError("the cache is closed", status=-7, kind="misuse")
+
+
+class _ClosedLib:
+    """Stands in for the C library once a cache is closed: every call is misuse."""
+
+    def __getattr__(self, name: str) -> Any:
+        return _closed
+
+
+_CLOSED_LIB = _ClosedLib()
 
 
 class Expert:
@@ -124,7 +139,6 @@ class Expert:
 
     def _alive(self) -> None:
         if self._released:
-            from engine.errors import MisuseError
             raise MisuseError(f"expert {self.key} was released")
 
     def __enter__(self) -> Expert:
@@ -137,6 +151,83 @@ class Expert:
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
         return f"<Expert layer={self.key[0]} expert={self.key[1]} {state}>"
+
+
+class Stream:
+    """An open stream: yields held experts, resident ones first, then as reads complete.
+
+    Each yielded :class:`Expert` is the caller's to release.  A failed read
+    does not end the stream (docs/CACHE.md stream step 5): the other
+    experts are still yielded, and the first failure is raised, with its
+    own message, file and byte offset, once they all were; the next call
+    then stops.  :meth:`close` (also the context manager's exit, garbage
+    collection, and closing the cache) ends the stream early: the holds of
+    experts not yet yielded go back, reads it started are finished first.
+    """
+
+    __slots__ = ("_cache", "_keys", "_st", "_ref", "_index", "_error",
+                 "__weakref__")
+
+    def __init__(self, cache: ExpertCache, keys: Iterable[tuple[int, int]]
+                 ) -> None:
+        ffi, lib = _lib.ffi(), cache._lib
+        self._st: Any = None
+        self._cache = cache
+        self._keys = list(keys)
+        layers = ffi.new("int32_t[]", [k[0] for k in self._keys] or [0])
+        experts = ffi.new("int32_t[]", [k[1] for k in self._keys] or [0])
+        out = ffi.new("xc_stream **")
+        _lib.check(lib.xc_cache_stream_begin(cache._ptr, layers, experts,
+                                             len(self._keys), out))
+        self._st = out[0]
+        self._ref = ffi.new("xc_ref *")
+        self._index = ffi.new("size_t *")
+        self._error: EngineError | None = None
+        cache._streams.add(self)
+
+    def __iter__(self) -> Stream:
+        return self
+
+    def __next__(self) -> Expert:
+        while True:
+            if self._st is None:
+                raise StopIteration
+            cache = self._cache
+            rc = cache._lib.xc_cache_stream_next(self._st, self._ref,
+                                                 self._index)
+            if rc == _STREAM_END:
+                err, self._error = self._error, None
+                self.close()
+                if err is not None:
+                    raise err
+                raise StopIteration
+            if rc:
+                try:
+                    _lib.check(rc)
+                except EngineError as e:  # the stream goes on; raised last
+                    if self._error is None:
+                        self._error = e
+                    continue
+            ref = self._ref
+            h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
+            return Expert(cache, h, self._keys[self._index[0]])
+
+    def close(self) -> None:
+        """End the stream: give back the holds of experts not yet yielded."""
+        st, self._st = self._st, None
+        if st is not None:
+            self._cache._streams.discard(self)
+            self._cache._lib.xc_cache_stream_end(st)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_st", None) is not None:
+            self.close()
 
 
 class ExpertCache:
@@ -154,7 +245,6 @@ class ExpertCache:
                  trace_ring_records: int = 0) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
         if (n_slots is None) == (budget_bytes is None):
-            from engine.errors import MisuseError
             raise MisuseError("give exactly one of n_slots and budget_bytes")
         self._container = container
         names = [ffi.new("char[]", t.encode()) for t in tensors]
@@ -187,7 +277,9 @@ class ExpertCache:
         o.trace_path = keep["trace"]
         o.trace_ring_records = trace_ring_records
         out = ffi.new("xc_cache **")
-        _lib.check(lib.xc_cache_open(container._ptr, o, out))
+        handle = getattr(container, "_handle", None)  # MisuseError if closed
+        cptr = handle() if handle is not None else container._ptr
+        _lib.check(lib.xc_cache_open(cptr, o, out))
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
         self._layout = _Layout(self._ptr)
         #: whether the slot arena is locked in memory, and why (not) in words
@@ -199,6 +291,11 @@ class ExpertCache:
         self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         self._new = ffi.new
+        caches = getattr(container, "_caches", None)
+        if caches is not None:  # Container.close refuses while we are open
+            caches.add(self)
+        #: open streams, ended by close() before the C cache is freed
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
@@ -236,33 +333,14 @@ class ExpertCache:
         """Wait until every read-ahead read queued so far has ended."""
         self._lib.xc_cache_drain(self._ptr)
 
-    def stream(self, keys: Iterable[tuple[int, int]]) -> Iterator[Expert]:
-        """Yield held experts of ``keys``: resident ones first, then as reads complete.
+    def stream(self, keys: Iterable[tuple[int, int]]) -> Stream:
+        """Begin a stream of ``keys`` now; iterate it for held experts.
 
-        Each yielded :class:`Expert` is the caller's to release.  Closing the
-        generator early gives back the holds of experts not yet yielded.
+        Validation happens here (MisuseError, nothing changed), and the
+        resident keys are counted and held, the missing ones reserved and
+        queued (docs/CACHE.md "stream").  See :class:`Stream`.
         """
-        ffi, lib = _lib.ffi(), self._lib
-        keys = list(keys)
-        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
-        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
-        out = ffi.new("xc_stream **")
-        _lib.check(lib.xc_cache_stream_begin(self._ptr, layers, experts,
-                                             len(keys), out))
-        st = out[0]
-        index = ffi.new("size_t *")
-        ref = self._new("xc_ref *")
-        try:
-            while True:
-                rc = lib.xc_cache_stream_next(st, ref, index)
-                if rc == _STREAM_END:
-                    return
-                if rc:
-                    _lib.check(rc)
-                h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
-                yield Expert(self, h, keys[index[0]])
-        finally:
-            lib.xc_cache_stream_end(st)
+        return Stream(self, keys)
 
     def set_step(self, step: int) -> None:
         """Stamp trace records from now on with ``step`` (a token index, say)."""
@@ -349,10 +427,23 @@ class ExpertCache:
 
     # -- lifetime -------------------------------------------------------
     def close(self) -> None:
-        """Free the cache now; experts still held become invalid."""
+        """Free the cache now; idempotent.
+
+        Every method called afterwards raises MisuseError ("the cache is
+        closed"), and so do ``data``, ``tensors`` and ``release`` of experts
+        still held (their holds went with the cache).
+        """
         if self._ptr is not None:
+            for st in list(self._streams):  # C: streams end before close
+                st.close()
+            # swap the entry points first: nothing reaches the freed pointer
+            self._lib = _CLOSED_LIB
+            self._hold = self._unhold = _closed
             _lib.ffi().release(self._ptr)
             self._ptr = None
+            caches = getattr(self._container, "_caches", None)
+            if caches is not None:
+                caches.discard(self)
 
     def __enter__(self) -> ExpertCache:
         return self

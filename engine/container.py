@@ -12,6 +12,7 @@ message.  Reads go through the C io seam, with the GIL released.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -56,6 +57,8 @@ class Container:
 
     The C object (``_ptr``, an ``xc_st *``) lives until :meth:`close` or
     garbage collection; other engine modules (the cache) take it from here.
+    A cache opened over the container registers itself (a weak reference),
+    so :meth:`close` can refuse while one is still open.
     """
 
     def __init__(self, path: str | os.PathLike[str], *,
@@ -66,6 +69,8 @@ class Container:
         # The io vtable is copied by C but its ctx (a fault injector) is
         # not: keep whatever provides it alive as long as this container.
         self._io_owner: Any = io
+        # ExpertCaches open over this container (they borrow the C object)
+        self._caches: weakref.WeakSet[Any] = weakref.WeakSet()
         opts = ffi.new("xc_st_opts *")
         opts.io = ffi.NULL if io is None else getattr(io, "io", io)
         opts.direct = 1 if direct else 0
@@ -92,7 +97,18 @@ class Container:
     # -- lifetime ---------------------------------------------------------
 
     def close(self) -> None:
-        """Close every shard and free the C object; idempotent."""
+        """Close every shard and free the C object; idempotent.
+
+        Refused with MisuseError, nothing changed, while an ExpertCache over
+        this container is still open (the cache reads through it): close the
+        caches first.  A cache that was garbage-collected no longer counts.
+        """
+        n_open = len(self._caches)
+        if n_open and "_ptr" in self.__dict__:
+            raise MisuseError(
+                f"{self._path}: cannot close the container while {n_open} "
+                f"cache(s) over it are still open; close them first",
+                status=-7, kind="misuse")
         ptr = self.__dict__.pop("_ptr", None)
         if ptr is not None:
             _lib.ffi().release(ptr)

@@ -204,17 +204,18 @@ def test_policy_state_without_state_is_refused(shard):
 
 
 def test_queue_deeper_than_its_capacity(shard):
-    """More queued than the ring holds is INV-QUEUE (depth 64 by default)."""
+    """More queued than the ring holds: no slot owns those reads (INV-INFLIGHT)."""
     cache = open_cache(shard)
     assert brk(cache, "QUEUE_DEPTH") == (
-        9, "INV-QUEUE: 65 queued + 0 under way > depth 64")
+        4, "INV-INFLIGHT: 0 slots queued and 0 being read ahead, the ring has "
+           "65 and 0")
 
 
 @pytest.mark.parametrize("bad_slot", [-1, 8])
 def test_queue_entry_naming_no_slot(shard, bad_slot):
     """A queued read naming a slot out of range is INV-QUEUE."""
     cache = open_cache(shard)
-    assert brk(cache, "QUEUE_SLOT", -1, bad_slot) == (
+    assert brk(cache, "QUEUE_SLOT", slot_of(cache, 2), bad_slot) == (
         9, f"INV-QUEUE: entry 0 names slot {bad_slot}")
 
 
@@ -222,7 +223,7 @@ def test_queue_entry_for_a_ready_slot(shard):
     """A queued read whose slot is READY is INV-QUEUE naming state and key."""
     cache = open_cache(shard)
     s = slot_of(cache, 2)
-    assert brk(cache, "QUEUE_STATE", s) == (
+    assert brk(cache, "QUEUE_STATE", s, slot_of(cache, 1)) == (
         9, f"INV-QUEUE: entry 0: slot {s} is state 2 key 2, not in flight for key 2")
 
 
@@ -230,7 +231,8 @@ def test_queue_same_key_twice(shard):
     """One key queued twice is INV-QUEUE."""
     cache = open_cache(shard)
     s = slot_of(cache, 1)
-    assert brk(cache, "QUEUE_TWICE", s) == (9, "INV-QUEUE: key 1 queued twice")
+    assert brk(cache, "QUEUE_TWICE", s, slot_of(cache, 0)) == (
+        9, "INV-QUEUE: key 1 queued twice")
 
 
 @pytest.mark.parametrize("variant,loads,unknown", [(0, 1, 0), (1, 0, 1)])

@@ -179,6 +179,7 @@ def test_cache_calls_with_bad_arguments(cont):
     # two demand requests: the Expert's and the struct reference's hit
     assert cache.stats()["requests"] == 2 and cache.stats()["hits"] == 1
     assert cache.resident() == {(0, 3)}
+    cache.close()
 
 
 def test_container_calls_with_bad_arguments(cont):

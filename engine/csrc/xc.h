@@ -365,11 +365,16 @@ enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
  * INV-INDEX: the key index maps exactly the non-EMPTY slots.  INV-EMPTY: an
  * EMPTY slot has no holds, pins or unused mark.  INV-INFLIGHT: an INFLIGHT
  * slot has no holds, pins or mark, and the INFLIGHT slots are exactly the
- * reads under way (one each).  INV-CLOCK: last_use values of non-EMPTY
- * slots are unique and <= tick; insert_tick <= last_use.  INV-COUNTERS:
- * hits + misses == requests, load_failures == short_reads + io_errors,
- * prefetch_evicted_unused <= evictions, payload_bytes is a whole number of
- * experts no more than misses + prefetch_loads.  INV-PREFETCH:
+ * reads under way (one each): each names one owner (a get, a batch, the
+ * read-ahead ring, a read-ahead reader, or an open stream's item), the
+ * ring's entries and readers match the slots that name them, and every
+ * open stream's unread, queued or claimed item names an INFLIGHT slot it
+ * owns (no orphaned reservation).  INV-CLOCK: last_use values of READY
+ * slots and of INFLIGHT slots with a stamped tick are unique and <= tick;
+ * insert_tick <= last_use.  INV-COUNTERS: hits + misses == requests,
+ * load_failures == short_reads + io_errors, prefetch_evicted_unused <=
+ * evictions, payload_bytes is a whole number of experts no more than
+ * misses + prefetch_loads + spec_loads.  INV-PREFETCH:
  * prefetch_first_uses + prefetch_evicted_unused + prefetch_unused_resident
  * == prefetch_loads (every prefetch of this window is used, evicted unused
  * or still waiting).  INV-POLICY: the policy's own state is consistent
@@ -457,7 +462,9 @@ void xc_cache_close(xc_cache *c);
 
 /* Demand access (docs/CACHE.md get steps 1-6): returns a held reference to
  * (layer, expert), loading it if needed and waiting for another thread's
- * read of the same key.  XC_E_MISUSE for a key outside the cache (nothing
+ * read of the same key -- except a stream's reservation that nobody is
+ * reading yet, which it reads itself and publishes for that stream (the
+ * stream keeps its hold; docs/CACHE.md "Claiming").  XC_E_MISUSE for a key outside the cache (nothing
  * changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
  * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
  * is EMPTY again, the failure counted, the evicted key stays evicted, the
@@ -534,7 +541,9 @@ void xc_cache_drain(xc_cache *c);
  * reserves slots for the missing ones (counted as misses, in the order
  * given, like a run of gets that hold) and queues their reads; otherwise
  * it changes nothing and xc_cache_stream_next does plain gets in order.
- * The caller owns *out and must end it with xc_cache_stream_end before
+ * A reserved miss with nobody to read it (no readers, or the queue full)
+ * is read by xc_cache_stream_next, or by any get or stream that needs the
+ * key first (it is then published for this stream).  The caller owns *out and must end it with xc_cache_stream_end before
  * closing the cache. */
 typedef struct xc_stream xc_stream;
 int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
@@ -547,7 +556,9 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
  * missing ones in completion order.  On XC_OK *out is a held reference
  * (release it with xc_cache_release) and *index (may be NULL) its position
  * in the keys given.  A failed read returns XC_E_SHORT_READ / XC_E_IO for
- * that key (counted as in get; *index says which) and the stream goes on;
+ * that key (counted as in get; *index says which), with the failed read's
+ * own error record (file, byte offset, cause; recorded by whichever thread
+ * read it) in xc_last_error(), and the stream goes on;
  * a key that found no slot is tried as a plain get last (XC_E_ALL_PINNED
  * possible).  XC_STREAM_END when done. */
 int xc_cache_stream_next(xc_stream *s, xc_ref *out, size_t *index);
@@ -586,8 +597,10 @@ int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert);
 void xc_cache_stats(xc_cache *c, xc_stats *out);
 
 /* Starts a new window: zeroes every counter and clears every unused-prefetch
- * mark.  Residents, holds, pins, the clock and policy state are kept.
- * Cannot fail. */
+ * mark.  Residents, holds, pins, the clock and policy state are kept.  A
+ * read reserved before the reset and ending after it still publishes (or
+ * fails), but counts in no window and carries no mark (docs/CACHE.md
+ * "reset_stats").  Cannot fail. */
 void xc_cache_reset_stats(xc_cache *c);
 
 /* Walks every structure under the lock.  Returns 0, or the number of the

@@ -78,9 +78,18 @@
  * clock a run of get()s would leave -- and their reads queued.  next()
  * yields the hits in order, then reads as they complete (a reader pushes
  * its item onto the stream's completion list), reading in the consumer
- * itself what the queue could not take.  A speculative prefetch is a
- * prefetch whose loads carry their own mark (spec), so guesses that were
- * never used are counted apart from prefetches that were asked for.
+ * itself what the queue could not take.  Such a kept miss is INFLIGHT with
+ * nobody reading it, so waiting for it would be waiting for the consumer
+ * -- forever, if the waiter *is* the consumer (a get of that key from its
+ * own thread).  So every INFLIGHT slot carries an owner tag (slot.owner),
+ * and a kept miss (OWN_STREAM) is claimable: the first get() or stream
+ * that needs the key reads it itself and publishes it for the stream (the
+ * stream's hold, its completion list), then carries on as after a wait.
+ * Nothing ever waits on a read that nobody is doing.
+ *
+ * A speculative prefetch is a prefetch whose loads carry their own mark
+ * (spec), so guesses that were never used are counted apart from
+ * prefetches that were asked for.
  *
  * Locking: one mutex guards every slot field, the index, the clock, the
  * counters, the policy, the read-ahead ring, every stream's state and the
@@ -103,130 +112,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-typedef struct slot {
-    uint8_t state;        /* XC_SLOT_* */
-    uint8_t mark;         /* unused-prefetch mark */
-    uint8_t spec;         /* speculative load not yet used by a demand hit */
-    uint32_t key;         /* valid unless EMPTY */
-    uint32_t holds, pins;
-    uint32_t generation;  /* bumped at each publish */
-    uint64_t last_use, insert_tick, freq;
-    uint64_t payload_off;
-} slot;
-
-#define SLOT_PROTECTED(s) ((s)->holds != 0 || (s)->pins != 0)
-
-/* One reservation of a getmany(): filled under mu, read without it. */
-typedef struct resv {
-    int32_t slot;
-    uint32_t key;
-    int rc, src;
-    uint64_t payload_off, asked_bytes, ns;
-} resv;
-
-/* Who asked for a read: decides the publish rule (freq, marks, holds). */
-enum { K_DEMAND = 0, K_PREFETCH = 1, K_SPEC = 2, K_STREAM = 3 };
-
-/* Trace record kinds and outcomes (docs/TRACE_FORMAT.md). */
-enum { TK_GET = 0, TK_PREFETCH = 1, TK_SPEC = 2, TK_STREAM = 3 };
-enum {
-    TO_HIT = 0, TO_MISS = 1, TO_WAIT_HIT = 2, TO_RESIDENT = 3,
-    TO_INFLIGHT = 4, TO_ISSUED = 5, TO_NO_SLOT = 6, TO_DUPLICATE = 7,
-};
-#define TRACE_MAGIC "XCTRACE1"
-#define TRACE_VERSION 1u
-#define TRACE_HEADER_BYTES 48u
-#define TRACE_RECORD_BYTES 24u
-
-/* One read-ahead read in the ring: slot si, reserved for key, for a
- * prefetch, a speculative prefetch or item idx of stream st. */
-typedef struct aitem {
-    int32_t slot;
-    uint32_t key;
-    int kind;
-    struct xc_stream *st;
-    size_t idx;
-} aitem;
-
-/* States of one key of a stream (xc_stream.state). */
-enum {
-    ST_HIT,       /* resident at begin: counted, held, not yet yielded */
-    ST_QUEUED,    /* our miss, its read in the read-ahead ring */
-    ST_LOCAL,     /* our miss, to be read by next() (ring full / no readers) */
-    ST_FOREIGN,   /* INFLIGHT at begin by another read: resolved by next() */
-    ST_DEFER,     /* no slot at begin: a plain get, last */
-    ST_DONE,      /* our read ended (rc says how), not yet yielded */
-    ST_YIELDED,
-};
-
-struct xc_stream {
-    struct xc_cache *c;
-    size_t n;
-    uint32_t *keys;
-    int32_t *slot;        /* per item: its slot once reserved or hit */
-    int *rc;              /* per item: result of its read */
-    uint8_t *state;       /* per item: ST_* */
-    size_t *done;         /* completion order of ST_DONE items */
-    size_t n_done, done_next, hit_next, n_queued;
-    int plain;            /* below split_min_misses: plain gets in order */
-    size_t plain_next;
-};
-
-/* A batch handed to the readers; lives on the caller's stack. */
-typedef struct job {
-    struct job *next;
-    resv *items;
-    size_t n, next_item;
-    _Atomic size_t n_done; /* read unlocked by the caller's spin */
-} job;
-
-struct xc_cache {
-    pthread_mutex_t mu;
-    pthread_cond_t ended;
-    xc_loader ld;
-    xc_policy pol;
-    size_t n_slots;
-    int top_k;
-    uint8_t *arena;
-    slot *slots;
-    int32_t *index;        /* key -> slot, -1 when not in the cache */
-    xc_pcand *cand;        /* scratch for victim choice and check() */
-    int32_t *scratch;      /* per key, for check() */
-    uint64_t *seen;        /* per key: batch number that last named it */
-    uint64_t batch_seq;
-    uint64_t tick;
-    uint32_t n_reads;      /* reads under way == INFLIGHT slots */
-    uint64_t evictions_since_open, requests_since_open;
-    xc_stats st;           /* the derived fields are unused here */
-
-    /* read-ahead: a ring of aq_cap items, read by io_threads readers */
-    pthread_cond_t aq_work;
-    aitem *aq;
-    size_t aq_cap, aq_head, aq_n, aq_active;
-    int aq_stop;
-    int n_io;
-    pthread_t *io;
-    int split_min;
-
-    /* trace: records buffered in tr_buf, written when full and at close */
-    FILE *tr;
-    uint8_t *tr_buf;
-    size_t tr_cap, tr_n;
-    uint64_t tr_step;
-    int tr_failed;
-    char tr_note[256];
-
-    int mlocked;
-    char mlock_note[256];
-
-    pthread_mutex_t pool_mu;
-    pthread_cond_t pool_work, pool_done;
-    job *jobs;
-    _Atomic size_t pool_unclaimed; /* items queued, not yet claimed */
-    int pool_stop;
-    int n_workers;
-    pthread_t *workers;
-};
+#include "xc_cache_impl.h"
 
 static uint64_t now_ns(void)
 {
@@ -345,6 +231,10 @@ static void reserve(xc_cache *c, int32_t si, uint32_t key)
     s->mark = 0;
     s->spec = 0;
     s->last_use = 0;
+    s->owner = OWN_DEMAND;
+    s->ost = NULL;
+    s->oidx = 0;
+    s->window = c->window;
     c->index[key] = si;
     c->n_reads++;
 }
@@ -352,14 +242,25 @@ static void reserve(xc_cache *c, int32_t si, uint32_t key)
 /* Ends the read of INFLIGHT slot si.  Success publishes it (demand and
  * stream: freq 1; prefetch: freq 0 and the unused mark; speculative: freq
  * 0 and the spec mark) with the tick stamped at reservation, or a fresh
- * touch when none was; failure empties it and counts why. */
+ * touch when none was; failure empties it and counts why.  A load belongs
+ * to the window that counted its reservation (its miss, spec_issued):
+ * when reset_stats closed that window meanwhile, its io, payload, source,
+ * prefetch/spec and failure counters and its mark go nowhere, so the new
+ * window holds only loads it reserved (docs/CACHE.md "reset_stats"). */
 static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
                    uint64_t asked_bytes, uint64_t ns, int kind, int src)
 {
     slot *s = &c->slots[si];
-    c->st.io_bytes += asked_bytes;
-    c->st.load_ns += ns;
+    xc_stats dropped, *cs = &c->st;
+    if (s->window != c->window) {
+        memset(&dropped, 0, sizeof dropped);
+        cs = &dropped; /* the closed window's counters are gone */
+    }
+    cs->io_bytes += asked_bytes;
+    cs->load_ns += ns;
     c->n_reads--;
+    s->owner = OWN_NONE;
+    s->ost = NULL;
     if (rc == XC_OK) {
         s->state = XC_SLOT_READY;
         s->freq = kind == K_DEMAND || kind == K_STREAM ? 1 : 0;
@@ -368,22 +269,22 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         s->insert_tick = s->last_use;
         s->generation++;
         s->payload_off = payload_off;
-        c->st.payload_bytes += c->ld.expert_bytes;
-        if (kind == K_PREFETCH) {
+        cs->payload_bytes += c->ld.expert_bytes;
+        if (kind == K_PREFETCH && cs == &c->st) {
             s->mark = 1;
-            c->st.prefetch_loads++;
-        } else if (kind == K_SPEC) {
+            cs->prefetch_loads++;
+        } else if (kind == K_SPEC && cs == &c->st) {
             s->spec = 1;
-            c->st.spec_loads++;
+            cs->spec_loads++;
         }
         if (src == XC_SRC_PAGE_CACHE) {
-            c->st.page_cache_loads++;
-            c->st.page_cache_bytes += asked_bytes;
+            cs->page_cache_loads++;
+            cs->page_cache_bytes += asked_bytes;
         } else if (src == XC_SRC_DEVICE) {
-            c->st.device_loads++;
-            c->st.device_bytes += asked_bytes;
+            cs->device_loads++;
+            cs->device_bytes += asked_bytes;
         } else {
-            c->st.unknown_loads++;
+            cs->unknown_loads++;
         }
         xc_policy_insert(&c->pol, s->key);
     } else {
@@ -391,11 +292,11 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         s->state = XC_SLOT_EMPTY;
         s->key = 0;
         s->last_use = 0;
-        c->st.load_failures++;
+        cs->load_failures++;
         if (rc == XC_E_SHORT_READ)
-            c->st.short_reads++;
+            cs->short_reads++;
         else
-            c->st.io_errors++;
+            cs->io_errors++;
     }
 }
 
@@ -484,6 +385,8 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     return XC_OK;
 }
 
+static void stream_claim_read(xc_cache *c, struct xc_stream *st, size_t i);
+
 /* get with mu held (steps 2-6); tkind is the trace kind to record. */
 static int get_locked(xc_cache *c, uint32_t key, int32_t layer,
                       int32_t expert, int tkind, xc_ref *out)
@@ -501,9 +404,15 @@ static int get_locked(xc_cache *c, uint32_t key, int32_t layer,
             fill_ref(c, si, out);
             return XC_OK;
         }
-        /* (3) in flight: wait, then look up again */
+        /* (3) in flight: wait, then look up again.  A stream's
+         * reservation nobody is reading yet is read here instead (for the
+         * stream, which keeps its hold): waiting for its consumer could be
+         * waiting for ourselves. */
         waited = 1;
-        pthread_cond_wait(&c->ended, &c->mu);
+        if (c->slots[si].owner == OWN_STREAM)
+            stream_claim_read(c, c->slots[si].ost, c->slots[si].oidx);
+        else
+            pthread_cond_wait(&c->ended, &c->mu);
     }
     return get_miss(c, key, layer, expert, tkind, out);
 }
@@ -831,15 +740,20 @@ static int aq_push(xc_cache *c, int32_t si, uint32_t key, int kind,
     it->st = st;
     it->idx = idx;
     c->aq_n++;
+    c->slots[si].owner = OWN_QUEUED;
     return 1;
 }
 
-/* A stream's read ended (mu held): hold the expert for the consumer and
- * put the item on the stream's completion list. */
+/* A stream's read ended (mu held), in the thread that read it: hold the
+ * expert for the consumer, or keep this thread's error record (the
+ * loader's, naming file and byte) for next() to report, and put the item
+ * on the stream's completion list. */
 static void stream_item_done(xc_cache *c, xc_stream *st, size_t idx, int rc)
 {
     if (rc == XC_OK)
         c->slots[st->slot[idx]].holds = 1;
+    else
+        st->err[idx] = *xc_last_error();
     st->rc[idx] = rc;
     st->state[idx] = ST_DONE;
     st->done[st->n_done++] = idx;
@@ -863,6 +777,7 @@ static void *io_main(void *arg)
         c->aq_head = (c->aq_head + 1) % c->aq_cap;
         c->aq_n--;
         c->aq_active++;
+        c->slots[it.slot].owner = OWN_ACTIVE;
         pthread_mutex_unlock(&c->mu);
         r.slot = it.slot;
         r.key = it.key;
@@ -944,6 +859,7 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
             continue; /* no slot: a short count */
         }
         reserve(c, si, key);
+        c->slots[si].owner = OWN_BATCH;
         trace_put(c, tkind, TO_ISSUED, key);
         rv[n_resv].slot = si;
         rv[n_resv].key = key;
@@ -1023,6 +939,7 @@ static void stream_free(xc_stream *st)
     xc_free(st->keys);
     xc_free(st->slot);
     xc_free(st->rc);
+    xc_free(st->err);
     xc_free(st->state);
     xc_free(st->done);
     xc_free(st);
@@ -1053,10 +970,12 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         st->keys = xc_malloc((n + 1) * sizeof *st->keys);
         st->slot = xc_malloc((n + 1) * sizeof *st->slot);
         st->rc = xc_calloc(n + 1, sizeof *st->rc);
+        st->err = xc_calloc(n + 1, sizeof *st->err);
         st->state = xc_calloc(n + 1, sizeof *st->state);
         st->done = xc_malloc((n + 1) * sizeof *st->done);
     }
-    if (st == NULL || !st->keys || !st->slot || !st->rc || !st->state ||
+    if (st == NULL || !st->keys || !st->slot || !st->rc || !st->err ||
+        !st->state ||
         !st->done) {
         if (st)
             stream_free(st);
@@ -1088,6 +1007,8 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         /* (2) count what is not resident */
         n_missing += si < 0 || c->slots[si].state != XC_SLOT_READY;
     }
+    st->next_open = c->streams;
+    c->streams = st;
     if (n_missing < (size_t)c->split_min) {
         st->plain = 1;
         pthread_mutex_unlock(&c->mu);
@@ -1111,6 +1032,9 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
             trace_put(c, TK_STREAM, TO_MISS, key);
             touch(c, &c->slots[si]);
             st->slot[i] = si;
+            c->slots[si].owner = OWN_STREAM;
+            c->slots[si].ost = st;
+            c->slots[si].oidx = i;
             if (aq_push(c, si, key, K_STREAM, st, i)) {
                 st->state[i] = ST_QUEUED;
                 n_queued++;
@@ -1129,20 +1053,27 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
     return XC_OK;
 }
 
-/* Reads stream item i (ST_LOCAL) in the calling thread; mu held on entry
- * and on return, released for the read. */
-static void stream_read_local(xc_cache *c, xc_stream *st, size_t i)
+/* Claims stream item i (ST_LOCAL: reserved, nobody reading it) and reads
+ * it in the calling thread -- the consumer's next() or end(), or any get()
+ * or other stream that needs the key -- then publishes it for the stream
+ * (its hold, its completion list) exactly as a reader thread would.  mu
+ * held on entry and on return, released for the read; end() waits for the
+ * read through n_queued, so st outlives it. */
+static void stream_claim_read(xc_cache *c, xc_stream *st, size_t i)
 {
     resv r;
     r.slot = st->slot[i];
     r.key = st->keys[i];
-    st->state[i] = ST_DONE; /* claimed: nobody else reads it */
+    st->state[i] = ST_READING; /* claimed: nobody else reads it */
+    st->n_queued++;
+    c->slots[r.slot].owner = OWN_CLAIMED;
     pthread_mutex_unlock(&c->mu);
     read_one(c, &r);
     pthread_mutex_lock(&c->mu);
     finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns, K_STREAM,
            r.src);
     stream_item_done(c, st, i, r.rc);
+    st->n_queued--;
     pthread_cond_broadcast(&c->ended);
 }
 
@@ -1158,6 +1089,8 @@ static int stream_yield_done(xc_cache *c, xc_stream *st, size_t i,
         fill_ref(c, st->slot[i], out);
         return XC_OK;
     }
+    if (st->err[i].code == st->rc[i])
+        return xc_fail_copy(&st->err[i]); /* the reader's: file, byte */
     xc_load_unkey(&c->ld, st->keys[i], &layer, &expert);
     return xc_fail(st->rc[i], -1, layer, expert,
                    "layer %d expert %d: streamed read failed (%s)",
@@ -1224,6 +1157,11 @@ int xc_cache_stream_next(xc_stream *st, xc_ref *out, size_t *index)
             if (st->state[i] != ST_FOREIGN)
                 continue;
             si = c->index[st->keys[i]];
+            if (si >= 0 && c->slots[si].owner == OWN_STREAM) {
+                /* another stream's reservation nobody reads: read it */
+                stream_claim_read(c, c->slots[si].ost, c->slots[si].oidx);
+                si = c->index[st->keys[i]];
+            }
             if (si >= 0 && c->slots[si].state != XC_SLOT_READY) {
                 waiting = 1;
                 continue;
@@ -1237,7 +1175,7 @@ int xc_cache_stream_next(xc_stream *st, xc_ref *out, size_t *index)
             if (st->state[i] == ST_LOCAL)
                 break;
         if (i < st->n) {
-            stream_read_local(c, st, i);
+            stream_claim_read(c, st, i);
             continue;
         }
         /* (5) wait for a completion */
@@ -1268,7 +1206,7 @@ void xc_cache_stream_end(xc_stream *st)
     /* reserved reads are ours: finish them, so no slot stays INFLIGHT */
     for (i = 0; i < st->n; i++)
         if (st->state[i] == ST_LOCAL)
-            stream_read_local(c, st, i);
+            stream_claim_read(c, st, i);
     while (st->n_queued > 0)
         pthread_cond_wait(&c->ended, &c->mu);
     /* give back the holds of what was never yielded */
@@ -1276,6 +1214,12 @@ void xc_cache_stream_end(xc_stream *st)
         if (st->state[i] == ST_HIT ||
             (st->state[i] == ST_DONE && st->rc[i] == XC_OK))
             c->slots[st->slot[i]].holds--;
+    {
+        xc_stream **pp = &c->streams;
+        while (*pp != st)
+            pp = &(*pp)->next_open;
+        *pp = st->next_open;
+    }
     pthread_mutex_unlock(&c->mu);
     stream_free(st);
 }
@@ -1316,6 +1260,7 @@ void xc_cache_reset_stats(xc_cache *c)
     size_t i;
     pthread_mutex_lock(&c->mu);
     memset(&c->st, 0, sizeof c->st);
+    c->window++; /* loads reserved before now belong to the closed window */
     for (i = 0; i < c->n_slots; i++) {
         c->slots[i].mark = 0;
         c->slots[i].spec = 0;
@@ -1436,13 +1381,81 @@ int xc_cache_check(xc_cache *c)
     if (n_inflight != c->n_reads)
         BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: %u slots in flight but %u "
                "reads under way", n_inflight, c->n_reads);
+    /* every INFLIGHT slot is owned by exactly one read, and the owner
+     * knows it: ring entries, readers, and open streams' items */
+    {
+        size_t n_q = 0, n_a = 0;
+        const xc_stream *o;
+        for (i = 0; i < c->n_slots; i++) {
+            const slot *s = &c->slots[i];
+            if (s->state != XC_SLOT_INFLIGHT) {
+                if (s->owner != OWN_NONE)
+                    BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu not in "
+                           "flight has read owner %d", i, s->owner);
+                continue;
+            }
+            n_q += s->owner == OWN_QUEUED;
+            n_a += s->owner == OWN_ACTIVE;
+            if (s->owner == OWN_NONE || s->owner > OWN_CLAIMED)
+                BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu in flight "
+                       "has no read owner (%d)", i, s->owner);
+            if (s->owner == OWN_STREAM || s->owner == OWN_CLAIMED) {
+                for (o = c->streams; o != NULL && o != s->ost;
+                     o = o->next_open)
+                    ;
+                if (o == NULL || s->oidx >= o->n ||
+                    o->slot[s->oidx] != (int32_t)i ||
+                    o->keys[s->oidx] != s->key ||
+                    o->state[s->oidx] != (s->owner == OWN_STREAM
+                                              ? ST_LOCAL : ST_READING))
+                    BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: slot %zu in "
+                           "flight for a stream that does not own it "
+                           "(orphaned reservation)", i);
+            }
+        }
+        if (n_q != c->aq_n || n_a != c->aq_active)
+            BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: %zu slots queued and %zu "
+                   "being read ahead, the ring has %zu and %zu", n_q, n_a,
+                   c->aq_n, c->aq_active);
+        for (o = c->streams; o != NULL; o = o->next_open) {
+            size_t j, pending = 0;
+            for (j = 0; j < o->n; j++) {
+                const slot *s;
+                int want;
+                if (o->state[j] == ST_LOCAL)
+                    want = OWN_STREAM;
+                else if (o->state[j] == ST_READING)
+                    want = OWN_CLAIMED;
+                else if (o->state[j] == ST_QUEUED)
+                    want = OWN_QUEUED;
+                else
+                    continue;
+                pending += want != OWN_STREAM;
+                s = o->slot[j] >= 0 && (size_t)o->slot[j] < c->n_slots
+                        ? &c->slots[o->slot[j]] : NULL;
+                if (s == NULL || s->state != XC_SLOT_INFLIGHT ||
+                    s->key != o->keys[j] ||
+                    (want == OWN_QUEUED
+                         ? s->owner != OWN_QUEUED && s->owner != OWN_ACTIVE
+                         : s->owner != want || s->ost != o || s->oidx != j))
+                    BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: a stream's item "
+                           "%zu (state %d) names slot %d, not in flight for "
+                           "it", j, o->state[j], (int)o->slot[j]);
+            }
+            if (pending != o->n_queued)
+                BROKEN(XC_INV_INFLIGHT, "INV-INFLIGHT: a stream has %zu "
+                       "reads pending but counts %zu", pending, o->n_queued);
+        }
+    }
     /* INV-CLOCK */
     for (i = 0; i < c->n_slots; i++) {
         const slot *s = &c->slots[i];
-        if (s->state != XC_SLOT_READY)
-            continue;
-        if (s->last_use > c->tick || s->insert_tick > s->last_use ||
-            s->last_use == 0)
+        if (s->state == XC_SLOT_EMPTY ||
+            (s->state == XC_SLOT_INFLIGHT && s->last_use == 0))
+            continue; /* an INFLIGHT slot's stamped tick counts too */
+        if (s->last_use > c->tick ||
+            (s->state == XC_SLOT_READY &&
+             (s->insert_tick > s->last_use || s->last_use == 0)))
             BROKEN(XC_INV_CLOCK, "INV-CLOCK: slot %zu last_use %llu "
                    "insert_tick %llu tick %llu", i,
                    (unsigned long long)s->last_use,
@@ -1512,7 +1525,8 @@ int xc_cache_check(xc_cache *c)
             BROKEN(XC_INV_QUEUE, "INV-QUEUE: entry %zu names slot %d", i,
                    (int)it->slot);
         s = &c->slots[it->slot];
-        if (s->state != XC_SLOT_INFLIGHT || s->key != it->key)
+        if (s->state != XC_SLOT_INFLIGHT || s->key != it->key ||
+            s->owner != OWN_QUEUED)
             BROKEN(XC_INV_QUEUE, "INV-QUEUE: entry %zu: slot %d is state "
                    "%d key %u, not in flight for key %u", i, (int)it->slot,
                    s->state, s->key, it->key);

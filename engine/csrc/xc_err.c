@@ -31,6 +31,13 @@ int xc_fail(int code, int64_t offset, int32_t layer, int32_t expert,
     return code;
 }
 
+int xc_fail_copy(const xc_error *e)
+{
+    tls_error = *e;
+    tls_error.message[sizeof tls_error.message - 1] = '\0';
+    return e->code;
+}
+
 const char *xc_status_name(int code)
 {
     switch (code) {

@@ -22,6 +22,11 @@
 int xc_fail(int code, int64_t offset, int32_t layer, int32_t expert,
             const char *fmt, ...) XC_PRINTF(5, 6);
 
+/* Makes *e this thread's error record (a copy) and returns e->code: how a
+ * failure recorded on another thread (a reader's) is handed to the caller
+ * who reports it. */
+int xc_fail_copy(const xc_error *e);
+
 /* The allocation wrapper (see xc_alloc_fail_at in xc.h).  xc_malloc and
  * xc_calloc return NULL when the armed fault fires or the system is out of
  * memory; they do not record an error (the caller knows what it was

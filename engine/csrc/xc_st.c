@@ -1254,6 +1254,9 @@ static int read_index_file(xc_st *st, st_index *ix, const char *path)
     int rc = st->io.open(st->io.ctx, path, 0, &h);
     if (rc == -ENOENT)
         return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file", path);
+    if (rc == -ENOMEM)
+        return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: no memory to open it",
+                       path);
     if (rc != 0)
         return xc_fail(XC_E_IO, -1, -1, -1, "%s: open failed: %s (errno %d)",
                        path, strerror(-rc), -rc);

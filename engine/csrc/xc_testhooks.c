@@ -9,118 +9,34 @@
  * corrupts exactly one field, runs the checker, and puts every field back,
  * so the cache stays usable (and closable) afterwards.
  *
- * Why a mirror.  struct xc_cache is private to xc_cache.c, and xc_cache.c is
- * not edited for tests; so this file repeats its layout (XC_TH_MIRROR below).
- * A mirror can drift when xc_cache.c changes, so before touching anything
- * the hook compares what it reads through the mirror with what the public
- * accessors report (slot count, stride, every slot's state, key, holds and
- * pins, the request counter).  Any difference is XC_E_MISUSE "layout drift"
- * and nothing is written: a stale mirror fails the tests loudly instead of
- * scribbling over memory.  Update the mirror together with struct xc_cache.
+ * The cache's private types come from xc_cache_impl.h, the header
+ * xc_cache.c itself uses, so the hook always sees the real layout.
  *
  * Not for production use: the hook is not thread safe against concurrent
  * readers of the read-ahead ring (use a cache with io_threads = 0 for the
  * XC_TH_QUEUE_* corruptions, where no reader thread exists).
  */
-#include "xc.h"
-#include "xc_internal.h"
-#include "xc_load.h"
-#include "xc_policy.h"
+#include "xc_cache_impl.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- XC_TH_MIRROR: keep identical to the private types of xc_cache.c ---- */
-typedef struct th_slot {
-    uint8_t state, mark, spec;
-    uint32_t key;
-    uint32_t holds, pins;
-    uint32_t generation;
-    uint64_t last_use, insert_tick, freq;
-    uint64_t payload_off;
-} th_slot;
-
-typedef struct th_aitem {
-    int32_t slot;
-    uint32_t key;
-    int kind;
-    void *st;
-    size_t idx;
-} th_aitem;
-
-typedef struct th_cache {
-    pthread_mutex_t mu;
-    pthread_cond_t ended;
-    xc_loader ld;
-    xc_policy pol;
-    size_t n_slots;
-    int top_k;
-    uint8_t *arena;
-    th_slot *slots;
-    int32_t *index;
-    xc_pcand *cand;
-    int32_t *scratch;
-    uint64_t *seen;
-    uint64_t batch_seq;
-    uint64_t tick;
-    uint32_t n_reads;
-    uint64_t evictions_since_open, requests_since_open;
-    xc_stats st;
-    pthread_cond_t aq_work;
-    th_aitem *aq;
-    size_t aq_cap, aq_head, aq_n, aq_active;
-    /* the rest of struct xc_cache is not touched here */
-} th_cache;
-/* ---- end of XC_TH_MIRROR ---- */
-
-/* The mirror agrees with the public accessors, or XC_E_MISUSE (recorded). */
-static int mirror_ok(xc_cache *pub, const th_cache *c)
-{
-    xc_stats s;
-    size_t i;
-    if (c->n_slots != xc_cache_n_slots(pub) ||
-        c->ld.stride != xc_cache_stride(pub) || c->slots == NULL)
-        goto drift;
-    for (i = 0; i < c->n_slots; i++) {
-        int state;
-        int32_t layer, expert;
-        uint32_t holds, pins;
-        if (xc_cache_slot(pub, i, &state, &layer, &expert, &holds, &pins,
-                               NULL) != XC_OK)
-            return XC_E_MISUSE;
-        if (state != c->slots[i].state || holds != c->slots[i].holds ||
-            pins != c->slots[i].pins)
-            goto drift;
-        if (state != XC_SLOT_EMPTY &&
-            c->index[c->slots[i].key] != (int32_t)i)
-            goto drift;
-    }
-    xc_cache_stats(pub, &s);
-    if (s.requests != c->st.requests || s.hits != c->st.hits)
-        goto drift;
-    return XC_OK;
-drift:
-    return xc_fail(XC_E_MISUSE, -1, -1, -1, "test hook layout drift: the "
-                   "mirror of struct xc_cache in xc_testhooks.c no longer "
-                   "matches xc_cache.c");
-}
-
 /* A slot index argument in range, else -1. */
-static int slot_arg(const th_cache *c, int a)
+static int slot_arg(const xc_cache *c, int a)
 {
     return a >= 0 && (size_t)a < c->n_slots ? a : -1;
 }
 
 int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
 {
-    th_cache *c = (th_cache *)(void *)pub;
-    th_slot *saved_slots;
+    xc_cache *c = pub;
+    slot *saved_slots;
     int32_t *saved_index;
     xc_stats saved_st;
     xc_policy saved_pol;
-    th_aitem saved_aq[2];
+    aitem saved_aq[2];
     uint32_t saved_reads, saved_count0 = 0;
     uint64_t saved_ev, saved_req;
     size_t saved_aq_n, saved_aq_head, nk;
@@ -128,8 +44,6 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
 
     if (pub == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "test hook: NULL cache");
-    if ((rc = mirror_ok(pub, c)) != XC_OK)
-        return rc;
     sa = slot_arg(c, a);
     sb = slot_arg(c, b);
     nk = c->ld.n_keys;
@@ -226,26 +140,39 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     case XC_TH_QUEUE_DEPTH:
         c->aq_n = c->aq_cap + 1;
         break;
-    case XC_TH_QUEUE_SLOT:      /* one queued item naming slot b (out of range) */
-        if (c->aq_cap < 2) { bad = 1; break; }
+    case XC_TH_QUEUE_SLOT:      /* a: an unheld READY slot made the queued
+                                 * read; the ring's entry names slot b */
+        if (sa < 0 || c->aq_cap < 2) { bad = 1; break; }
+        c->slots[sa].state = XC_SLOT_INFLIGHT;
+        c->slots[sa].owner = OWN_QUEUED;
+        c->n_reads++;
         c->aq_head = 0;
         c->aq_n = 1;
         c->aq[0].slot = b;
-        c->aq[0].key = 0;
+        c->aq[0].key = c->slots[sa].key;
         break;
-    case XC_TH_QUEUE_STATE:     /* a: a READY slot queued as if in flight */
-    case XC_TH_QUEUE_TWICE:     /* a: an unheld READY slot, in flight, queued twice */
-        if (sa < 0 || c->aq_cap < 2) { bad = 1; break; }
+    case XC_TH_QUEUE_STATE:     /* a: a READY slot the entry names; b: another
+                                 * unheld READY slot made the queued read */
+        if (sa < 0 || sb < 0 || sa == sb || c->aq_cap < 2) { bad = 1; break; }
+        c->slots[sb].state = XC_SLOT_INFLIGHT;
+        c->slots[sb].owner = OWN_QUEUED;
+        c->n_reads++;
         c->aq_head = 0;
         c->aq[0].slot = sa;
         c->aq[0].key = c->slots[sa].key;
         c->aq_n = 1;
-        if (what == XC_TH_QUEUE_TWICE) {
-            c->slots[sa].state = XC_SLOT_INFLIGHT;
-            c->n_reads++;
-            c->aq[1] = c->aq[0];
-            c->aq_n = 2;
-        }
+        break;
+    case XC_TH_QUEUE_TWICE:     /* a, b: unheld READY slots made queued reads;
+                                 * both ring entries name a */
+        if (sa < 0 || sb < 0 || sa == sb || c->aq_cap < 2) { bad = 1; break; }
+        c->slots[sa].state = c->slots[sb].state = XC_SLOT_INFLIGHT;
+        c->slots[sa].owner = c->slots[sb].owner = OWN_QUEUED;
+        c->n_reads += 2;
+        c->aq_head = 0;
+        c->aq[0].slot = sa;
+        c->aq[0].key = c->slots[sa].key;
+        c->aq[1] = c->aq[0];
+        c->aq_n = 2;
         break;
     case XC_TH_SPEC:            /* b: 0 spec loads 1 load sources */
         if (b == 0) c->st.spec_loads++;

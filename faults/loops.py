@@ -156,11 +156,6 @@ def k3_expected(expert: int, layer: int = 0) -> bytes:
         for t in K3_TENSORS)
 
 
-def fail_kind(exc: BaseException) -> str:
-    """The oracle model's failure kind ("short" or "io") for an engine error."""
-    return "short" if isinstance(exc, engine.ShortReadError) else "io"
-
-
 @dataclass
 class K3Harness:
     """A fresh container + cache + oracle model over one k3-mini shard.

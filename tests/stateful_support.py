@@ -16,8 +16,7 @@ from pathlib import Path
 
 import engine
 import fixtures
-import oracle.errors as oerr
-from engine import errors as eerr
+from faults.kinds import kind_of
 from oracle import safetensors as ost
 
 _ROOT: Path | None = None
@@ -86,21 +85,10 @@ def open_container(p: Preset, *, direct: bool = False) -> engine.Container:
 
 
 def engine_family(exc: BaseException) -> str:
-    """The error family of an engine exception (docs/CACHE.md status codes)."""
-    for cls, fam in ((eerr.MisuseError, "misuse"), (eerr.NotFoundError, "not_found"),
-                     (eerr.AllPinnedError, "all_pinned"),
-                     (eerr.ShortReadError, "short_read"),
-                     (eerr.EngineIOError, "io")):
-        if isinstance(exc, cls):
-            return fam
-    return f"other:{type(exc).__name__}"
+    """The failure kind of an engine exception (faults.kinds)."""
+    return kind_of(exc)
 
 
 def oracle_family(exc: BaseException) -> str:
-    """The error family of an oracle exception, named as engine_family names it."""
-    for cls, fam in ((oerr.Misuse, "misuse"), (oerr.NotFound, "not_found"),
-                     (oerr.AllPinned, "all_pinned"), (oerr.ShortRead, "short_read"),
-                     (oerr.IOFailure, "io")):
-        if isinstance(exc, cls):
-            return fam
-    return f"other:{type(exc).__name__}"
+    """The failure kind of an oracle exception, in the engine's names."""
+    return kind_of(exc)

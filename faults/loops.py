@@ -13,6 +13,7 @@ and engine allocations back to their baseline once everything is closed.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -127,7 +128,13 @@ class Baseline:
 
     @staticmethod
     def now() -> Baseline:
-        """The current counts."""
+        """The current counts, after collecting garbage.
+
+        An engine object that is unreachable but not yet collected (from an
+        earlier test, say) still holds its descriptors, allocations and
+        reader threads; collecting first makes two snapshots comparable.
+        """
+        gc.collect()
         return Baseline(open_fds(), alloc.live(), n_threads())
 
     def assert_back(self, what: str) -> None:

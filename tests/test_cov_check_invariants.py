@@ -258,3 +258,29 @@ def test_bad_hook_arguments_are_misuse(shard):
     assert lib.xc_testhook_break_check(_lib.ffi().NULL, 1, 0, 0) == -7
     assert _lib.last_error()[4] == "test hook: NULL cache"
     cache.check()
+
+
+def test_a_ready_slot_naming_a_read_owner_is_inflight_breakage(shard):
+    """A slot that is not in flight yet names a read owner: INV-INFLIGHT."""
+    cache = open_cache(shard)
+    s = slot_of(cache, 1)
+    assert brk(cache, "OWNER_STRAY", s) == (
+        4, f"INV-INFLIGHT: slot {s} not in flight has read owner 1")
+
+
+def test_an_inflight_slot_owned_by_no_read(shard):
+    """A reservation no read owns (a leaked reservation): INV-INFLIGHT."""
+    cache = open_cache(shard)
+    s = slot_of(cache, 2)
+    assert brk(cache, "OWNER_NONE", s) == (
+        4, f"INV-INFLIGHT: slot {s} in flight has no read owner (0)")
+
+
+def test_an_inflight_slot_of_a_stream_that_is_not_open(shard):
+    """A stream reservation whose stream is gone is an orphan: INV-INFLIGHT."""
+    cache = open_cache(shard)
+    s = slot_of(cache, 0)
+    assert brk(cache, "OWNER_ORPHAN", s) == (
+        4, f"INV-INFLIGHT: slot {s} in flight for a stream that does not own "
+           "it (orphaned reservation)")
+    cache.check()  # restored

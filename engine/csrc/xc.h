@@ -747,6 +747,9 @@ enum {
     XC_TH_QUEUE_STATE = 16,
     XC_TH_QUEUE_TWICE = 17,
     XC_TH_SPEC = 18,
+    XC_TH_OWNER_STRAY = 19,
+    XC_TH_OWNER_NONE = 20,
+    XC_TH_OWNER_ORPHAN = 21,
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
 /* ===================== end of TEST HOOKS ================================ */

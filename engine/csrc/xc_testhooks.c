@@ -178,6 +178,23 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
         if (b == 0) c->st.spec_loads++;
         else c->st.unknown_loads++;
         break;
+    case XC_TH_OWNER_STRAY:     /* a: a READY slot that names a read owner */
+        if (sa < 0) bad = 1; else c->slots[sa].owner = OWN_DEMAND;
+        break;
+    case XC_TH_OWNER_NONE:      /* a: an unheld READY slot in flight, owned
+                                 * by no read */
+    case XC_TH_OWNER_ORPHAN:    /* a: ... owned by a stream that is not open */
+        if (sa < 0) { bad = 1; break; }
+        c->slots[sa].state = XC_SLOT_INFLIGHT;
+        c->n_reads++;
+        if (what == XC_TH_OWNER_NONE) {
+            c->slots[sa].owner = OWN_NONE;
+        } else {
+            c->slots[sa].owner = OWN_STREAM;
+            c->slots[sa].ost = NULL;
+            c->slots[sa].oidx = 0;
+        }
+        break;
     default:
         bad = 1;
     }

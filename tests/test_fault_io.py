@@ -102,3 +102,33 @@ def test_bad_arming_is_misuse():
             f.arm(Fault("eio", nth=0))
         with pytest.raises(errors.MisuseError, match="negative"):
             f.arm(Fault("partial", arg=-1))
+
+
+def test_partial_larger_than_the_read_changes_nothing(data_file):
+    """A partial-read limit above the request lets the whole read through at once."""
+    with IOFaults() as f:
+        f.arm(Fault("partial", nth=1, persistent=True, arg=1 << 20))
+        rc, got = _read(f, str(data_file), 4096, 100)
+        assert rc == 0 and got == data_file.read_bytes()[100:4196]
+        assert (f.fired, f.reads) == (1, 1)
+
+
+def test_a_delayed_read_keeps_its_slot_in_flight_until_it_lands(tmp_path):
+    """A demand get of a key whose read-ahead is delayed waits for it and hits."""
+    import engine
+    from tests.k3 import expert_bytes, write_k3_mini
+
+    shard = write_k3_mini(tmp_path)
+    with IOFaults() as f:
+        c = engine.Container(str(shard), io=f)
+        cache = engine.ExpertCache(c, n_slots=8, top_k=4, io_threads=1)
+        f.arm(Fault("delay", nth=1, arg=50_000))  # 50 ms on the reader
+        assert cache.prefetch([(0, 7)]) == 1  # queued, not yet read
+        with cache.get(0, 7) as ex:  # waits for that read, then a hit
+            assert ex.data.tobytes() == expert_bytes(shard, 7)
+        s = cache.stats()
+        assert (f.fired, s["requests"], s["hits"], s["misses"],
+                s["prefetch_loads"], s["prefetch_first_uses"]) == (1, 1, 1, 0, 1, 1)
+        cache.check()
+        cache.close()
+        c.close()

@@ -51,7 +51,14 @@
  * <= 1/2) keyed by a word-at-a-time multiplicative hash -- FNV-1a's
  * xor-then-multiply applied to 8-byte words, which hashes a 29 MB header's
  * names several times faster than byte-wise FNV.  The same table catches
- * duplicate names while parsing and maps weight_map entries for the index.
+ * duplicate names and maps weight_map entries for the index.  A shard's
+ * table is filled in one batch after its header is parsed (dup_check), not
+ * entry by entry: a 200,000-name table is megabytes, every insert misses
+ * the cache, and a batch loop with the slot prefetched sixteen entries
+ * ahead overlaps those misses where the parser could not.  The batch meets
+ * the names in document order and every name recorded lies before the
+ * point where the parse stopped, so the report is the same: the first
+ * duplicate wins over any later problem, including one in its own entry.
  * Nothing here is static and mutable: two threads may open containers at
  * once.
  */
@@ -285,6 +292,7 @@ typedef struct st_parse {
     size_t first;
     size_t m_first;
     int last_dtype;
+    int pending;        /* st->t[n_t] holds a named entry that failed */
 } st_parse;
 
 /* Inlined so that strlen and memcmp of a literal fold to a few compares. */
@@ -560,7 +568,6 @@ static int parse_header(st_parse *p)
             } else {
                 st_tensor *t;
                 uint32_t h;
-                int64_t prev;
                 if (nul)
                     return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
                                    "a tensor name contains U+0000");
@@ -569,14 +576,8 @@ static int parse_header(st_parse *p)
                                    "name too long or too many tensors");
                 h = name_hash(k, kn);
                 if (grow((void **)&st->t, &st->cap_t, st->n_t,
-                         sizeof *st->t) != XC_OK ||
-                    table_reserve(&p->dup, 1) != XC_OK)
+                         sizeof *st->t) != XC_OK)
                     return nomem(j->path, "tensor table");
-                /* The table is too big for the cache: start fetching the
-                 * name's slot now and look it up after parsing the entry.
-                 * The duplicate still wins over a later error in the entry
-                 * (document order), see below. */
-                __builtin_prefetch(&p->dup.slots[h & p->dup.mask]);
                 t = &st->t[st->n_t];
                 memset(t, 0, sizeof *t);
                 t->key.name = k;
@@ -584,19 +585,13 @@ static int parse_header(st_parse *p)
                 t->key.hash = h;
                 t->entry_at = j->base + kat;
                 t->shard = p->shard;
-                rc = parse_entry(p, t);
-                prev = table_find(&p->dup, st->t + p->first, sizeof *st->t,
-                                  k, kn, h);
-                if (prev >= 0)
-                    return xj_fail(j, XC_E_FORMAT_DUPLICATE, kat,
-                                   "tensor name \"%.200s\" appears twice "
-                                   "(first at byte %llu)", k,
-                                   (unsigned long long)
-                                       st->t[p->first + (size_t)prev]
-                                           .entry_at);
-                if (rc != XC_OK)
+                /* Duplicates are looked for after the parse, in one batch
+                 * (dup_check); an entry that fails to parse still takes
+                 * part, so its duplicate name wins over its own error. */
+                p->pending = 1;
+                if ((rc = parse_entry(p, t)) != XC_OK)
                     return rc;
-                table_put(&p->dup, h, (uint32_t)(st->n_t - p->first));
+                p->pending = 0;
                 st->n_t++;
             }
             xj_ws(j);
@@ -612,6 +607,54 @@ static int parse_header(st_parse *p)
     if (j->pos != j->len)
         return xj_fail(j, XC_E_FORMAT_JSON, j->pos,
                        "trailing characters after the header object");
+    return XC_OK;
+}
+
+/* The duplicate check of step 5, run once the parse has stopped (at the
+ * end of the header or at its first problem): the shard's recorded names
+ * go into p->dup in document order, so the first name met twice is the
+ * first duplicate in document order.  Every recorded entry lies before the
+ * position where the parse stopped, so a duplicate found here precedes (or
+ * is, for an entry that failed to parse, part of) that problem and wins
+ * over it, exactly as a check made entry by entry would.  Batching takes
+ * the table's cache misses out of the parser's dependency chain: the slot
+ * of the entry DUP_AHEAD places on is prefetched while this one is put. */
+#define DUP_AHEAD 16
+
+static int dup_check(st_parse *p, const xj *j)
+{
+    xc_st *st = p->st;
+    const st_tensor *t = st->t + p->first;
+    size_t n = st->n_t - p->first + (size_t)p->pending;
+    st_table *tb = &p->dup;
+    if (n == 0)
+        return XC_OK;
+    if (table_reserve(tb, n) != XC_OK)
+        return nomem(j->path, "name table");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = t[i].key.hash;
+        size_t at;
+        if (i + DUP_AHEAD < n)
+            __builtin_prefetch(&tb->slots[t[i + DUP_AHEAD].key.hash &
+                                          tb->mask], 1);
+        for (at = h & tb->mask; tb->slots[at] != 0;
+             at = (at + 1) & tb->mask) {
+            uint64_t s = tb->slots[at];
+            const st_tensor *prev;
+            if ((uint32_t)(s >> 32) != h)
+                continue;
+            prev = &t[(uint32_t)s - 1];
+            if (prev->key.len == t[i].key.len &&
+                memcmp(prev->key.name, t[i].key.name, t[i].key.len) == 0)
+                return xj_fail(j, XC_E_FORMAT_DUPLICATE,
+                               (size_t)(t[i].entry_at - j->base),
+                               "tensor name \"%.200s\" appears twice "
+                               "(first at byte %llu)", t[i].key.name,
+                               (unsigned long long)prev->entry_at);
+        }
+        tb->slots[at] = ((uint64_t)h << 32) | ((uint64_t)i + 1);
+        tb->n++;
+    }
     return XC_OK;
 }
 
@@ -881,11 +924,15 @@ static int load_shard(xc_st *st, size_t s)
     p.m_first = st->n_meta;
     p.last_dtype = XC_DT_U8;
     sh->first = st->n_t;
-    /* A tensor entry takes at least ~50 header bytes; reserving for N/128
-     * entries up front saves most of the rehashing of a large header. */
-    if (table_reserve(&p.dup, (size_t)(n / 128)) != XC_OK)
-        return nomem(sh->path, "name table");
     rc = parse_header(&p);
+    {
+        /* Step 5's duplicate check, after the parse (see dup_check): a
+         * duplicate before the parse's own problem, NOMEM included, wins
+         * over it.  Failing to allocate the table is NOMEM either way. */
+        int drc = dup_check(&p, &p.j);
+        if (drc != XC_OK)
+            rc = drc;
+    }
     table_free(&p.mdup);
     sh->count = st->n_t - sh->first;
     if (s == 0 && rc == XC_OK && st->names.slots == NULL) {

@@ -13,6 +13,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ------------------------------------------------------------------ */
 /* UTF-8                                                                */
@@ -121,6 +124,28 @@ int xj_expect(xj *j, char c)
 /* Strings                                                              */
 /* ------------------------------------------------------------------ */
 
+/* The index of the first '"', '\\' or control byte (below 0x20) at or
+ * after b[r].  The zero padding after len stops the scan: every load starts
+ * at or before the first such byte, which is at most len (a pad zero), so
+ * it reads at most len + 15 < len + XJ_PAD. */
+#if defined(__SSE2__)
+static inline size_t scan_plain(const char *b, size_t r)
+{
+    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+    const __m128i c1f = _mm_set1_epi8(0x1f);
+    for (;;) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b + r));
+        /* max(v, 0x1f) == 0x1f exactly when v <= 0x1f, unsigned. */
+        __m128i m = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)),
+            _mm_cmpeq_epi8(_mm_max_epu8(v, c1f), c1f));
+        unsigned mask = (unsigned)_mm_movemask_epi8(m);
+        if (mask != 0)
+            return r + (size_t)__builtin_ctz(mask);
+        r += 16;
+    }
+}
+#else
 /* Nonzero if any byte of w is '"', '\\' or below 0x20.  Exact as to
  * whether one exists (a borrow can only flag a byte above a real hit). */
 static inline uint64_t special_bytes(uint64_t w)
@@ -131,6 +156,21 @@ static inline uint64_t special_bytes(uint64_t w)
     uint64_t ctl = (w - ones * 0x20) & ~w;
     return (zq | zb | ctl) & high;
 }
+
+static inline size_t scan_plain(const char *b, size_t r)
+{
+    for (;;) {
+        uint64_t word;
+        memcpy(&word, b + r, 8);
+        if (special_bytes(word))
+            break;
+        r += 8;
+    }
+    while ((unsigned char)b[r] >= 0x20 && b[r] != '"' && b[r] != '\\')
+        r++;
+    return r;
+}
+#endif
 
 static int hex4(const xj *j, size_t at, unsigned *out)
 {
@@ -192,15 +232,7 @@ int xj_string(xj *j, char **out, size_t *out_len, int *has_nul)
     for (;;) {
         size_t run = r;
         /* The padding after len is zeros, which stop this scan. */
-        for (;;) {
-            uint64_t word;
-            memcpy(&word, b + r, 8);
-            if (special_bytes(word))
-                break;
-            r += 8;
-        }
-        while ((unsigned char)b[r] >= 0x20 && b[r] != '"' && b[r] != '\\')
-            r++;
+        r = scan_plain(b, r);
         if (w != run)
             memmove(b + w, b + run, r - run);
         w += r - run;

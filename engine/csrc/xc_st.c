@@ -264,14 +264,26 @@ static int nomem(const char *path, const char *what)
 /* Dtypes                                                               */
 /* ------------------------------------------------------------------ */
 
+/* Byte equality of two short strings of n bytes, inlined (libc memcmp is
+ * a call, and a header makes ~850,000 of these compares). */
+static inline int small_eq(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+/* The dtype spelled s[0..n), or -1.  *last (the previous hit; headers
+ * repeat one dtype) is tried first. */
 static int dtype_lookup(const char *s, size_t n, int *last)
 {
     const char *hit = xc_dtype_name(*last);
-    if (hit && strlen(hit) == n && memcmp(hit, s, n) == 0)
+    if (hit && strlen(hit) == n && small_eq(hit, s, n))
         return *last;
     for (int d = 0; d < XC_DT_COUNT; d++) {
         const char *nm = xc_dtype_name(d);
-        if (strlen(nm) == n && memcmp(nm, s, n) == 0) {
+        if (strlen(nm) == n && small_eq(nm, s, n)) {
             *last = d;
             return d;
         }
@@ -295,10 +307,32 @@ typedef struct st_parse {
     int pending;        /* st->t[n_t] holds a named entry that failed */
 } st_parse;
 
-/* Inlined so that strlen and memcmp of a literal fold to a few compares. */
+/* Whether k[0..n) spells the literal want.  Inlined so that strlen of the
+ * literal folds; the bytes are compared as at most two (overlapping) words
+ * whose literal halves fold to constants -- gcc emits a call to libc
+ * memcmp for memcmp(k, "dtype", 5), and this runs three times an entry. */
 static inline int is_key(const char *k, size_t n, const char *want)
 {
-    return strlen(want) == n && memcmp(k, want, n) == 0;
+    size_t w = strlen(want);
+    if (n != w)
+        return 0;
+    if (w >= 8 && w <= 16) {
+        uint64_t a, b, c, d;
+        memcpy(&a, k, 8);
+        memcpy(&b, want, 8);
+        memcpy(&c, k + w - 8, 8);
+        memcpy(&d, want + w - 8, 8);
+        return a == b && c == d;
+    }
+    if (w >= 4 && w < 8) {
+        uint32_t a, b, c, d;
+        memcpy(&a, k, 4);
+        memcpy(&b, want, 4);
+        memcpy(&c, k + w - 4, 4);
+        memcpy(&d, want + w - 4, 4);
+        return a == b && c == d;
+    }
+    return small_eq(k, want, w);
 }
 
 /* A value of the wrong type at buffer position at is a schema error only if

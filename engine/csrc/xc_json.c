@@ -362,6 +362,36 @@ int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
     size_t at = j->pos;
     int c = xj_peek(j), plain, rc;
     uint64_t v = 0;
+    /* Fast path: a plain integer in range, without a leading zero, ended
+     * by a byte that cannot continue a number.  Anything else (leading
+     * zero, fraction, exponent, a limit exceeded) goes the careful way
+     * below from the same position, which gives it its exact report.  The
+     * padding after len stops the digit scan. */
+    if (c >= '1' && c <= '9') {
+        const char *b = j->buf;
+        size_t k = at;
+        while (k < j->len && is_digit(b[k])) {
+            uint64_t d = (uint64_t)(b[k] - '0');
+            if (v > (max - d) / 10)
+                break;
+            v = v * 10 + d;
+            k++;
+        }
+        if (k >= j->len || (!is_digit(b[k]) && b[k] != '.' && b[k] != 'e' &&
+                            b[k] != 'E')) {
+            j->pos = k;
+            *out = v;
+            return XC_OK;
+        }
+        v = 0;
+    } else if (c == '0' && (j->len - at < 2 ||
+                            (!is_digit(j->buf[at + 1]) &&
+                             j->buf[at + 1] != '.' && j->buf[at + 1] != 'e' &&
+                             j->buf[at + 1] != 'E'))) {
+        j->pos = at + 1;
+        *out = 0;
+        return XC_OK;
+    }
     if (c != '-' && !is_digit(c)) {
         /* Another type is type_code only if it is JSON at all. */
         xj probe = *j;

@@ -368,17 +368,18 @@ int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
      * below from the same position, which gives it its exact report.  The
      * padding after len stops the digit scan. */
     if (c >= '1' && c <= '9') {
+        /* Up to 19 digits cannot wrap 64 bits (10^19 - 1 < 2^64), and the
+         * careful loop's per-digit test fails exactly when the value
+         * exceeds max, so one compare at the end decides the same. */
         const char *b = j->buf;
-        size_t k = at;
-        while (k < j->len && is_digit(b[k])) {
-            uint64_t d = (uint64_t)(b[k] - '0');
-            if (v > (max - d) / 10)
-                break;
-            v = v * 10 + d;
+        size_t k = at, stop = j->len - at > 19 ? at + 19 : j->len;
+        while (k < stop && is_digit(b[k])) {
+            v = v * 10 + (uint64_t)(b[k] - '0');
             k++;
         }
-        if (k >= j->len || (!is_digit(b[k]) && b[k] != '.' && b[k] != 'e' &&
-                            b[k] != 'E')) {
+        if (v <= max &&
+            (k >= j->len || (!is_digit(b[k]) && b[k] != '.' && b[k] != 'e' &&
+                             b[k] != 'E'))) {
             j->pos = k;
             *out = v;
             return XC_OK;

@@ -143,42 +143,43 @@ struct xc_st {
 /* Hashing and the name table                                           */
 /* ------------------------------------------------------------------ */
 
-/* Two independent lanes over 16-byte steps, so the multiply chains of
- * even and odd words overlap (a 72-byte name is ~45 cycles of dependent
- * multiplies in one lane); the lanes are folded together at the end. */
+/* 64x64->128 multiply folded to 64 bits (wyhash's mix). */
+static inline uint64_t mix128(uint64_t a, uint64_t b)
+{
+    unsigned __int128 r = (unsigned __int128)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+/* Each 16-byte chunk, keyed by its position, is mixed on its own and the
+ * results are summed, so the chunks' multiplies overlap instead of forming
+ * one dependent chain (a 72-byte name hashed serially was ~40 cycles);
+ * the sum is mixed once more at the end.  Quality only matters for probe
+ * lengths: the table compares whole names. */
 static uint32_t name_hash(const char *s, size_t n)
 {
-    const uint64_t k = 0xff51afd7ed558ccdull, k2 = 0xc4ceb9fe1a85ec53ull;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
-    uint64_t g = 0x6a09e667f3bcc909ull, w, v;
+    const uint64_t s0 = 0xa0761d6478bd642full, s1 = 0xe7037ed1a0b428dbull;
+    const uint64_t step = 0x8ebc6af09c88c6e3ull;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, key = s0, w, v;
     while (n >= 16) {
         memcpy(&w, s, 8);
         memcpy(&v, s + 8, 8);
-        h = (h ^ w) * k;
-        g = (g ^ v) * k2;
-        h ^= h >> 29;
-        g ^= g >> 31;
+        h += mix128(w ^ key, v ^ s1);
+        key += step;
         s += 16;
         n -= 16;
     }
-    if (n >= 8) {
-        memcpy(&w, s, 8);
-        h = (h ^ w) * k;
-        h ^= h >> 29;
-        s += 8;
-        n -= 8;
-    }
     if (n) {
-        w = 0;
-        memcpy(&w, s, n);
-        g = (g ^ w) * k2;
-        g ^= g >> 31;
+        w = v = 0;
+        if (n > 8) {
+            memcpy(&w, s, 8);
+            memcpy(&v, s + 8, n - 8);
+        } else {
+            memcpy(&w, s, n);
+        }
+        h += mix128(w ^ key, v ^ s1);
     }
-    h ^= g * k;
-    h ^= h >> 32;
-    h *= k2;
-    h ^= h >> 29;
-    return (uint32_t)h;
+    h = mix128(h ^ s1, 0x589965cc75374cc3ull ^ (uint64_t)(h >> 32));
+    return (uint32_t)(h ^ (h >> 32));
 }
 
 static const st_key *key_at(const void *base, size_t stride, size_t i)

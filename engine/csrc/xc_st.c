@@ -165,31 +165,45 @@ static inline uint64_t mix128(uint64_t a, uint64_t b)
 /* Each 16-byte chunk, keyed by its position, is mixed on its own and the
  * results are summed, so the chunks' multiplies overlap instead of forming
  * one dependent chain (a 72-byte name hashed serially was ~40 cycles);
- * the sum is mixed once more at the end.  Quality only matters for probe
- * lengths: the table compares whole names. */
+ * the sum is mixed once more at the end.  The last chunk is the 16 bytes
+ * that end the name (overlapping the one before; shorter names load their
+ * first and last 8 or 4 bytes), as wyhash does: a variable-length memcpy
+ * of the tail compiled to a byte loop and a store-forwarding stall.  Only
+ * whole names are read.  Quality only matters for probe lengths: the
+ * table compares whole names. */
 static uint32_t name_hash(const char *s, size_t n)
 {
     const uint64_t s0 = 0xa0761d6478bd642full, s1 = 0xe7037ed1a0b428dbull;
     const uint64_t step = 0x8ebc6af09c88c6e3ull;
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, key = s0, w, v;
-    while (n >= 16) {
-        memcpy(&w, s, 8);
-        memcpy(&v, s + 8, 8);
-        h += mix128(w ^ key, v ^ s1);
-        key += step;
-        s += 16;
-        n -= 16;
-    }
-    if (n) {
-        w = v = 0;
-        if (n > 8) {
+    if (n > 16) {
+        const char *end = s + n;
+        while (end - s > 16) {
             memcpy(&w, s, 8);
-            memcpy(&v, s + 8, n - 8);
-        } else {
-            memcpy(&w, s, n);
+            memcpy(&v, s + 8, 8);
+            h += mix128(w ^ key, v ^ s1);
+            key += step;
+            s += 16;
         }
-        h += mix128(w ^ key, v ^ s1);
+        memcpy(&w, end - 16, 8);
+        memcpy(&v, end - 8, 8);
+    } else if (n >= 8) {
+        memcpy(&w, s, 8);
+        memcpy(&v, s + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t a, c;
+        memcpy(&a, s, 4);
+        memcpy(&c, s + n - 4, 4);
+        w = a;
+        v = c;
+    } else {
+        w = n ? ((uint64_t)(unsigned char)s[0] << 16) |
+                ((uint64_t)(unsigned char)s[n / 2] << 8) |
+                (uint64_t)(unsigned char)s[n - 1]
+              : 0;
+        v = 0;
     }
+    h += mix128(w ^ key, v ^ s1);
     h = mix128(h ^ s1, 0x589965cc75374cc3ull ^ (uint64_t)(h >> 32));
     return (uint32_t)(h ^ (h >> 32));
 }

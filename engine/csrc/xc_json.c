@@ -120,7 +120,7 @@ static const char *describe(const xj *j)
     return "an unexpected character";
 }
 
-int xj_expect(xj *j, char c)
+int xj_expect_ws(xj *j, char c)
 {
     xj_ws(j);
     if (xj_peek(j) != (unsigned char)c)

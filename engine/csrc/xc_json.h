@@ -54,7 +54,18 @@ static inline int xj_peek(const xj *j)
 }
 
 /* Skips whitespace, then consumes byte c or fails with XC_E_FORMAT_JSON. */
-int xj_expect(xj *j, char c);
+int xj_expect_ws(xj *j, char c);
+
+/* xj_expect_ws, with the common case (c right at the cursor; c is never
+ * whitespace, so skipping first would not move) inlined. */
+static inline int xj_expect(xj *j, char c)
+{
+    if (j->pos < j->len && j->buf[j->pos] == c) {
+        j->pos++;
+        return XC_OK;
+    }
+    return xj_expect_ws(j, c);
+}
 
 /* Parses the string at the cursor (which must be '"'), decoding escapes in
  * place.  *out points at the NUL-terminated result inside buf, *out_len is

@@ -316,17 +316,25 @@ static inline int small_eq(const char *a, const char *b, size_t n)
     return 1;
 }
 
-/* The dtype spelled s[0..n), or -1.  *last (the previous hit; headers
- * repeat one dtype) is tried first. */
-static int dtype_lookup(const char *s, size_t n, int *last)
+/* The previous dtype hit, tried first: headers repeat one dtype. */
+typedef struct st_dtcache {
+    int d;
+    const char *name; /* xc_dtype_name(d) */
+    size_t len;
+} st_dtcache;
+
+/* The dtype spelled s[0..n), or -1. */
+static int dtype_lookup(const char *s, size_t n, st_dtcache *last)
 {
-    const char *hit = xc_dtype_name(*last);
-    if (hit && strlen(hit) == n && small_eq(hit, s, n))
-        return *last;
+    if (last->name && last->len == n && small_eq(last->name, s, n))
+        return last->d;
     for (int d = 0; d < XC_DT_COUNT; d++) {
         const char *nm = xc_dtype_name(d);
-        if (strlen(nm) == n && small_eq(nm, s, n)) {
-            *last = d;
+        size_t len = strlen(nm);
+        if (len == n && small_eq(nm, s, n)) {
+            last->d = d;
+            last->name = nm;
+            last->len = len;
             return d;
         }
     }
@@ -345,7 +353,7 @@ typedef struct st_parse {
     st_table mdup;      /* this shard's metadata keys, relative to m_first */
     size_t first;
     size_t m_first;
-    int last_dtype;
+    st_dtcache last_dtype;
     int pending;        /* st->t[n_t] holds a named entry that failed */
     char *cw;           /* where the next tensor name is compacted to */
     int meta_after;     /* a __metadata__ object follows a tensor name */
@@ -1040,7 +1048,6 @@ static int load_shard(xc_st *st, size_t s)
     p.j.path = sh->path;
     p.first = st->n_t;
     p.m_first = st->n_meta;
-    p.last_dtype = XC_DT_U8;
     p.cw = hdr;
     sh->first = st->n_t;
     rc = parse_header(&p);

@@ -3,9 +3,11 @@
  * internal, not part of the public boundary.
  *
  * The cursor walks a writable buffer of len bytes followed by at least
- * XJ_PAD readable bytes (zeros), so word-at-a-time scans may look past the
- * end without a bounds test in the inner loop: a zero byte is a control
- * character, which stops every scan.  Strings are decoded in place (an
+ * XJ_PAD readable bytes (zeros), so the 16-byte (SSE2) or 8-byte string
+ * scans and the reader's fixed-size look-aheads (at most 16 bytes from a
+ * position before len) may look past the end without a bounds test in the
+ * inner loop: a zero byte is a control character, which stops every scan,
+ * and never matches a quote.  Strings are decoded in place (an
  * escape never decodes to more bytes than it is written with) and
  * NUL-terminated there, so names cost no allocation.  Every failure is
  * reported through xc_fail with the file's path and the absolute byte offset

@@ -155,11 +155,22 @@ struct xc_st {
 /* Hashing and the name table                                           */
 /* ------------------------------------------------------------------ */
 
-/* 64x64->128 multiply folded to 64 bits (wyhash's mix). */
+/* 64x64->128 multiply folded to 64 bits (wyhash's mix); where the
+ * compiler has no 128-bit integer, the same from four 32x32 products. */
 static inline uint64_t mix128(uint64_t a, uint64_t b)
 {
-    unsigned __int128 r = (unsigned __int128)a * b;
+#if defined(__SIZEOF_INT128__)
+    __extension__ typedef unsigned __int128 u128;
+    u128 r = (u128)a * b;
     return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
+    uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+    uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
+    uint64_t lo = (mid << 32) | (uint32_t)ll;
+    uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+    return lo ^ hi;
+#endif
 }
 
 /* Each 16-byte chunk, keyed by its position, is mixed on its own and the

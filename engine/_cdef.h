@@ -117,6 +117,7 @@ int xc_st_metadata(const xc_st *st, size_t i, const char **key,
 int xc_st_direct_active(const xc_st *st);
 const char *xc_st_direct_note(const xc_st *st);
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
+const char *xc_st_names_block(const xc_st *st, size_t *len);
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 int xc_st_check_files(const xc_st *st);
 

@@ -142,12 +142,17 @@ class Container:
             ffi, lib = _lib.ffi(), _lib.lib()
             ptr = self._handle()
             needed = ffi.new("size_t *")
-            lib.xc_st_names(ptr, ffi.NULL, 0, needed)
-            buf = ffi.new("char[]", max(int(needed[0]), 1))
-            _lib.check(lib.xc_st_names(ptr, buf, len(buf), needed))
             # One decode and one split of a NUL-joined blob: far cheaper
             # than one C call and one ffi.string per name at 200k names.
-            text = str(ffi.buffer(buf, int(needed[0])), "utf-8")
+            # Read in place when the container holds the blob whole (one
+            # shard, header in offset order); else have C copy it out.
+            block = lib.xc_st_names_block(ptr, needed)
+            if block != ffi.NULL:
+                text = str(ffi.buffer(block, int(needed[0])), "utf-8")
+            else:
+                buf = ffi.new("char[]", max(int(needed[0]), 1))
+                _lib.check(lib.xc_st_names(ptr, buf, len(buf), needed))
+                text = str(ffi.buffer(buf, int(needed[0])), "utf-8")
             names = text.split("\0")
             names.pop()  # the empty string after the last NUL
             self._names = names

@@ -293,6 +293,16 @@ int xc_st_shard_direct(const xc_st *st, size_t i);
  * Returns XC_OK, or XC_E_MISUSE (nothing written) when buf is too small. */
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
 
+/* The same bytes xc_st_names writes (every tensor name in container order,
+ * each followed by one NUL byte) without a copy: a pointer to them inside
+ * the container, valid until xc_st_close, with their length in *len (always
+ * set, the size xc_st_names needs).  NULL when the container does not hold
+ * them as one block -- more than one shard, no tensors, tensors whose
+ * header order is not their offset order, or a __metadata__ object between
+ * two tensor entries -- and then xc_st_names is the way.  Records no
+ * error. */
+const char *xc_st_names_block(const xc_st *st, size_t *len);
+
 /* Checks that every shard is still the file the container opened: its path
  * still names the same file (device and inode recorded at open), with the
  * size and modification time recorded at open, and the open handle's size

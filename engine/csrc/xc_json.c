@@ -13,6 +13,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ------------------------------------------------------------------ */
 /* UTF-8                                                                */
@@ -22,7 +25,17 @@ int xj_utf8_valid(const unsigned char *p, size_t n, size_t *bad_at)
 {
     size_t i = 0;
     while (i < n) {
-        /* ASCII runs dominate headers: test eight bytes at a time. */
+        /* ASCII runs dominate headers: test 32, then 8 bytes at a time. */
+#if defined(__SSE2__)
+        while (i + 32 <= n) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+            __m128i b = _mm_loadu_si128(
+                (const __m128i *)(const void *)(p + i + 16));
+            if (_mm_movemask_epi8(_mm_or_si128(a, b)) != 0)
+                break;
+            i += 32;
+        }
+#endif
         while (i + 8 <= n) {
             uint64_t w;
             memcpy(&w, p + i, 8);
@@ -107,7 +120,7 @@ static const char *describe(const xj *j)
     return "an unexpected character";
 }
 
-int xj_expect(xj *j, char c)
+int xj_expect_ws(xj *j, char c)
 {
     xj_ws(j);
     if (xj_peek(j) != (unsigned char)c)
@@ -121,6 +134,28 @@ int xj_expect(xj *j, char c)
 /* Strings                                                              */
 /* ------------------------------------------------------------------ */
 
+/* The index of the first '"', '\\' or control byte (below 0x20) at or
+ * after b[r].  The zero padding after len stops the scan: every load starts
+ * at or before the first such byte, which is at most len (a pad zero), so
+ * it reads at most len + 15 < len + XJ_PAD. */
+#if defined(__SSE2__)
+static inline size_t scan_plain(const char *b, size_t r)
+{
+    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\');
+    const __m128i c1f = _mm_set1_epi8(0x1f);
+    for (;;) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b + r));
+        /* max(v, 0x1f) == 0x1f exactly when v <= 0x1f, unsigned. */
+        __m128i m = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, bs)),
+            _mm_cmpeq_epi8(_mm_max_epu8(v, c1f), c1f));
+        unsigned mask = (unsigned)_mm_movemask_epi8(m);
+        if (mask != 0)
+            return r + (size_t)__builtin_ctz(mask);
+        r += 16;
+    }
+}
+#else
 /* Nonzero if any byte of w is '"', '\\' or below 0x20.  Exact as to
  * whether one exists (a borrow can only flag a byte above a real hit). */
 static inline uint64_t special_bytes(uint64_t w)
@@ -131,6 +166,21 @@ static inline uint64_t special_bytes(uint64_t w)
     uint64_t ctl = (w - ones * 0x20) & ~w;
     return (zq | zb | ctl) & high;
 }
+
+static inline size_t scan_plain(const char *b, size_t r)
+{
+    for (;;) {
+        uint64_t word;
+        memcpy(&word, b + r, 8);
+        if (special_bytes(word))
+            break;
+        r += 8;
+    }
+    while ((unsigned char)b[r] >= 0x20 && b[r] != '"' && b[r] != '\\')
+        r++;
+    return r;
+}
+#endif
 
 static int hex4(const xj *j, size_t at, unsigned *out)
 {
@@ -192,15 +242,7 @@ int xj_string(xj *j, char **out, size_t *out_len, int *has_nul)
     for (;;) {
         size_t run = r;
         /* The padding after len is zeros, which stop this scan. */
-        for (;;) {
-            uint64_t word;
-            memcpy(&word, b + r, 8);
-            if (special_bytes(word))
-                break;
-            r += 8;
-        }
-        while ((unsigned char)b[r] >= 0x20 && b[r] != '"' && b[r] != '\\')
-            r++;
+        r = scan_plain(b, r);
         if (w != run)
             memmove(b + w, b + run, r - run);
         w += r - run;
@@ -330,6 +372,37 @@ int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
     size_t at = j->pos;
     int c = xj_peek(j), plain, rc;
     uint64_t v = 0;
+    /* Fast path: a plain integer in range, without a leading zero, ended
+     * by a byte that cannot continue a number.  Anything else (leading
+     * zero, fraction, exponent, a limit exceeded) goes the careful way
+     * below from the same position, which gives it its exact report.  The
+     * padding after len stops the digit scan. */
+    if (c >= '1' && c <= '9') {
+        /* Up to 19 digits cannot wrap 64 bits (10^19 - 1 < 2^64), and the
+         * careful loop's per-digit test fails exactly when the value
+         * exceeds max, so one compare at the end decides the same. */
+        const char *b = j->buf;
+        size_t k = at, stop = j->len - at > 19 ? at + 19 : j->len;
+        while (k < stop && is_digit(b[k])) {
+            v = v * 10 + (uint64_t)(b[k] - '0');
+            k++;
+        }
+        if (v <= max &&
+            (k >= j->len || (!is_digit(b[k]) && b[k] != '.' && b[k] != 'e' &&
+                             b[k] != 'E'))) {
+            j->pos = k;
+            *out = v;
+            return XC_OK;
+        }
+        v = 0;
+    } else if (c == '0' && (j->len - at < 2 ||
+                            (!is_digit(j->buf[at + 1]) &&
+                             j->buf[at + 1] != '.' && j->buf[at + 1] != 'e' &&
+                             j->buf[at + 1] != 'E'))) {
+        j->pos = at + 1;
+        *out = 0;
+        return XC_OK;
+    }
     if (c != '-' && !is_digit(c)) {
         /* Another type is type_code only if it is JSON at all. */
         xj probe = *j;

@@ -3,9 +3,11 @@
  * internal, not part of the public boundary.
  *
  * The cursor walks a writable buffer of len bytes followed by at least
- * XJ_PAD readable bytes (zeros), so word-at-a-time scans may look past the
- * end without a bounds test in the inner loop: a zero byte is a control
- * character, which stops every scan.  Strings are decoded in place (an
+ * XJ_PAD readable bytes (zeros), so the 16-byte (SSE2) or 8-byte string
+ * scans and the reader's fixed-size look-aheads (at most 16 bytes from a
+ * position before len) may look past the end without a bounds test in the
+ * inner loop: a zero byte is a control character, which stops every scan,
+ * and never matches a quote.  Strings are decoded in place (an
  * escape never decodes to more bytes than it is written with) and
  * NUL-terminated there, so names cost no allocation.  Every failure is
  * reported through xc_fail with the file's path and the absolute byte offset
@@ -54,7 +56,18 @@ static inline int xj_peek(const xj *j)
 }
 
 /* Skips whitespace, then consumes byte c or fails with XC_E_FORMAT_JSON. */
-int xj_expect(xj *j, char c);
+int xj_expect_ws(xj *j, char c);
+
+/* xj_expect_ws, with the common case (c right at the cursor; c is never
+ * whitespace, so skipping first would not move) inlined. */
+static inline int xj_expect(xj *j, char c)
+{
+    if (j->pos < j->len && j->buf[j->pos] == c) {
+        j->pos++;
+        return XC_OK;
+    }
+    return xj_expect_ws(j, c);
+}
 
 /* Parses the string at the cursor (which must be '"'), decoding escapes in
  * place.  *out points at the NUL-terminated result inside buf, *out_len is

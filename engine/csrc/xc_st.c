@@ -45,13 +45,30 @@
  * bounds test in the inner loop), every integer against 48 or 64 bits with
  * overflow checks, the nesting depth against a fixed bound.  Tensor names
  * are decoded in place in the header buffer, which the container keeps, so
- * 200,000 names cost one allocation, not 200,000.
+ * 200,000 names cost one allocation, not 200,000; as the parse goes, each
+ * name is moved down over header bytes already parsed (compact_name), so
+ * the names end up as one NUL-separated block that the Python side decodes
+ * and splits once, without a copy (xc_st_names_block).
+ *
+ * The header is read into memory with the io vtable's pread, not mapped:
+ * the fault injector must see every byte come in, and measured on the
+ * 29 MB header a MAP_POPULATE mapping saved ~0.7 ms of ~2 ms (glibc reuses
+ * the freed buffer, so the copy's page faults are paid once per process),
+ * for a SIGBUS if the file were truncated mid-parse.
  *
  * Names are found through an open-addressing table (linear probing, load
- * <= 1/2) keyed by a word-at-a-time multiplicative hash -- FNV-1a's
- * xor-then-multiply applied to 8-byte words, which hashes a 29 MB header's
- * names several times faster than byte-wise FNV.  The same table catches
- * duplicate names while parsing and maps weight_map entries for the index.
+ * <= 1/2) keyed by a multiplicative hash that mixes each 16-byte chunk on
+ * its own (a 128-bit multiply folded, as wyhash does) and sums the chunks,
+ * so a name's multiplies overlap instead of forming one chain.  The same
+ * table catches
+ * duplicate names and maps weight_map entries for the index.  A shard's
+ * table is filled in one batch after its header is parsed (dup_check), not
+ * entry by entry: a 200,000-name table is megabytes, every insert misses
+ * the cache, and a batch loop with the slot prefetched sixteen entries
+ * ahead overlaps those misses where the parser could not.  The batch meets
+ * the names in document order and every name recorded lies before the
+ * point where the parse stopped, so the report is the same: the first
+ * duplicate wins over any later problem, including one in its own entry.
  * Nothing here is static and mutable: two threads may open containers at
  * once.
  */
@@ -105,6 +122,8 @@ typedef struct st_shard {
     uint64_t header_bytes; /* N */
     char *buf;          /* holds the header; names point into it */
     size_t first, count; /* tensor range in xc_st.t */
+    const char *names;  /* the names as one NUL-separated block in header
+                           order, or NULL (see compact_name) */
 } st_shard;
 
 /* Open addressing: a slot is (hash << 32) | (index + 1); 0 is empty. */
@@ -136,27 +155,68 @@ struct xc_st {
 /* Hashing and the name table                                           */
 /* ------------------------------------------------------------------ */
 
+/* 64x64->128 multiply folded to 64 bits (wyhash's mix); where the
+ * compiler has no 128-bit integer, the same from four 32x32 products. */
+static inline uint64_t mix128(uint64_t a, uint64_t b)
+{
+#if defined(__SIZEOF_INT128__)
+    __extension__ typedef unsigned __int128 u128;
+    u128 r = (u128)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+#else
+    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
+    uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
+    uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
+    uint64_t lo = (mid << 32) | (uint32_t)ll;
+    uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+    return lo ^ hi;
+#endif
+}
+
+/* Each 16-byte chunk, keyed by its position, is mixed on its own and the
+ * results are summed, so the chunks' multiplies overlap instead of forming
+ * one dependent chain (a 72-byte name hashed serially was ~40 cycles);
+ * the sum is mixed once more at the end.  The last chunk is the 16 bytes
+ * that end the name (overlapping the one before; shorter names load their
+ * first and last 8 or 4 bytes), as wyhash does: a variable-length memcpy
+ * of the tail compiled to a byte loop and a store-forwarding stall.  Only
+ * whole names are read.  Quality only matters for probe lengths: the
+ * table compares whole names. */
 static uint32_t name_hash(const char *s, size_t n)
 {
-    const uint64_t k = 0xff51afd7ed558ccdull;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, w;
-    while (n >= 8) {
+    const uint64_t s0 = 0xa0761d6478bd642full, s1 = 0xe7037ed1a0b428dbull;
+    const uint64_t step = 0x8ebc6af09c88c6e3ull;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, key = s0, w, v;
+    if (n > 16) {
+        const char *end = s + n;
+        while (end - s > 16) {
+            memcpy(&w, s, 8);
+            memcpy(&v, s + 8, 8);
+            h += mix128(w ^ key, v ^ s1);
+            key += step;
+            s += 16;
+        }
+        memcpy(&w, end - 16, 8);
+        memcpy(&v, end - 8, 8);
+    } else if (n >= 8) {
         memcpy(&w, s, 8);
-        h = (h ^ w) * k;
-        h ^= h >> 29;
-        s += 8;
-        n -= 8;
+        memcpy(&v, s + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t a, c;
+        memcpy(&a, s, 4);
+        memcpy(&c, s + n - 4, 4);
+        w = a;
+        v = c;
+    } else {
+        w = n ? ((uint64_t)(unsigned char)s[0] << 16) |
+                ((uint64_t)(unsigned char)s[n / 2] << 8) |
+                (uint64_t)(unsigned char)s[n - 1]
+              : 0;
+        v = 0;
     }
-    if (n) {
-        w = 0;
-        memcpy(&w, s, n);
-        h = (h ^ w) * k;
-        h ^= h >> 29;
-    }
-    h ^= h >> 32;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 29;
-    return (uint32_t)h;
+    h += mix128(w ^ key, v ^ s1);
+    h = mix128(h ^ s1, 0x589965cc75374cc3ull ^ (uint64_t)(h >> 32));
+    return (uint32_t)(h ^ (h >> 32));
 }
 
 static const st_key *key_at(const void *base, size_t stride, size_t i)
@@ -257,15 +317,35 @@ static int nomem(const char *path, const char *what)
 /* Dtypes                                                               */
 /* ------------------------------------------------------------------ */
 
-static int dtype_lookup(const char *s, size_t n, int *last)
+/* Byte equality of two short strings of n bytes, inlined (libc memcmp is
+ * a call, and a header makes ~850,000 of these compares). */
+static inline int small_eq(const char *a, const char *b, size_t n)
 {
-    const char *hit = xc_dtype_name(*last);
-    if (hit && strlen(hit) == n && memcmp(hit, s, n) == 0)
-        return *last;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+/* The previous dtype hit, tried first: headers repeat one dtype. */
+typedef struct st_dtcache {
+    int d;
+    const char *name; /* xc_dtype_name(d) */
+    size_t len;
+} st_dtcache;
+
+/* The dtype spelled s[0..n), or -1. */
+static int dtype_lookup(const char *s, size_t n, st_dtcache *last)
+{
+    if (last->name && last->len == n && small_eq(last->name, s, n))
+        return last->d;
     for (int d = 0; d < XC_DT_COUNT; d++) {
         const char *nm = xc_dtype_name(d);
-        if (strlen(nm) == n && memcmp(nm, s, n) == 0) {
-            *last = d;
+        size_t len = strlen(nm);
+        if (len == n && small_eq(nm, s, n)) {
+            last->d = d;
+            last->name = nm;
+            last->len = len;
             return d;
         }
     }
@@ -284,13 +364,39 @@ typedef struct st_parse {
     st_table mdup;      /* this shard's metadata keys, relative to m_first */
     size_t first;
     size_t m_first;
-    int last_dtype;
+    st_dtcache last_dtype;
+    int pending;        /* st->t[n_t] holds a named entry that failed */
+    char *cw;           /* where the next tensor name is compacted to */
+    int meta_after;     /* a __metadata__ object follows a tensor name */
+    int cw_gap;         /* a __metadata__ object lies between two names */
 } st_parse;
 
-/* Inlined so that strlen and memcmp of a literal fold to a few compares. */
+/* Whether k[0..n) spells the literal want.  Inlined so that strlen of the
+ * literal folds; the bytes are compared as at most two (overlapping) words
+ * whose literal halves fold to constants -- gcc emits a call to libc
+ * memcmp for memcmp(k, "dtype", 5), and this runs three times an entry. */
 static inline int is_key(const char *k, size_t n, const char *want)
 {
-    return strlen(want) == n && memcmp(k, want, n) == 0;
+    size_t w = strlen(want);
+    if (n != w)
+        return 0;
+    if (w >= 8 && w <= 16) {
+        uint64_t a, b, c, d;
+        memcpy(&a, k, 8);
+        memcpy(&b, want, 8);
+        memcpy(&c, k + w - 8, 8);
+        memcpy(&d, want + w - 8, 8);
+        return a == b && c == d;
+    }
+    if (w >= 4 && w < 8) {
+        uint32_t a, b, c, d;
+        memcpy(&a, k, 4);
+        memcpy(&b, want, 4);
+        memcpy(&c, k + w - 4, 4);
+        memcpy(&d, want + w - 4, 4);
+        return a == b && c == d;
+    }
+    return small_eq(k, want, w);
 }
 
 /* A value of the wrong type at buffer position at is a schema error only if
@@ -441,15 +547,31 @@ static int parse_entry(st_parse *p, st_tensor *t)
             unsigned bit;
             xj_ws(j);
             fat = j->pos;
-            if ((rc = xj_string(j, &f, &fn, NULL)) != XC_OK)
-                return rc;
+            /* The three field names as written by every writer, quotes
+             * included, are matched in place (a string of exactly those
+             * bytes is plain and decodes to the name); any other spelling,
+             * escapes included, is decoded.  The padding after len makes
+             * the 16-byte look-ahead safe and never matches a quote. */
+            if (is_key(j->buf + fat, 7, "\"dtype\"")) {
+                bit = 1u;
+                j->pos += 7;
+            } else if (is_key(j->buf + fat, 7, "\"shape\"")) {
+                bit = 2u;
+                j->pos += 7;
+            } else if (is_key(j->buf + fat, 14, "\"data_offsets\"")) {
+                bit = 4u;
+                j->pos += 14;
+            } else {
+                if ((rc = xj_string(j, &f, &fn, NULL)) != XC_OK)
+                    return rc;
+                bit = is_key(f, fn, "dtype")          ? 1u
+                      : is_key(f, fn, "shape")        ? 2u
+                      : is_key(f, fn, "data_offsets") ? 4u
+                                                      : 0u;
+            }
             if ((rc = xj_expect(j, ':')) != XC_OK)
                 return rc;
             xj_ws(j);
-            bit = is_key(f, fn, "dtype")          ? 1u
-                  : is_key(f, fn, "shape")        ? 2u
-                  : is_key(f, fn, "data_offsets") ? 4u
-                                                  : 0u;
             if (bit & have)
                 return xj_fail(j, XC_E_FORMAT_SCHEMA, fat, "tensor "
                                "\"%.200s\": field %s appears twice", name,
@@ -520,6 +642,26 @@ static int parse_entry(st_parse *p, st_tensor *t)
     return XC_OK;
 }
 
+/* Moves the tensor name at k (kn bytes and its NUL, decoded in place)
+ * down to p->cw, so that a shard's names end up back to back at the start
+ * of its header buffer -- one NUL-separated block xc_st_names and
+ * xc_st_names_block hand out whole instead of name by name.  Safe because
+ * every byte below the name's opening quote has been parsed and nothing
+ * points there: an entry spends at least kn + 5 header bytes (quotes,
+ * colon, a value) on the kn + 1 its name takes here, so p->cw never
+ * passes the quote, and parse_header moves p->cw past a __metadata__
+ * object, whose keys and values stay where they are.  Returns the name's
+ * new address. */
+static char *compact_name(st_parse *p, char *k, size_t kn)
+{
+    char *to = p->cw;
+    p->cw_gap |= p->meta_after;
+    if (to != k)
+        memmove(to, k, kn + 1);
+    p->cw = to + kn + 1;
+    return to;
+}
+
 static int parse_header(st_parse *p)
 {
     xj *j = &p->j;
@@ -557,10 +699,12 @@ static int parse_header(st_parse *p)
                 seen_meta = 1;
                 if ((rc = parse_metadata(p)) != XC_OK)
                     return rc;
+                /* Its keys and values stay in place: compact after it. */
+                p->meta_after = st->n_t > p->first;
+                p->cw = j->buf + j->pos;
             } else {
                 st_tensor *t;
                 uint32_t h;
-                int64_t prev;
                 if (nul)
                     return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
                                    "a tensor name contains U+0000");
@@ -569,34 +713,22 @@ static int parse_header(st_parse *p)
                                    "name too long or too many tensors");
                 h = name_hash(k, kn);
                 if (grow((void **)&st->t, &st->cap_t, st->n_t,
-                         sizeof *st->t) != XC_OK ||
-                    table_reserve(&p->dup, 1) != XC_OK)
+                         sizeof *st->t) != XC_OK)
                     return nomem(j->path, "tensor table");
-                /* The table is too big for the cache: start fetching the
-                 * name's slot now and look it up after parsing the entry.
-                 * The duplicate still wins over a later error in the entry
-                 * (document order), see below. */
-                __builtin_prefetch(&p->dup.slots[h & p->dup.mask]);
                 t = &st->t[st->n_t];
                 memset(t, 0, sizeof *t);
-                t->key.name = k;
+                t->key.name = compact_name(p, k, kn);
                 t->key.len = (uint32_t)kn;
                 t->key.hash = h;
                 t->entry_at = j->base + kat;
                 t->shard = p->shard;
-                rc = parse_entry(p, t);
-                prev = table_find(&p->dup, st->t + p->first, sizeof *st->t,
-                                  k, kn, h);
-                if (prev >= 0)
-                    return xj_fail(j, XC_E_FORMAT_DUPLICATE, kat,
-                                   "tensor name \"%.200s\" appears twice "
-                                   "(first at byte %llu)", k,
-                                   (unsigned long long)
-                                       st->t[p->first + (size_t)prev]
-                                           .entry_at);
-                if (rc != XC_OK)
+                /* Duplicates are looked for after the parse, in one batch
+                 * (dup_check); an entry that fails to parse still takes
+                 * part, so its duplicate name wins over its own error. */
+                p->pending = 1;
+                if ((rc = parse_entry(p, t)) != XC_OK)
                     return rc;
-                table_put(&p->dup, h, (uint32_t)(st->n_t - p->first));
+                p->pending = 0;
                 st->n_t++;
             }
             xj_ws(j);
@@ -612,6 +744,54 @@ static int parse_header(st_parse *p)
     if (j->pos != j->len)
         return xj_fail(j, XC_E_FORMAT_JSON, j->pos,
                        "trailing characters after the header object");
+    return XC_OK;
+}
+
+/* The duplicate check of step 5, run once the parse has stopped (at the
+ * end of the header or at its first problem): the shard's recorded names
+ * go into p->dup in document order, so the first name met twice is the
+ * first duplicate in document order.  Every recorded entry lies before the
+ * position where the parse stopped, so a duplicate found here precedes (or
+ * is, for an entry that failed to parse, part of) that problem and wins
+ * over it, exactly as a check made entry by entry would.  Batching takes
+ * the table's cache misses out of the parser's dependency chain: the slot
+ * of the entry DUP_AHEAD places on is prefetched while this one is put. */
+#define DUP_AHEAD 16
+
+static int dup_check(st_parse *p, const xj *j)
+{
+    xc_st *st = p->st;
+    const st_tensor *t = st->t + p->first;
+    size_t n = st->n_t - p->first + (size_t)p->pending;
+    st_table *tb = &p->dup;
+    if (n == 0)
+        return XC_OK;
+    if (table_reserve(tb, n) != XC_OK)
+        return nomem(j->path, "name table");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = t[i].key.hash;
+        size_t at;
+        if (i + DUP_AHEAD < n)
+            __builtin_prefetch(&tb->slots[t[i + DUP_AHEAD].key.hash &
+                                          tb->mask], 1);
+        for (at = h & tb->mask; tb->slots[at] != 0;
+             at = (at + 1) & tb->mask) {
+            uint64_t s = tb->slots[at];
+            const st_tensor *prev;
+            if ((uint32_t)(s >> 32) != h)
+                continue;
+            prev = &t[(uint32_t)s - 1];
+            if (prev->key.len == t[i].key.len &&
+                memcmp(prev->key.name, t[i].key.name, t[i].key.len) == 0)
+                return xj_fail(j, XC_E_FORMAT_DUPLICATE,
+                               (size_t)(t[i].entry_at - j->base),
+                               "tensor name \"%.200s\" appears twice "
+                               "(first at byte %llu)", t[i].key.name,
+                               (unsigned long long)prev->entry_at);
+        }
+        tb->slots[at] = ((uint64_t)h << 32) | ((uint64_t)i + 1);
+        tb->n++;
+    }
     return XC_OK;
 }
 
@@ -879,13 +1059,17 @@ static int load_shard(xc_st *st, size_t s)
     p.j.path = sh->path;
     p.first = st->n_t;
     p.m_first = st->n_meta;
-    p.last_dtype = XC_DT_U8;
+    p.cw = hdr;
     sh->first = st->n_t;
-    /* A tensor entry takes at least ~50 header bytes; reserving for N/128
-     * entries up front saves most of the rehashing of a large header. */
-    if (table_reserve(&p.dup, (size_t)(n / 128)) != XC_OK)
-        return nomem(sh->path, "name table");
     rc = parse_header(&p);
+    {
+        /* Step 5's duplicate check, after the parse (see dup_check): a
+         * duplicate before the parse's own problem, NOMEM included, wins
+         * over it.  Failing to allocate the table is NOMEM either way. */
+        int drc = dup_check(&p, &p.j);
+        if (drc != XC_OK)
+            rc = drc;
+    }
     table_free(&p.mdup);
     sh->count = st->n_t - sh->first;
     if (s == 0 && rc == XC_OK && st->names.slots == NULL) {
@@ -904,6 +1088,8 @@ static int load_shard(xc_st *st, size_t s)
         return rc;
     if (moved)
         table_free(&st->names); /* stale: finalize rebuilds it */
+    else if (!p.cw_gap && sh->count > 0)
+        sh->names = st->t[sh->first].key.name; /* header order = ours */
     return check_data(st, s);
 }
 
@@ -1660,13 +1846,27 @@ int xc_st_metadata(const xc_st *st, size_t i, const char **key,
 int xc_st_direct_active(const xc_st *st) { return st->direct_all; }
 const char *xc_st_direct_note(const xc_st *st) { return st->note; }
 
+const char *xc_st_names_block(const xc_st *st, size_t *len)
+{
+    *len = st->names_bytes;
+    if (st->n_shards != 1 || st->n_t == 0)
+        return NULL;
+    return st->shards[0].names;
+}
+
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed)
 {
     char *w = buf;
+    size_t len;
+    const char *block = xc_st_names_block(st, &len);
     *needed = st->names_bytes;
     if (buf_len < st->names_bytes)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "xc_st_names needs %zu "
                        "bytes, got %zu", st->names_bytes, buf_len);
+    if (block != NULL) {
+        memcpy(buf, block, len);
+        return XC_OK;
+    }
     for (size_t i = 0; i < st->n_t; i++) {
         memcpy(w, st->t[i].key.name, (size_t)st->t[i].key.len + 1);
         w += st->t[i].key.len + 1;

@@ -170,7 +170,11 @@ def test_policy_specs():
     """Policy specs parse with defaults; unknown names and parameters are misuse."""
     assert parse_policy("lfru:sample=3,seed=7") == ("lfru", {"sample": 3, "seed": 7})
     assert parse_policy("hotness") == ("hotness", {"period": 256})
-    for bad in ("arc", "lru:x=1", "lfru:sample=0", "lfru:sample=x", "hotness:period"):
+    assert parse_policy("s3fifo") == ("s3fifo", {"small": 10})
+    assert parse_policy("s3fifo:small=0") == ("s3fifo", {"small": 0})
+    assert parse_policy("arc") == ("arc", {})
+    for bad in ("arc:p=1", "s3fifo:small=101", "lru:x=1", "lfru:sample=0",
+                "lfru:sample=x", "hotness:period"):
         with pytest.raises(Misuse):
             parse_policy(bad)
     with pytest.raises(Misuse, match="lru, fifo, lfu, lfru, hotness"):

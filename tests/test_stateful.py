@@ -43,9 +43,14 @@ COMPARED_STATS = (
     "adjusted_hit_rate_aggregate", "adjusted_hit_rate_exact",
 )
 
+#: The queue policies (docs/CACHE.md "S3-FIFO", "ARC") with parameter
+#: variants: small=0 always gives s = 1, 30 and 60 a larger S than the default.
+QUEUE_POLICIES = ("s3fifo", "s3fifo:small=0", "s3fifo:small=30",
+                  "s3fifo:small=60", "arc")
+
 POLICIES = ("lru", "fifo", "lfu", "lfru", "lfru:sample=2,seed=7",
             "lfru:sample=3,seed=12345", "hotness", "hotness:period=3",
-            "hotness:period=5")
+            "hotness:period=5", *QUEUE_POLICIES)
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 
@@ -87,6 +92,11 @@ class CacheAgreement(RuleBasedStateMachine):
                 batch_threads=st.integers(1, 4))
     def open_both(self, preset, data, policy, chunk_bytes, batch_threads):
         """Open both caches with the same geometry, policy and I/O settings."""
+        self._open(preset, data, policy, chunk_bytes, batch_threads)
+
+    def _open(self, preset: str, data: st.DataObject, policy: str, chunk_bytes: int,
+              batch_threads: int) -> None:
+        """Open the engine cache and the oracle model alike."""
         self.p = sup.preset(preset)
         n_keys = len(self.p.keys)
         n_slots = data.draw(st.integers(self.p.top_k + 1, n_keys + 2), "n_slots")
@@ -254,3 +264,22 @@ CacheAgreement.TestCase.settings = settings(
     _base, max_examples=max(_examples, 10), stateful_step_count=50,
     report_multiple_bugs=False)
 TestCacheAgreement = CacheAgreement.TestCase
+
+
+class QueueCacheAgreement(CacheAgreement):
+    """The same machine on the queue policies only, whose state is the longest-lived."""
+
+    @initialize(preset=st.sampled_from(["k3-mini", "mixtral-mini"]),
+                data=st.data(), policy=st.sampled_from(QUEUE_POLICIES),
+                chunk_bytes=st.sampled_from([0, 4096]),
+                batch_threads=st.integers(1, 4))
+    def open_both(self, preset, data, policy, chunk_bytes, batch_threads):
+        """Open both caches with a queue policy."""
+        self._open(preset, data, policy, chunk_bytes, batch_threads)
+
+
+# A third of the main machine's examples, with longer runs (queue state ages).
+QueueCacheAgreement.TestCase.settings = settings(
+    CacheAgreement.TestCase.settings, max_examples=max(_examples // 3, 10),
+    stateful_step_count=80)
+TestQueueCacheAgreement = QueueCacheAgreement.TestCase

@@ -160,10 +160,23 @@ def run_ops(c: Any, model: CacheModel | None, seed: int, truth: list[bytes],
     return log
 
 
+#: Caches opened by ``make`` in the running test, closed after it.
+_OPENED: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_made_caches():
+    """Close every cache a test made, so no reader thread or arena outlives it."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def make(path: Path, io_threads: int, chunk_bytes: int = 0, **kw: Any) -> Any:
     c = engine.ExpertCache(k3.open_container(path), n_slots=8, top_k=4,
                            io_threads=io_threads, chunk_bytes=chunk_bytes, **kw)
     c._io_threads = io_threads
+    _OPENED.append(c)
     return c
 
 
@@ -406,7 +419,8 @@ def test_drained_prefetch_equals_getmany_whatever_the_completion_order(policy):
         cont = engine.Container(p.path, io=f)
         c = engine.ExpertCache(cont, n_slots=3, policy=policy, io_threads=1,
                                io_depth=1, **p.cache_kwargs())
-        sync = engine.ExpertCache(sup.open_container(p), n_slots=3, policy=policy,
+        sync_cont = sup.open_container(p)
+        sync = engine.ExpertCache(sync_cont, n_slots=3, policy=policy,
                                   **p.cache_kwargs())
         f.arm(Fault("delay", nth=1, arg=DELAY_US, path_filter="00001-of-00003"))
         assert c.prefetch(keys) == 2
@@ -420,6 +434,7 @@ def test_drained_prefetch_equals_getmany_whatever_the_completion_order(policy):
         got, want = c.resident(), sync.resident()
         c.close()
         sync.close()
+        sync_cont.close()
         cont.close()
     assert want == model.resident() == {(3, 0), (3, 1), (3, 2)}
     assert got == want, f"{policy}: read-ahead left {sorted(got)}"

@@ -12,8 +12,9 @@ read fails. A slot is *protected* when ``holds + pins > 0`` (and, inside one
 ``getmany``, when it holds a resident key named by the batch); protected and
 INFLIGHT slots are never victims.
 
-The victim rule (:func:`choose_victim`) is shared with ``oracle.sim``, so the
-simulator and the model cannot drift apart.
+The victim rule (:func:`choose_victim`, and the queue policies of
+:mod:`oracle.policies`) is shared with ``oracle.sim``, so the simulator and
+the model cannot drift apart.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oracle.errors import AllPinned, Budget, IOFailure, Misuse, NotFound, ShortRead
+from oracle.policies import QUEUE_POLICIES, make_queue_policy
 
 __all__ = [
     "EMPTY", "INFLIGHT", "READY", "ALIGN_BYTES", "POLICIES", "COUNTERS",
@@ -41,6 +43,7 @@ POLICIES: dict[str, dict[str, int]] = {
     "lru": {}, "fifo": {}, "lfu": {},
     "lfru": {"sample": 4, "seed": 0},
     "hotness": {"period": 256},
+    **QUEUE_POLICIES,
 }
 
 #: The counters of one window, in the order of docs/CACHE.md.
@@ -105,6 +108,8 @@ def parse_policy(spec: str) -> tuple[str, dict[str, int]]:
         raise Misuse(f"{name}: sample and period must be at least 1")
     if not 0 <= params.get("seed", 0) <= _MASK64:
         raise Misuse(f"{name}: seed must be an unsigned 64-bit integer")
+    if not 0 <= params.get("small", 0) <= 100:
+        raise Misuse(f"policy {name}: small is a percentage 0..100")
     return name, params
 
 
@@ -116,6 +121,8 @@ def choose_victim(policy: str, params: Mapping[str, int], cands: np.ndarray,
     ``cands`` are the candidate slot numbers in ascending order (not empty);
     the other arrays are indexed by slot (``hot`` holds each slot's key's
     hotness count); ``n_evictions`` is the number of policy evictions so far.
+    The queue policies (``s3fifo``, ``arc``) need their own state and are
+    chosen by :mod:`oracle.policies` instead (``Misuse`` here).
     """
     if policy == "lru":
         return int(cands[np.argmin(last_use[cands])])
@@ -129,6 +136,8 @@ def choose_victim(policy: str, params: Mapping[str, int], cands: np.ndarray,
         primary = freq
     elif policy == "hotness":
         primary = hot
+    elif policy in QUEUE_POLICIES:
+        raise Misuse(f"{policy} keeps queues: use oracle.policies, not choose_victim")
     else:
         raise Misuse(f"unknown policy {policy!r}")
     # Ties on the primary end in last_use, which is unique.
@@ -196,6 +205,7 @@ class CacheModel:
                          f"works is {(top_k + 1) * self.stride}")
         self.n_slots = n_slots
         self.policy, self.params = parse_policy(policy)
+        self.queue = make_queue_policy(self.policy, self.params, n_slots)
         self._layer_pos = {layer: i for i, layer in enumerate(self.layers)}
         self.cache_id = CacheModel._next_cache_id
         CacheModel._next_cache_id += 1
@@ -241,15 +251,21 @@ class CacheModel:
         return (self._holds[slot] + self._pins[slot] > 0
                 or slot in self._batch_protected)
 
+    def _candidates(self) -> list[int]:
+        """The READY, unprotected slots, ascending."""
+        return [s for s in range(self.n_slots)
+                if self._state[s] == READY and not self._protected(s)]
+
     def _victim(self) -> int | None:
         """Victim choice steps 1-3: lowest EMPTY, else the policy; None if none."""
         for slot in range(self.n_slots):
             if self._state[slot] == EMPTY:
                 return slot
-        cands = [s for s in range(self.n_slots)
-                 if self._state[s] == READY and not self._protected(s)]
+        cands = self._candidates()
         if not cands:
             return None
+        if self.queue is not None:
+            return self._index[self.queue.victim({self._key[s] for s in cands})]
         hot = [self.hot.get(k, 0) if k is not None else 0 for k in self._key]
         return choose_victim(self.policy, self.params, np.array(cands),
                              np.array(self._last_use), np.array(self._insert_tick),
@@ -267,6 +283,9 @@ class CacheModel:
             if self._spec[slot]:
                 self.spec_counters["spec_evicted_unused"] += 1
             del self._index[self._key[slot]]
+            if self.queue is not None:
+                self.queue.evict(self._key[slot],
+                                 {self._key[s] for s in self._candidates()})
         self._state[slot], self._key[slot] = INFLIGHT, key
         self._mark[slot] = self._spec[slot] = False
         self._last_use[slot] = self._insert_tick[slot] = -1
@@ -290,8 +309,19 @@ class CacheModel:
         key = self._key[slot]
         del self._index[key]
         self._state[slot], self._key[slot] = EMPTY, None
+        self._last_use[slot] = -1
         self.counters["load_failures"] += 1
         self.counters["short_reads" if kind == "short" else "io_errors"] += 1
+
+    def _publish(self, slot: int, freq: int) -> None:
+        """READY with ``freq``; touch unless a tick was stamped; *insert* event."""
+        self._state[slot] = READY
+        self._freq[slot] = freq
+        if self._last_use[slot] < 0:
+            self._touch(slot)
+        self._insert_tick[slot] = self._last_use[slot]
+        if self.queue is not None:
+            self.queue.insert(self._key[slot])
 
     def _hold(self, slot: int, layer: int, expert: int) -> Ref:
         self._holds[slot] += 1
@@ -325,6 +355,8 @@ class CacheModel:
                 self.spec_counters["spec_used"] += 1
             self._freq[slot] += 1
             self._touch(slot)
+            if self.queue is not None:
+                self.queue.hit(key)
             return self._hold(slot, layer, expert)
         slot = self._victim()  # (4) miss: choose a victim
         if slot is None:
@@ -339,10 +371,7 @@ class CacheModel:
             cls = ShortRead if fail == "short" else IOFailure
             raise cls(f"load of (layer {layer}, expert {expert}) failed: {fail}",
                       layer, expert)
-        self._state[slot] = READY  # (6) publish
-        self._freq[slot] = 1
-        self._touch(slot)
-        self._insert_tick[slot] = self._last_use[slot]
+        self._publish(slot, 1)  # (6) publish
         self.counters["payload_bytes"] += self.expert_bytes
         return self._hold(slot, layer, expert)
 
@@ -386,10 +415,7 @@ class CacheModel:
             if kind is not None:
                 self._fail(slot, kind)
                 continue
-            self._state[slot] = READY
-            self._freq[slot] = 0
-            self._touch(slot)
-            self._insert_tick[slot] = self._last_use[slot]
+            self._publish(slot, 0)
             if speculative:
                 self._spec[slot] = True
                 self.spec_counters["spec_loads"] += 1
@@ -409,6 +435,45 @@ class CacheModel:
         unused-prefetch mark and move ``spec_*`` instead of ``prefetch_loads``.
         """
         return self.getmany(keys, failures, speculative=speculative)
+
+    def stream(self, keys: Iterable[tuple[int, int]],
+               split_min_misses: int = 1) -> list[Ref]:
+        """A stream without readers, run to its end: its held refs in yield order.
+
+        docs/CACHE.md "stream": a key named twice is ``Misuse``; with fewer
+        than ``split_min_misses`` keys absent it is plain gets; else hits now,
+        misses reserved and stamped now, the consumer's reads published in the
+        order given (so every *insert* follows every reservation), then the
+        keys that found no slot as gets.
+        """
+        keys = list(keys)
+        ids = [self.key_id(layer, expert) for layer, expert in keys]
+        if len(set(ids)) != len(ids):
+            raise Misuse("stream: a key is named twice")
+        if sum(k not in self._index for k in ids) < max(1, split_min_misses):
+            return [self.get(*k) for k in keys]
+        refs: list[Ref] = []
+        reads: list[tuple[int, int, int]] = []
+        deferred: list[tuple[int, int]] = []
+        for (layer, expert), key in zip(keys, ids, strict=True):
+            if key in self._index:  # READY: nothing is in flight here
+                refs.append(self.get(layer, expert))
+                continue
+            slot = self._victim()
+            if slot is None:
+                deferred.append((layer, expert))
+                continue
+            self._count_demand(key)
+            self.counters["misses"] += 1
+            self._evict_into(slot, key)
+            self._touch(slot)  # the stamp its publish keeps
+            reads.append((slot, layer, expert))
+        for slot, layer, expert in reads:
+            self.counters["io_bytes"] += self._io_bytes(self._key[slot])
+            self._publish(slot, 1)
+            self.counters["payload_bytes"] += self.expert_bytes
+            refs.append(self._hold(slot, layer, expert))
+        return refs + [self.get(*k) for k in deferred]
 
     def release(self, ref: Ref) -> None:
         """Drop one hold; releasing twice or another cache's ref is ``Misuse``."""

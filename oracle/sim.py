@@ -10,10 +10,8 @@ compares), publishes with ``freq = 1`` and touches.
 ``belady`` evicts the candidate whose next use is farthest (never used again
 first; ties, i.e. several never used again, go to the lowest slot).
 
-``s3fifo`` and ``arc`` are queue policies (docs/CACHE.md "S3-FIFO", "ARC"),
-modelled here by :class:`S3FIFO` and :class:`ARC` straight from that text:
-S3-FIFO's passes really walk and rotate the queues (the C file uses a closed
-form), each victim search first runs on a copy and the eviction reruns it.
+``s3fifo`` and ``arc`` are queue policies (docs/CACHE.md "S3-FIFO", "ARC"):
+:mod:`oracle.policies` holds them, the same classes the cache model uses.
 
 Two modes:
 
@@ -33,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oracle.cache import CacheModel, choose_victim, parse_policy
+from oracle.policies import ARC, QUEUE_POLICIES, S3FIFO, make_queue_policy
 from oracle.traces import Trace
 
 __all__ = ["SimResult", "next_use", "simulate", "simulate_with_model", "MODES",
@@ -79,140 +78,6 @@ class SimResult:
         return self.misses / self.requests if self.requests else 0.0
 
 
-class S3FIFO:
-    """S3-FIFO over resident keys: small queue S, main M, ghost G, freq 0..3.
-
-    Lists are oldest first. ``victim`` is pure; ``evict`` applies the moves.
-    """
-
-    def __init__(self, n_slots: int, small: int = 10) -> None:
-        if not 0 <= small <= 100:
-            raise ValueError("s3fifo: small is a percentage 0..100")
-        self.s = max(1, n_slots * small // 100)
-        self.g_cap = max(1, n_slots - self.s)
-        self.S: list[int] = []
-        self.M: list[int] = []
-        self.G: list[int] = []
-        self.freq: dict[int, int] = {}
-
-    @staticmethod
-    def _m_pass(M: list[int], freq: dict[int, int], cand: set[int]) -> int:
-        while True:  # round and round; some entry of M is a candidate
-            k = M.pop(0)
-            if k in cand and freq[k] == 0:
-                return k
-            freq[k] = max(0, freq[k] - 1)
-            M.append(k)
-
-    def _search(self, S: list[int], M: list[int], freq: dict[int, int],
-                cand: set[int]) -> tuple[str, int]:
-        if len(S) < self.s and M and any(k in cand for k in M):
-            return "M", self._m_pass(M, freq, cand)
-        for k in list(S):
-            if freq[k] >= 1:
-                S.remove(k)
-                freq[k] = 0
-                M.append(k)
-            elif k in cand:
-                S.remove(k)
-                return "S", k
-        return "M", self._m_pass(M, freq, cand)
-
-    def victim(self, cand: set[int]) -> int:
-        """The key the next eviction takes among ``cand``; changes nothing."""
-        return self._search(list(self.S), list(self.M), dict(self.freq), cand)[1]
-
-    def evict(self, cand: set[int]) -> int:
-        """Run the victim search for real; the victim from S enters G."""
-        where, k = self._search(self.S, self.M, self.freq, cand)
-        del self.freq[k]
-        if where == "S":
-            if len(self.G) == self.g_cap:
-                self.G.pop(0)
-            self.G.append(k)
-        return k
-
-    def insert(self, k: int) -> None:
-        """A published key: from G into M, else into S, with freq 0."""
-        if k in self.G:
-            self.G.remove(k)
-            self.M.append(k)
-        else:
-            self.S.append(k)
-        self.freq[k] = 0
-
-    def hit(self, k: int) -> None:
-        """A demand hit: freq + 1, at most 3."""
-        self.freq[k] = min(3, self.freq[k] + 1)
-
-
-class ARC:
-    """ARC with p adapted when a ghost key is published (docs/CACHE.md)."""
-
-    def __init__(self, n_slots: int) -> None:
-        self.c = n_slots
-        self.p = 0
-        self.T1: list[int] = []
-        self.T2: list[int] = []
-        self.B1: list[int] = []
-        self.B2: list[int] = []
-
-    def victim(self, cand: set[int]) -> int:
-        """Oldest candidate of T1 if |T1| > p (or T2 has none), else of T2."""
-        t1 = next((k for k in self.T1 if k in cand), None)
-        t2 = next((k for k in self.T2 if k in cand), None)
-        return t1 if t1 is not None and (len(self.T1) > self.p or t2 is None) else t2
-
-    def evict(self, cand: set[int]) -> int:
-        """Evict the victim into its ghost list."""
-        k = self.victim(cand)
-        if k in self.T1:
-            self.T1.remove(k)
-            self.B1.append(k)
-        else:
-            self.T2.remove(k)
-            self.B2.append(k)
-        return k
-
-    def hit(self, k: int) -> None:
-        """A hit moves the key to T2's back."""
-        (self.T1 if k in self.T1 else self.T2).remove(k)
-        self.T2.append(k)
-
-    def insert(self, k: int) -> None:
-        """Publish: ghost hits adapt p and go to T2, others to T1; trim ghosts."""
-        if k in self.B1:
-            self.p = min(self.c, self.p + max(1, len(self.B2) // len(self.B1)))
-            self.B1.remove(k)
-            self.T2.append(k)
-        elif k in self.B2:
-            self.p = max(0, self.p - max(1, len(self.B1) // len(self.B2)))
-            self.B2.remove(k)
-            self.T2.append(k)
-        else:
-            self.T1.append(k)
-        while len(self.T1) + len(self.B1) > self.c and self.B1:
-            self.B1.pop(0)
-        while (len(self.T1) + len(self.T2) + len(self.B1) + len(self.B2)
-               > 2 * self.c and (self.B1 or self.B2)):
-            (self.B2 if self.B2 else self.B1).pop(0)
-
-
-#: The queue policies and their parameters with defaults.
-QUEUE_POLICIES: dict[str, dict[str, int]] = {"s3fifo": {"small": 10}, "arc": {}}
-
-
-def _queue_policy(spec: str, n_slots: int) -> S3FIFO | ARC:
-    name, _, rest = spec.partition(":")
-    params = dict(QUEUE_POLICIES[name])
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if key not in params or not eq or not value.isdigit():
-            raise ValueError(f"bad parameter {item!r} for {name}")
-        params[key] = int(value)
-    return S3FIFO(n_slots, **params) if name == "s3fifo" else ARC(n_slots)
-
-
 def next_use(keys: np.ndarray) -> np.ndarray:
     """For each position, the position of the next access of its key (or int64 max)."""
     keys = np.asarray(keys)
@@ -227,10 +92,8 @@ def _run(keys: np.ndarray, starts: np.ndarray, n_keys: int, policy: str,
          capacity: int, step_mode: bool) -> dict:
     """One cache of ``capacity`` slots over ``keys``; returns raw counts."""
     belady = policy == "belady"
-    queue = (_queue_policy(policy, capacity)
-             if policy.partition(":")[0] in QUEUE_POLICIES else None)
-    name, params = (("belady", {}) if belady else (policy, {}) if queue
-                    else parse_policy(policy))
+    name, params = ("belady", {}) if belady else parse_policy(policy)
+    queue = make_queue_policy(name, params, capacity)
     period = params.get("period", 0)
     n = capacity
     slot_key = np.full(n, -1, np.int64)
@@ -271,8 +134,9 @@ def _run(keys: np.ndarray, starts: np.ndarray, n_keys: int, policy: str,
                     s = int(cands[np.argmax(key_next[slot_key[cands]])])
                 elif queue:
                     cand_keys = set(slot_key[cands].tolist())
-                    s = int(key_slot[queue.victim(cand_keys)])
-                    assert queue.evict(cand_keys) == slot_key[s]
+                    victim = queue.victim(cand_keys)
+                    queue.evict(victim, cand_keys)
+                    s = int(key_slot[victim])
                 else:
                     s = choose_victim(name, params, cands, last_use, insert_tick,
                                       freq, hot[slot_key], n_evictions)

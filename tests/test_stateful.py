@@ -43,9 +43,15 @@ COMPARED_STATS = (
     "adjusted_hit_rate_aggregate", "adjusted_hit_rate_exact",
 )
 
+#: The queue policies (docs/CACHE.md "S3-FIFO", "ARC") with parameter
+#: variants: small=0 always gives s = 1, 30 and 60 a larger S than the default.
+S3FIFO_VARIANTS = ("s3fifo", "s3fifo:small=0", "s3fifo:small=30",
+                   "s3fifo:small=60")
+QUEUE_POLICIES = (*S3FIFO_VARIANTS, "arc")
+
 POLICIES = ("lru", "fifo", "lfu", "lfru", "lfru:sample=2,seed=7",
             "lfru:sample=3,seed=12345", "hotness", "hotness:period=3",
-            "hotness:period=5")
+            "hotness:period=5", *QUEUE_POLICIES)
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 
@@ -87,9 +93,16 @@ class CacheAgreement(RuleBasedStateMachine):
                 batch_threads=st.integers(1, 4))
     def open_both(self, preset, data, policy, chunk_bytes, batch_threads):
         """Open both caches with the same geometry, policy and I/O settings."""
+        self._open(preset, data, policy, chunk_bytes, batch_threads)
+
+    def _open(self, preset: str, data: st.DataObject, policy: str, chunk_bytes: int,
+              batch_threads: int) -> None:
+        """Open the engine cache and the oracle model alike."""
         self.p = sup.preset(preset)
         n_keys = len(self.p.keys)
-        n_slots = data.draw(st.integers(self.p.top_k + 1, n_keys + 2), "n_slots")
+        n_slots = data.draw(st.integers(self.p.top_k + 1, self._max_slots(n_keys)),
+                            "n_slots")
+        self.pool = self._key_pool(n_slots)
         self.cache = engine.ExpertCache(
             sup.open_container(self.p), n_slots=n_slots, policy=policy,
             chunk_bytes=chunk_bytes, batch_threads=batch_threads,
@@ -104,13 +117,21 @@ class CacheAgreement(RuleBasedStateMachine):
                 x.release()
             self.cache.close()
 
+    def _max_slots(self, n_keys: int) -> int:
+        """The largest cache drawn: room for every key and two spare slots."""
+        return n_keys + 2
+
+    def _key_pool(self, n_slots: int) -> list[tuple[int, int]]:
+        """The valid keys the rules draw from: all of them."""
+        return self.p.keys
+
     # -- key strategies -----------------------------------------------------
     def _key(self, data: st.DataObject, label: str) -> tuple[int, int]:
         """Any valid key, or (half the time when there are any) a resident one."""
         resident = sorted(self.model.resident())
         if resident and data.draw(st.booleans(), f"{label} resident?"):
             return data.draw(st.sampled_from(resident), label)
-        return data.draw(st.sampled_from(self.p.keys), label)
+        return data.draw(st.sampled_from(self.pool), label)
 
     def _bad_key(self, data: st.DataObject) -> tuple[int, int]:
         """A key outside the container: a layer it lacks or an expert out of range."""
@@ -254,3 +275,32 @@ CacheAgreement.TestCase.settings = settings(
     _base, max_examples=max(_examples, 10), stateful_step_count=50,
     report_multiple_bugs=False)
 TestCacheAgreement = CacheAgreement.TestCase
+
+
+class QueueCacheAgreement(CacheAgreement):
+    """The same machine on the queue policies only, whose state is the longest-lived."""
+
+    @initialize(preset=st.sampled_from(["k3-mini", "mixtral-mini"]),
+                data=st.data(),
+                # arc has no parameters: it gets half the examples
+                policy=st.sampled_from(S3FIFO_VARIANTS) | st.just("arc"),
+                chunk_bytes=st.sampled_from([0, 4096]),
+                batch_threads=st.integers(1, 4))
+    def open_both(self, preset, data, policy, chunk_bytes, batch_threads):
+        """Open both caches with a queue policy."""
+        self._open(preset, data, policy, chunk_bytes, batch_threads)
+
+    def _max_slots(self, n_keys: int) -> int:
+        """Small caches, so that evictions, ghosts and their hits are frequent."""
+        return self.p.top_k + 6
+
+    def _key_pool(self, n_slots: int) -> list[tuple[int, int]]:
+        """About twice the slots' worth of keys, so evicted keys come back."""
+        return self.p.keys[:2 * n_slots + 1]
+
+
+# A third of the main machine's examples, with longer runs (queue state ages).
+QueueCacheAgreement.TestCase.settings = settings(
+    CacheAgreement.TestCase.settings, max_examples=max(_examples // 3, 10),
+    stateful_step_count=80)
+TestQueueCacheAgreement = QueueCacheAgreement.TestCase

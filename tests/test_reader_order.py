@@ -79,3 +79,21 @@ def test_a_dimension_past_48_bits_is_an_overflow_of_its_entry(tmp_path):
     with pytest.raises(engine.FormatError) as ei:
         engine.Container(str(p))
     assert (ei.value.kind, ei.value.offset) == ("overflow", 9)
+
+
+def test_a_folder_of_many_shards_without_an_index_names_the_first_two(tmp_path):
+    """Ten shards and no index: the error counts them and names the first two."""
+    for i in range(10):
+        text = json.dumps({f"t{i}": {"dtype": "U8", "shape": [1],
+                                      "data_offsets": [0, 1]}}).encode()
+        text += b" " * (-len(text) % 8)
+        (tmp_path / f"s{9 - i:02d}.safetensors").write_bytes(
+            struct.pack("<Q", len(text)) + text + b"x")
+    (tmp_path / "notes.txt").write_text("not part of the container")
+    with pytest.raises(engine.FormatError) as ei:
+        engine.Container(str(tmp_path))
+    assert (ei.value.kind, ei.value.offset) == ("index", None)
+    assert str(ei.value) == (
+        f'{tmp_path}: the folder holds 10 .safetensors files ("s00.safetensors", '
+        '"s01.safetensors", ...) but no model.safetensors.index.json to say '
+        "which form the container")

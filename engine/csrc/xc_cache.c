@@ -524,7 +524,11 @@ const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle)
 /* pin / unpin                                                          */
 /* ------------------------------------------------------------------ */
 
-int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert)
+/* Changes the pin count of a READY key by delta (+1 or -1), under the lock.
+ * NOT_FOUND when the key is not resident, MISUSE when unpinning a key with
+ * no pin; nothing changes on failure.  `what` names the call in messages. */
+static int repin_key(xc_cache *c, int32_t layer, int32_t expert, int delta,
+                     const char *what)
 {
     uint32_t key;
     int32_t si;
@@ -533,41 +537,30 @@ int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert)
         return rc;
     pthread_mutex_lock(&c->mu);
     si = c->index[key];
-    if (si < 0 || c->slots[si].state != XC_SLOT_READY) {
-        pthread_mutex_unlock(&c->mu);
-        return xc_fail(XC_E_NOT_FOUND, -1, layer, expert,
-                       "pin: layer %d expert %d is not resident", (int)layer,
-                       (int)expert);
-    }
-    c->slots[si].pins++;
+    if (si < 0 || c->slots[si].state != XC_SLOT_READY)
+        rc = xc_fail(XC_E_NOT_FOUND, -1, layer, expert,
+                     "%s: layer %d expert %d is not resident", what,
+                     (int)layer, (int)expert);
+    else if (delta < 0 && c->slots[si].pins == 0)
+        rc = xc_fail(XC_E_MISUSE, -1, layer, expert,
+                     "%s: layer %d expert %d is not pinned", what,
+                     (int)layer, (int)expert);
+    else if (delta > 0)
+        c->slots[si].pins++;
+    else
+        c->slots[si].pins--;
     pthread_mutex_unlock(&c->mu);
-    return XC_OK;
+    return rc;
+}
+
+int xc_cache_pin(xc_cache *c, int32_t layer, int32_t expert)
+{
+    return repin_key(c, layer, expert, +1, "pin");
 }
 
 int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert)
 {
-    uint32_t key;
-    int32_t si;
-    int rc;
-    if ((rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
-        return rc;
-    pthread_mutex_lock(&c->mu);
-    si = c->index[key];
-    if (si < 0 || c->slots[si].state != XC_SLOT_READY) {
-        pthread_mutex_unlock(&c->mu);
-        return xc_fail(XC_E_NOT_FOUND, -1, layer, expert,
-                       "unpin: layer %d expert %d is not resident", (int)layer,
-                       (int)expert);
-    }
-    if (c->slots[si].pins == 0) {
-        pthread_mutex_unlock(&c->mu);
-        return xc_fail(XC_E_MISUSE, -1, layer, expert,
-                       "unpin: layer %d expert %d is not pinned", (int)layer,
-                       (int)expert);
-    }
-    c->slots[si].pins--;
-    pthread_mutex_unlock(&c->mu);
-    return XC_OK;
+    return repin_key(c, layer, expert, -1, "unpin");
 }
 
 /* ------------------------------------------------------------------ */

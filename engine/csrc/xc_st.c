@@ -1876,28 +1876,32 @@ int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed)
 
 /* A direct read goes through an aligned bounce buffer, chunk by chunk, so
  * the caller's dst needs no alignment.  8 MiB keeps a chunk well above the
- * size where per-call overhead matters and the bounce buffer small. */
+ * size where per-call overhead matters and the bounce buffer small.  Each
+ * chunk is widened on its own; chunks start BOUNCE_BYTES apart, a multiple
+ * of the alignment, so no chunk's window is larger than the first's. */
 #define BOUNCE_BYTES (8u << 20)
 
 static int read_direct(const xc_st *st, const st_shard *sh, uint64_t off,
                        unsigned char *dst, size_t len)
 {
-    size_t span = xc_io_aligned_span(off, len < BOUNCE_BYTES ? len
-                                              : BOUNCE_BYTES,
-                                     XC_DIRECT_ALIGN) + XC_DIRECT_ALIGN;
-    unsigned char *bounce = xc_aligned_alloc(XC_DIRECT_ALIGN, span);
+    uint64_t lo, hi;
+    unsigned char *bounce;
     size_t done = 0;
     int rc = XC_OK;
+    xc_io_window(off, len < BOUNCE_BYTES ? len : BOUNCE_BYTES,
+                 XC_DIRECT_ALIGN, &lo, &hi);
+    bounce = xc_aligned_alloc(XC_DIRECT_ALIGN, (size_t)(hi - lo));
     if (bounce == NULL)
         return nomem(sh->path, "direct-read bounce buffer");
     while (done < len) {
         size_t chunk = len - done < BOUNCE_BYTES ? len - done : BOUNCE_BYTES;
-        size_t at = 0;
-        rc = xc_io_read_aligned(&st->io, sh->handle, sh->path, bounce, span,
-                                off + done, chunk, XC_DIRECT_ALIGN, &at);
+        uint64_t at = off + done;
+        xc_io_window(at, chunk, XC_DIRECT_ALIGN, &lo, &hi);
+        rc = xc_io_read_window(&st->io, sh->handle, sh->path, bounce, lo,
+                               (size_t)(hi - lo), at + chunk, at, chunk);
         if (rc != XC_OK)
             break;
-        memcpy(dst + done, bounce + at, chunk);
+        memcpy(dst + done, bounce + (at - lo), chunk);
         done += chunk;
     }
     xc_free(bounce);

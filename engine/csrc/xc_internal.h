@@ -39,6 +39,30 @@ void *xc_aligned_alloc(size_t align, size_t n);
 char *xc_strdup(const char *s);
 void xc_free(void *p);
 
+/* Widened reads (xc_io.c), the one place O_DIRECT's alignment rules live.
+ *
+ * xc_io_window writes the window of the payload [offset, offset + len):
+ * *lo is offset rounded down and *hi is offset + len rounded up to align, a
+ * power of two.  The caller vouches that offset + len + align fits in 64
+ * bits (xc_io_aligned_span checks that for untrusted ranges).  Cannot
+ * fail.
+ *
+ * xc_io_read_window reads [at, at + n), a window or one piece of it, into
+ * buf through io -- so under whatever the vtable injects -- with the full-
+ * read loop.  End of file is accepted once every byte below need_end (at
+ * most at + n: the payload's end, or the piece's) has arrived, since a
+ * window may run past the end of the file and its payload may not.
+ * Otherwise XC_E_SHORT_READ, "short read: X of want_len bytes at byte
+ * want_off (end of file at byte E)" with offset E, where [want_off,
+ * want_off + want_len) is the range the caller asked for (the payload, or
+ * the piece) and X how much of it arrived; or XC_E_IO as
+ * xc_io_read_full.  buf's content after a failure is unspecified. */
+void xc_io_window(uint64_t offset, uint64_t len, size_t align, uint64_t *lo,
+                  uint64_t *hi);
+int xc_io_read_window(const xc_io *io, int64_t handle, const char *path,
+                      void *buf, uint64_t at, size_t n, uint64_t need_end,
+                      uint64_t want_off, size_t want_len);
+
 /* What is at path: 0 nothing, 1 a file (or anything not a folder), 2 a
  * folder, or a negative errno when stat fails for another reason. */
 int xc_path_kind(const char *path);

@@ -14,9 +14,12 @@
  * block before calling O_DIRECT "active", and on any refusal reopens the file
  * buffered and writes the reason into a note the caller reports -- a silent
  * fallback would make a benchmark of "direct" reads measure the page cache.
- * Direct reads must start, end and land on XC_DIRECT_ALIGN boundaries;
- * xc_io_read_aligned widens a byte range to those boundaries and says where
- * the wanted bytes begin inside the widened buffer.
+ * Direct reads must start, end and land on XC_DIRECT_ALIGN boundaries.
+ * Every widened read -- xc_io_read_aligned here, the loader's O_DIRECT
+ * experts, the reader's bounce-buffered tensors -- takes its window from
+ * xc_io_window and reads it (whole or in pieces) with xc_io_read_window,
+ * which holds the one past-end-of-file rule: the window may run past the
+ * end of the file, the payload may not.
  */
 #include "xc_internal.h"
 
@@ -113,7 +116,22 @@ const xc_io *xc_io_default(void) { return &posix_io; }
  * on forever. */
 #define XC_IO_MAX_RETRIES 1000
 
-/* The read loop behind xc_io_read_full and xc_io_read_aligned.  With
+/* Records that a read wanting [want_off, want_off + want_len) met end of
+ * file at byte eof_at: how many of the wanted bytes arrived, and where the
+ * file ended (the error's offset).  One sentence for every short read, so
+ * a buffered and a widened read of the same bytes fail alike. */
+static int fail_short(const char *path, uint64_t want_off, size_t want_len,
+                      uint64_t eof_at)
+{
+    return xc_fail(XC_E_SHORT_READ, (int64_t)eof_at, -1, -1,
+                   "%s: short read: %zu of %zu bytes at byte %llu "
+                   "(end of file at byte %llu)", path ? path : "(file)",
+                   eof_at > want_off ? (size_t)(eof_at - want_off) : 0,
+                   want_len, (unsigned long long)want_off,
+                   (unsigned long long)eof_at);
+}
+
+/* The read loop behind xc_io_read_full and xc_io_read_window.  With
  * eof_ok, end of file ends the loop quietly (the caller decides whether
  * what arrived is enough); otherwise it is XC_E_SHORT_READ. */
 static int read_loop(const xc_io *io, int64_t handle, const char *path,
@@ -143,12 +161,7 @@ static int read_loop(const xc_io *io, int64_t handle, const char *path,
                 *got = done;
             if (eof_ok)
                 return XC_OK;
-            return xc_fail(XC_E_SHORT_READ, (int64_t)(offset + done), -1, -1,
-                           "%s: short read: %zu of %zu bytes at byte %llu "
-                           "(end of file at byte %llu)",
-                           path ? path : "(file)", done, len,
-                           (unsigned long long)offset,
-                           (unsigned long long)(offset + done));
+            return fail_short(path, offset, len, offset + done);
         }
         if ((uint64_t)n > len - done) /* a vtable that over-reports */
             return xc_fail(XC_E_IO, (int64_t)(offset + done), -1, -1,
@@ -174,15 +187,35 @@ int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
 
 static int is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
+void xc_io_window(uint64_t offset, uint64_t len, size_t align, uint64_t *lo,
+                  uint64_t *hi)
+{
+    const uint64_t mask = (uint64_t)align - 1;
+    *lo = offset & ~mask;
+    *hi = (offset + len + mask) & ~mask;
+}
+
+int xc_io_read_window(const xc_io *io, int64_t handle, const char *path,
+                      void *buf, uint64_t at, size_t n, uint64_t need_end,
+                      uint64_t want_off, size_t want_len)
+{
+    size_t got = 0;
+    int rc = read_loop(io, handle, path, buf, n, at, &got, 1);
+    if (rc != XC_OK)
+        return rc;
+    if (at + got < need_end)
+        return fail_short(path, want_off, want_len, at + got);
+    return XC_OK;
+}
+
 size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align)
 {
     uint64_t lo, hi;
     if (!is_pow2(align))
         return 0;
-    lo = offset & ~(uint64_t)(align - 1);
     if (offset > UINT64_MAX - len || offset + len > UINT64_MAX - align)
         return 0;
-    hi = (offset + len + align - 1) & ~(uint64_t)(align - 1);
+    xc_io_window(offset, len, align, &lo, &hi);
     if (hi - lo > SIZE_MAX)
         return 0;
     return (size_t)(hi - lo);
@@ -192,8 +225,8 @@ int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
                        void *buf, size_t buf_len, uint64_t offset, size_t len,
                        size_t align, size_t *payload_start)
 {
-    size_t span = xc_io_aligned_span(offset, len, align), got = 0, lead;
-    uint64_t lo;
+    size_t span = xc_io_aligned_span(offset, len, align);
+    uint64_t lo, hi;
     int rc;
     if (span == 0 && len != 0)
         return xc_fail(XC_E_MISUSE, (int64_t)offset, -1, -1,
@@ -206,23 +239,12 @@ int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
                        "%s: aligned read needs a %zu-aligned buffer of %zu "
                        "bytes, got %zu bytes", path ? path : "(file)", align,
                        span, buf_len);
-    lo = offset & ~(uint64_t)(align - 1);
-    lead = (size_t)(offset - lo);
-    if (len == 0) {
-        *payload_start = lead;
-        return XC_OK;
-    }
-    rc = read_loop(io, handle, path, buf, span, lo, &got, 1);
-    if (rc != XC_OK)
+    xc_io_window(offset, len, align, &lo, &hi);
+    if (len != 0 &&
+        (rc = xc_io_read_window(io, handle, path, buf, lo, span,
+                                offset + len, offset, len)) != XC_OK)
         return rc;
-    if (got < lead + len)
-        return xc_fail(XC_E_SHORT_READ, (int64_t)(lo + got), -1, -1,
-                       "%s: short read: %zu of %zu bytes at byte %llu "
-                       "(end of file at byte %llu)", path ? path : "(file)",
-                       got > lead ? got - lead : 0, len,
-                       (unsigned long long)offset,
-                       (unsigned long long)(lo + got));
-    *payload_start = lead;
+    *payload_start = (size_t)(offset - lo);
     return XC_OK;
 }
 

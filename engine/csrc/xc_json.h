@@ -88,4 +88,58 @@ int xj_uint(xj *j, uint64_t max, int type_code, const char *what,
  * level of the enclosing container.  Errors are XC_E_FORMAT_JSON. */
 int xj_skip(xj *j, int depth);
 
+/* Steps through the members of the object whose '{' the cursor has just
+ * passed; *started is 0 before the first step.  xj_member returns 1 with
+ * the next member's key decoded as by xj_string (has_nul may be NULL), its
+ * byte position in *key_at and the cursor on its value, whitespace
+ * skipped; 0 once the closing '}' is consumed; or the XC_E_FORMAT_JSON of
+ * a malformed object.  The caller parses each value, so one loop serves
+ * every object:
+ *
+ *     int started = 0;
+ *     while ((rc = xj_member(j, &started, &k, &kn, &nul, &kat)) > 0)
+ *         ... parse the value at the cursor; return on failure ...
+ *     if (rc != XC_OK)
+ *         return rc;
+ *
+ * xj_member_key stops right after the key, for an object whose keys are
+ * checked before their colon (a key's own error comes first); the caller
+ * then consumes ':' with xj_expect and skips whitespace, as xj_member
+ * does.  Inline: the header parser takes one step per tensor. */
+static inline int xj_member_key(xj *j, int *started, char **key,
+                                size_t *key_len, int *has_nul,
+                                size_t *key_at)
+{
+    int rc;
+    xj_ws(j);
+    if (!*started) {
+        *started = 1;
+        if (xj_peek(j) == '}') {
+            j->pos++;
+            return 0;
+        }
+    } else {
+        if (xj_peek(j) != ',')
+            return xj_expect(j, '}');
+        j->pos++;
+        xj_ws(j);
+    }
+    *key_at = j->pos;
+    if ((rc = xj_string(j, key, key_len, has_nul)) != XC_OK)
+        return rc;
+    return 1;
+}
+
+static inline int xj_member(xj *j, int *started, char **key, size_t *key_len,
+                            int *has_nul, size_t *key_at)
+{
+    int rc = xj_member_key(j, started, key, key_len, has_nul, key_at);
+    if (rc <= 0)
+        return rc;
+    if ((rc = xj_expect(j, ':')) != XC_OK)
+        return rc;
+    xj_ws(j);
+    return 1;
+}
+
 #endif /* XC_JSON_H */

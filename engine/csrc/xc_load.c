@@ -22,8 +22,9 @@
  * widened to XC_ALIGN on both ends and lands at the start of the slot, so
  * the payload begins (file offset mod XC_ALIGN) bytes in; the stride leaves
  * room for that.  A short read at end of file is accepted when the payload
- * itself arrived whole.  Experts read per tensor cannot be widened into one
- * packed payload, so that combination is refused at open.
+ * itself arrived whole (xc_io_window and xc_io_read_window, shared with
+ * every other widened read).  Experts read per tensor cannot be widened
+ * into one packed payload, so that combination is refused at open.
  */
 #include "xc_internal.h"
 #include "xc_load.h"
@@ -378,7 +379,7 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
     int64_t h = xc_st_shard_handle(ld->st, shard[0]);
     const char *path = xc_st_shard_path(ld->st, shard[0]);
     const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
-    uint64_t asked = 0, begin, end, at;
+    uint64_t asked = 0, begin, end, at, payload_end;
     size_t t, got;
     int rc = XC_OK;
 
@@ -404,12 +405,11 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
         return rc;
     }
 
+    payload_end = off[0] + ld->expert_bytes;
     begin = off[0];
-    end = off[0] + ld->expert_bytes;
-    if (ld->direct[key]) {
-        begin = begin / XC_ALIGN * XC_ALIGN;
-        end = (end + XC_ALIGN - 1) / XC_ALIGN * XC_ALIGN;
-    }
+    end = payload_end;
+    if (ld->direct[key])
+        xc_io_window(off[0], ld->expert_bytes, XC_DIRECT_ALIGN, &begin, &end);
     for (at = begin; at < end && rc == XC_OK;) {
         uint64_t stop = end;
         if (ld->chunk_bytes) {
@@ -418,17 +418,17 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
                 stop = next;
         }
         asked += stop - at;
+        /* A widened piece may meet end of file past the payload (only the
+         * last one can: chunk_bytes is a multiple of the alignment), and
+         * a short piece is reported as the piece asked. */
         if (ld->direct[key])
-            rc = xc_io_read_full(ld->io, h, path, slot + (at - begin),
-                                 (size_t)(stop - at), at, &got);
+            rc = xc_io_read_window(ld->io, h, path, slot + (at - begin), at,
+                                   (size_t)(stop - at),
+                                   stop < payload_end ? stop : payload_end,
+                                   at, (size_t)(stop - at));
         else
             rc = read_piece(ld, h, path, slot + (at - begin),
                             (size_t)(stop - at), at, &got, src);
-        /* O_DIRECT widening may run past end of file: fine if the payload
-         * itself is covered. */
-        if (rc == XC_E_SHORT_READ && ld->direct[key] && stop == end &&
-            at + got >= off[0] + ld->expert_bytes)
-            rc = XC_OK;
         at = stop;
     }
     *payload_off = off[0] - begin;

@@ -402,7 +402,7 @@ static inline int is_key(const char *k, size_t n, const char *want)
 /* A value of the wrong type at buffer position at is a schema error only if
  * it is JSON at all: a byte that cannot start a value, or a malformed one,
  * makes the header not JSON, which DESIGN §3 checks first (the way
- * parse_header treats a top level that is not an object).  Returns the
+ * doc_open treats a top level that is not an object).  Returns the
  * JSON error (recorded) when the value is malformed, XC_OK when it is a
  * well-formed value of another type.  The probe may decode a string in
  * place; every caller fails right after, so the buffer is not used again. */
@@ -417,7 +417,9 @@ static int parse_metadata(st_parse *p)
 {
     xj *j = &p->j;
     xc_st *st = p->st;
-    int rc, nul;
+    int rc, nul, started = 0;
+    char *k, *v;
+    size_t kn, vn, kat;
     if (xj_peek(j) == 'n') /* null: the official reader's Option::None */
         return xj_skip(j, 1);
     if (xj_peek(j) != '{')
@@ -425,19 +427,8 @@ static int parse_metadata(st_parse *p)
                : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
                          "__metadata__ must be an object of strings");
     j->pos++;
-    xj_ws(j);
-    if (xj_peek(j) == '}') {
-        j->pos++;
-        return XC_OK;
-    }
-    for (;;) {
-        char *k, *v;
-        size_t kn, vn, kat;
+    while ((rc = xj_member_key(j, &started, &k, &kn, &nul, &kat)) > 0) {
         uint32_t h;
-        xj_ws(j);
-        kat = j->pos;
-        if ((rc = xj_string(j, &k, &kn, &nul)) != XC_OK)
-            return rc;
         if (nul)
             return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
                            "a __metadata__ key contains U+0000");
@@ -471,13 +462,8 @@ static int parse_metadata(st_parse *p)
         st->meta[st->n_meta].value = v;
         table_put(&p->mdup, h, (uint32_t)(st->n_meta - p->m_first));
         st->n_meta++;
-        xj_ws(j);
-        if (xj_peek(j) == ',') {
-            j->pos++;
-            continue;
-        }
-        return xj_expect(j, '}');
     }
+    return rc;
 }
 
 /* Parses a bracketed list of at most max integers <= limit into v. */
@@ -662,89 +648,89 @@ static char *compact_name(st_parse *p, char *k, size_t kn)
     return to;
 }
 
-static int parse_header(st_parse *p)
+/* The frame of a JSON document whose top level must be an object (a
+ * shard's header, the index): doc_open passes the '{' or fails with code
+ * and "the <what> must be a JSON object" (a malformed value is JSON's
+ * error first, DESIGN §3); doc_close, after the object, allows only
+ * whitespace. */
+static int doc_open(xj *j, int code, const char *what)
 {
-    xj *j = &p->j;
-    xc_st *st = p->st;
-    int rc, seen_meta = 0, nul;
     size_t at;
-
+    int rc;
     xj_ws(j);
     if (xj_peek(j) != '{') {
         at = j->pos;
         if ((rc = xj_skip(j, 0)) != XC_OK)
             return rc;
-        return xj_fail(j, XC_E_FORMAT_SCHEMA, at,
-                       "the header must be a JSON object");
+        return xj_fail(j, code, at, "the %s must be a JSON object", what);
     }
     j->pos++;
-    xj_ws(j);
-    if (xj_peek(j) == '}')
-        j->pos++;
-    else
-        for (;;) {
-            char *k;
-            size_t kn, kat;
-            xj_ws(j);
-            kat = j->pos;
-            if ((rc = xj_string(j, &k, &kn, &nul)) != XC_OK)
-                return rc;
-            if ((rc = xj_expect(j, ':')) != XC_OK)
-                return rc;
-            xj_ws(j);
-            if (is_key(k, kn, "__metadata__")) {
-                if (seen_meta)
-                    return xj_fail(j, XC_E_FORMAT_DUPLICATE, kat,
-                                   "__metadata__ appears twice");
-                seen_meta = 1;
-                if ((rc = parse_metadata(p)) != XC_OK)
-                    return rc;
-                /* Its keys and values stay in place: compact after it. */
-                p->meta_after = st->n_t > p->first;
-                p->cw = j->buf + j->pos;
-            } else {
-                st_tensor *t;
-                uint32_t h;
-                if (nul)
-                    return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
-                                   "a tensor name contains U+0000");
-                if (kn > UINT32_MAX || st->n_t >= UINT32_MAX - 1)
-                    return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
-                                   "name too long or too many tensors");
-                h = name_hash(k, kn);
-                if (grow((void **)&st->t, &st->cap_t, st->n_t,
-                         sizeof *st->t) != XC_OK)
-                    return nomem(j->path, "tensor table");
-                t = &st->t[st->n_t];
-                memset(t, 0, sizeof *t);
-                t->key.name = compact_name(p, k, kn);
-                t->key.len = (uint32_t)kn;
-                t->key.hash = h;
-                t->entry_at = j->base + kat;
-                t->shard = p->shard;
-                /* Duplicates are looked for after the parse, in one batch
-                 * (dup_check); an entry that fails to parse still takes
-                 * part, so its duplicate name wins over its own error. */
-                p->pending = 1;
-                if ((rc = parse_entry(p, t)) != XC_OK)
-                    return rc;
-                p->pending = 0;
-                st->n_t++;
-            }
-            xj_ws(j);
-            if (xj_peek(j) == ',') {
-                j->pos++;
-                continue;
-            }
-            if ((rc = xj_expect(j, '}')) != XC_OK)
-                return rc;
-            break;
-        }
+    return XC_OK;
+}
+
+static int doc_close(xj *j, const char *what)
+{
     xj_ws(j);
     if (j->pos != j->len)
         return xj_fail(j, XC_E_FORMAT_JSON, j->pos,
-                       "trailing characters after the header object");
+                       "trailing characters after the %s object", what);
     return XC_OK;
+}
+
+static int parse_header(st_parse *p)
+{
+    xj *j = &p->j;
+    xc_st *st = p->st;
+    int rc, seen_meta = 0, nul, started = 0;
+    char *k;
+    size_t kn, kat;
+
+    if ((rc = doc_open(j, XC_E_FORMAT_SCHEMA, "header")) != XC_OK)
+        return rc;
+    while ((rc = xj_member(j, &started, &k, &kn, &nul, &kat)) > 0) {
+        if (is_key(k, kn, "__metadata__")) {
+            if (seen_meta)
+                return xj_fail(j, XC_E_FORMAT_DUPLICATE, kat,
+                               "__metadata__ appears twice");
+            seen_meta = 1;
+            if ((rc = parse_metadata(p)) != XC_OK)
+                return rc;
+            /* Its keys and values stay in place: compact after it. */
+            p->meta_after = st->n_t > p->first;
+            p->cw = j->buf + j->pos;
+        } else {
+            st_tensor *t;
+            uint32_t h;
+            if (nul)
+                return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
+                               "a tensor name contains U+0000");
+            if (kn > UINT32_MAX || st->n_t >= UINT32_MAX - 1)
+                return xj_fail(j, XC_E_FORMAT_SCHEMA, kat,
+                               "name too long or too many tensors");
+            h = name_hash(k, kn);
+            if (grow((void **)&st->t, &st->cap_t, st->n_t,
+                     sizeof *st->t) != XC_OK)
+                return nomem(j->path, "tensor table");
+            t = &st->t[st->n_t];
+            memset(t, 0, sizeof *t);
+            t->key.name = compact_name(p, k, kn);
+            t->key.len = (uint32_t)kn;
+            t->key.hash = h;
+            t->entry_at = j->base + kat;
+            t->shard = p->shard;
+            /* Duplicates are looked for after the parse, in one batch
+             * (dup_check); an entry that fails to parse still takes part,
+             * so its duplicate name wins over its own error. */
+            p->pending = 1;
+            if ((rc = parse_entry(p, t)) != XC_OK)
+                return rc;
+            p->pending = 0;
+            st->n_t++;
+        }
+    }
+    if (rc != XC_OK)
+        return rc;
+    return doc_close(j, "header");
 }
 
 /* The duplicate check of step 5, run once the parse has stopped (at the
@@ -1242,26 +1228,17 @@ static int valid_shard_name(const char *s, size_t n)
 static int parse_weight_map(st_index *ix)
 {
     xj *j = &ix->j;
-    int rc, nul;
+    int rc, nul, started = 0;
+    char *k, *v;
+    size_t kn, vn, kat, vat;
     if (xj_peek(j) != '{')
         return xj_fail(j, XC_E_FORMAT_INDEX, j->pos,
                        "weight_map must be an object");
     j->pos++;
-    xj_ws(j);
-    if (xj_peek(j) == '}') {
-        j->pos++;
-        return XC_OK;
-    }
-    for (;;) {
-        char *k, *v;
-        size_t kn, vn, kat, vat;
+    while ((rc = xj_member_key(j, &started, &k, &kn, &nul, &kat)) > 0) {
         uint32_t h, hv;
         int64_t si;
         st_mapent *m;
-        xj_ws(j);
-        kat = j->pos;
-        if ((rc = xj_string(j, &k, &kn, &nul)) != XC_OK)
-            return rc;
         if (nul || kn > UINT32_MAX)
             return xj_fail(j, XC_E_FORMAT_INDEX, kat, "a weight_map name "
                            "contains U+0000 or is too long");
@@ -1315,39 +1292,23 @@ static int parse_weight_map(st_index *ix)
         m->seen = 0;
         table_put(&ix->map_tb, h, (uint32_t)ix->n_map);
         ix->n_map++;
-        xj_ws(j);
-        if (xj_peek(j) == ',') {
-            j->pos++;
-            continue;
-        }
-        return xj_expect(j, '}');
     }
+    return rc;
 }
 
 static int parse_index_metadata(st_index *ix)
 {
     xj *j = &ix->j;
-    int rc;
+    int rc, started = 0;
     char *k;
-    size_t kn;
+    size_t kn, kat;
     if (xj_peek(j) == 'n')
         return xj_skip(j, 1);
     if (xj_peek(j) != '{')
         return xj_fail(j, XC_E_FORMAT_INDEX, j->pos,
                        "metadata must be an object");
     j->pos++;
-    xj_ws(j);
-    if (xj_peek(j) == '}') {
-        j->pos++;
-        return XC_OK;
-    }
-    for (;;) {
-        xj_ws(j);
-        if ((rc = xj_string(j, &k, &kn, NULL)) != XC_OK)
-            return rc;
-        if ((rc = xj_expect(j, ':')) != XC_OK)
-            return rc;
-        xj_ws(j);
+    while ((rc = xj_member(j, &started, &k, &kn, NULL, &kat)) > 0) {
         if (is_key(k, kn, "total_size")) {
             ix->total_at = j->base + j->pos;
             if ((rc = xj_uint(j, UINT64_MAX, XC_E_FORMAT_INDEX, "total_size",
@@ -1357,69 +1318,35 @@ static int parse_index_metadata(st_index *ix)
         } else if ((rc = xj_skip(j, 2)) != XC_OK) {
             return rc;
         }
-        xj_ws(j);
-        if (xj_peek(j) == ',') {
-            j->pos++;
-            continue;
-        }
-        return xj_expect(j, '}');
     }
+    return rc;
 }
 
 static int parse_index(st_index *ix)
 {
     xj *j = &ix->j;
-    int rc, have_map = 0;
-    size_t at;
-    xj_ws(j);
-    if (xj_peek(j) != '{') {
-        at = j->pos;
-        if ((rc = xj_skip(j, 0)) != XC_OK)
-            return rc;
-        return xj_fail(j, XC_E_FORMAT_INDEX, at,
-                       "the index must be a JSON object");
-    }
-    j->pos++;
-    xj_ws(j);
-    if (xj_peek(j) == '}')
-        j->pos++;
-    else
-        for (;;) {
-            char *k;
-            size_t kn;
-            xj_ws(j);
-            at = j->pos;
-            if ((rc = xj_string(j, &k, &kn, NULL)) != XC_OK)
-                return rc;
-            if ((rc = xj_expect(j, ':')) != XC_OK)
-                return rc;
-            xj_ws(j);
-            if (is_key(k, kn, "weight_map")) {
-                if (have_map)
-                    return xj_fail(j, XC_E_FORMAT_INDEX, at,
-                                   "weight_map appears twice");
-                have_map = 1;
-                rc = parse_weight_map(ix);
-            } else if (is_key(k, kn, "metadata")) {
-                rc = parse_index_metadata(ix);
-            } else {
-                rc = xj_skip(j, 1);
-            }
-            if (rc != XC_OK)
-                return rc;
-            xj_ws(j);
-            if (xj_peek(j) == ',') {
-                j->pos++;
-                continue;
-            }
-            if ((rc = xj_expect(j, '}')) != XC_OK)
-                return rc;
-            break;
+    int rc, have_map = 0, started = 0;
+    char *k;
+    size_t kn, at;
+    if ((rc = doc_open(j, XC_E_FORMAT_INDEX, "index")) != XC_OK)
+        return rc;
+    while ((rc = xj_member(j, &started, &k, &kn, NULL, &at)) > 0) {
+        if (is_key(k, kn, "weight_map")) {
+            if (have_map)
+                return xj_fail(j, XC_E_FORMAT_INDEX, at,
+                               "weight_map appears twice");
+            have_map = 1;
+            rc = parse_weight_map(ix);
+        } else if (is_key(k, kn, "metadata")) {
+            rc = parse_index_metadata(ix);
+        } else {
+            rc = xj_skip(j, 1);
         }
-    xj_ws(j);
-    if (j->pos != j->len)
-        return xj_fail(j, XC_E_FORMAT_JSON, j->pos,
-                       "trailing characters after the index object");
+        if (rc != XC_OK)
+            return rc;
+    }
+    if (rc != XC_OK || (rc = doc_close(j, "index")) != XC_OK)
+        return rc;
     if (!have_map)
         return xj_fail(j, XC_E_FORMAT_INDEX, 0, "the index has no "
                        "weight_map");
@@ -1876,28 +1803,32 @@ int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed)
 
 /* A direct read goes through an aligned bounce buffer, chunk by chunk, so
  * the caller's dst needs no alignment.  8 MiB keeps a chunk well above the
- * size where per-call overhead matters and the bounce buffer small. */
+ * size where per-call overhead matters and the bounce buffer small.  Each
+ * chunk is widened on its own; chunks start BOUNCE_BYTES apart, a multiple
+ * of the alignment, so no chunk's window is larger than the first's. */
 #define BOUNCE_BYTES (8u << 20)
 
 static int read_direct(const xc_st *st, const st_shard *sh, uint64_t off,
                        unsigned char *dst, size_t len)
 {
-    size_t span = xc_io_aligned_span(off, len < BOUNCE_BYTES ? len
-                                              : BOUNCE_BYTES,
-                                     XC_DIRECT_ALIGN) + XC_DIRECT_ALIGN;
-    unsigned char *bounce = xc_aligned_alloc(XC_DIRECT_ALIGN, span);
+    uint64_t lo, hi;
+    unsigned char *bounce;
     size_t done = 0;
     int rc = XC_OK;
+    xc_io_window(off, len < BOUNCE_BYTES ? len : BOUNCE_BYTES,
+                 XC_DIRECT_ALIGN, &lo, &hi);
+    bounce = xc_aligned_alloc(XC_DIRECT_ALIGN, (size_t)(hi - lo));
     if (bounce == NULL)
         return nomem(sh->path, "direct-read bounce buffer");
     while (done < len) {
         size_t chunk = len - done < BOUNCE_BYTES ? len - done : BOUNCE_BYTES;
-        size_t at = 0;
-        rc = xc_io_read_aligned(&st->io, sh->handle, sh->path, bounce, span,
-                                off + done, chunk, XC_DIRECT_ALIGN, &at);
+        uint64_t at = off + done;
+        xc_io_window(at, chunk, XC_DIRECT_ALIGN, &lo, &hi);
+        rc = xc_io_read_window(&st->io, sh->handle, sh->path, bounce, lo,
+                               (size_t)(hi - lo), at + chunk, at, chunk);
         if (rc != XC_OK)
             break;
-        memcpy(dst + done, bounce + at, chunk);
+        memcpy(dst + done, bounce + (at - lo), chunk);
         done += chunk;
     }
     xc_free(bounce);

@@ -313,6 +313,7 @@ enum {
     XC_TH_OWNER_STRAY = 19,
     XC_TH_OWNER_NONE = 20,
     XC_TH_OWNER_ORPHAN = 21,
+    XC_TH_ORDER = 22,
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
 /* ===================== end of TEST HOOKS ================================ */

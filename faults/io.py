@@ -35,13 +35,23 @@ class Fault:
 
 
 class IOFaults:
-    """A fault-injecting I/O vtable that forwards to the default POSIX one."""
+    """A fault-injecting I/O vtable that forwards to the default POSIX one.
 
-    def __init__(self) -> None:
+    Give ``inner`` (another injector) to forward to it instead, so that two
+    faults can be armed at once, each with its own path filter: a read meets
+    this injector's fault first, then the inner one's.  Close this injector
+    before the inner one.
+    """
+
+    def __init__(self, inner: IOFaults | None = None) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
         out = ffi.new("xc_fault **")
-        _lib.check(lib.xc_fault_open(ffi.NULL, out))
+        _lib.check(lib.xc_fault_open(ffi.NULL if inner is None else inner.io, out))
         self._ptr: Any = out[0]
+        self._inner = inner  # this injector forwards to it: keep it alive
+        self._outers = 0  # open injectors forwarding to this one
+        if inner is not None:
+            inner._outers += 1
 
     @property
     def io(self) -> Any:
@@ -87,14 +97,20 @@ class IOFaults:
     def close(self) -> None:
         """Free the injector; MisuseError while a container still reads through it."""
         if self._ptr is not None:
+            from engine.errors import MisuseError
             if self.open_handles:
-                from engine.errors import MisuseError
                 raise MisuseError(f"the fault injector still has "
                                   f"{self.open_handles} open handle(s): close "
                                   f"the containers using it first",
                                   status=-7, kind="misuse")
+            if self._outers:
+                raise MisuseError(f"{self._outers} open fault injector(s) "
+                                  f"forward to this one: close them first",
+                                  status=-7, kind="misuse")
             _lib.lib().xc_fault_close(self._ptr)
             self._ptr = None
+            if self._inner is not None:
+                self._inner._outers -= 1
 
     def _require_open(self) -> None:
         if self._ptr is None:

@@ -443,8 +443,9 @@ class CacheModel:
         docs/CACHE.md "stream": a key named twice is ``Misuse``; with fewer
         than ``split_min_misses`` keys absent it is plain gets; else hits now,
         misses reserved and stamped now, the consumer's reads published in the
-        order given (so every *insert* follows every reservation), then the
-        keys that found no slot as gets.
+        order given (so every *insert* follows every reservation, in stamp
+        order: the order the engine tells its policy, whatever order its reads
+        end in), then the keys that found no slot as gets.
         """
         keys = list(keys)
         ids = [self.key_id(layer, expert) for layer, expert in keys]

@@ -195,6 +195,38 @@ def test_policy_own_check(shard, policy, text):
     cache.check()
 
 
+_LIST = "INV-POLICY: order list: {} entries (counted {}, last slot {}, recorded {}, " \
+        "stops at {}), stamped reads untold: {}"
+_ENTRY = "INV-POLICY: order list entry {} (slot 1, state {}, untold {}, stamp 2 " \
+         "after {}) is not a stamped read the policy waits for"
+
+
+@pytest.mark.parametrize("variant,text", [
+    (0, _LIST.format(0, 0, -1, -1, -1, 1)),   # untold, not on the list
+    (1, _ENTRY.format(0, 2, 0, 0)),           # on the list, already told
+    (2, _ENTRY.format(0, 2, 1, 0)),           # untold first: should be told
+    (3, _LIST.format(1, 1, 1, 1, 8, 1)),      # next entry out of range
+    (4, _ENTRY.format(1, 1, 0, 2)),           # listed after itself
+    (5, _LIST.format(0, 1, -1, -1, -1, 0)),   # count one too many
+    (6, _LIST.format(0, 0, -1, 1, -1, 0)),    # last names a slot, list empty
+    (7, None)])                               # a demand read: not listed, sound
+def test_order_list(shard, variant, text):
+    """The order list must hold exactly the untold stamped reads: INV-POLICY."""
+    cache = open_cache(shard, "arc")
+    rc, msg = brk(cache, "ORDER", slot_of(cache, 1), variant)
+    assert (rc, msg if text else None) == ((8, text) if text else (0, None))
+    cache.check()
+
+
+def test_order_list_of_a_policy_told_no_inserts(shard):
+    """LRU keeps no order list: a stamped read listed is more than the zero expected."""
+    cache = open_cache(shard)
+    assert brk(cache, "ORDER", slot_of(cache, 1), 3) == (
+        8, _LIST.format(1, 1, 1, 1, 8, 0))
+    assert brk(cache, "ORDER", slot_of(cache, 1), 8)[0] == -7
+    assert brk(cache, "ORDER", -1, 0)[0] == -7
+
+
 def test_policy_state_without_state_is_refused(shard):
     """LRU keeps no state to break: the hook refuses with MISUSE, writes nothing."""
     cache = open_cache(shard)

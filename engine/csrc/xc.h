@@ -387,8 +387,12 @@ enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
  * misses + prefetch_loads + spec_loads.  INV-PREFETCH:
  * prefetch_first_uses + prefetch_evicted_unused + prefetch_unused_resident
  * == prefetch_loads (every prefetch of this window is used, evicted unused
- * or still waiting).  INV-POLICY: the policy's own state is consistent
- * (hotness: count table; lfru: eviction count <= evictions since open).
+ * or still waiting).  INV-POLICY: the policy saw as many evictions and
+ * requests as the cache made, the order list holds exactly the stamped
+ * reads whose insert the policy has not been told (INFLIGHT with a stamp,
+ * or READY and held back) in ascending stamp order with a read under way
+ * first, and the policy's own state is consistent (hotness: count table;
+ * s3fifo, arc: queues).
  * INV-QUEUE: every read-ahead queue entry names an INFLIGHT slot holding
  * its key, no slot twice, queued + under way <= io_depth.  INV-SPEC:
  * spec_used + spec_evicted_unused + spec_unused_resident == spec_loads,
@@ -525,7 +529,12 @@ int xc_cache_getmany(xc_cache *c, const int32_t *layers,
 /* Read-ahead (docs/CACHE.md "prefetch"): reserves slots for the missing
  * keys exactly like getmany's step 1 and returns at once; the reads run on
  * the io_threads reader threads, each publishing when it completes (same
- * publish rules as getmany, ticks stamped in reservation order).  A read
+ * publish rules as getmany, ticks stamped in reservation order).  The
+ * policy is told of the inserts in reservation (stamp) order all the same:
+ * under s3fifo and arc an insert whose earlier reservations are still read
+ * is held back, and its slot is served but no victim candidate meanwhile
+ * (docs/CACHE.md "Stamp order"), so after xc_cache_drain the state is
+ * getmany's whatever order the reads completed in.  A read
  * that finds the queue full (io_depth) is done in the caller before
  * returning, never dropped.  With speculative != 0 the published experts
  * count as spec_loads (not prefetch_loads) and carry the speculative mark
@@ -553,8 +562,11 @@ void xc_cache_drain(xc_cache *c);
  * it changes nothing and xc_cache_stream_next does plain gets in order.
  * A reserved miss with nobody to read it (no readers, or the queue full)
  * is read by xc_cache_stream_next, or by any get or stream that needs the
- * key first (it is then published for this stream).  The caller owns *out and must end it with xc_cache_stream_end before
- * closing the cache. */
+ * key first (it is then published for this stream).  The policy is told
+ * of the misses' inserts in the order given, whatever order their reads
+ * end or are claimed in (docs/CACHE.md "Stamp order").  The caller owns
+ * *out and must end it with xc_cache_stream_end before closing the
+ * cache. */
 typedef struct xc_stream xc_stream;
 int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
                           const int32_t *experts, size_t n, xc_stream **out);
@@ -760,6 +772,7 @@ enum {
     XC_TH_OWNER_STRAY = 19,
     XC_TH_OWNER_NONE = 20,
     XC_TH_OWNER_ORPHAN = 21,
+    XC_TH_ORDER = 22,
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
 /* ===================== end of TEST HOOKS ================================ */

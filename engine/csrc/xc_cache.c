@@ -63,10 +63,20 @@
  * rules are getmany's.  What getmany decides by publishing serially -- the
  * tick each new expert gets -- a prefetch decides at reservation instead:
  * the reserved slot's last_use is stamped then, in reservation order, and
- * the publish keeps it.  So whatever order the reads complete in, a drained
- * read-ahead leaves the clock, every victim and every counter exactly as
- * getmany would, and io_threads = 0 can simply *be* getmany.  A full ring
- * is not a reason to drop a read: the caller reads it itself.
+ * the publish keeps it.  The other thing getmany's serial publish decides
+ * is the order in which the policy hears of the inserts, and the queue
+ * policies (s3fifo, arc) keep that order in their queues.  So a stamped
+ * reservation also joins the order list (oq_first, slot.onext), in stamp
+ * order; a publish is told to the policy only once every reservation
+ * stamped before it has ended, else it is held back ("untold": READY and
+ * served, but no victim candidate, since the policy does not know the key;
+ * hits on it are told after its insert).  Each publish or failure then
+ * tells the untold slots at the front of the list.  Thus whatever order
+ * the reads complete in, a drained read-ahead leaves the clock, every
+ * victim, every counter and the policy's queues exactly as getmany would,
+ * and io_threads = 0 can simply *be* getmany.  Policies that ignore
+ * inserts (the tick policies) keep no list: nothing is held back for them.
+ * A full ring is not a reason to drop a read: the caller reads it itself.
  *
  *   prefetch():  reserve ... stamp ticks ... enqueue  -> return
  *   reader:      dequeue -> read (no lock) -> publish under mu, broadcast
@@ -75,7 +85,8 @@
  * A stream is one layer's keys seen as a batch of gets that hold: at begin
  * the resident keys are hits (held at once), the missing ones are misses
  * reserved in the order given, each with its tick stamped then -- the same
- * clock a run of get()s would leave -- and their reads queued.  next()
+ * clock a run of get()s would leave, and the order list gives the policy
+ * their inserts in the order given -- and their reads queued.  next()
  * yields the hits in order, then reads as they complete (a reader pushes
  * its item onto the stream's completion list), reading in the consumer
  * itself what the queue could not take.  Such a kept miss is INFLIGHT with
@@ -92,11 +103,11 @@
  * prefetches that were asked for.
  *
  * Locking: one mutex guards every slot field, the index, the clock, the
- * counters, the policy, the read-ahead ring, every stream's state and the
- * trace buffer.  Reads run without it.  `ended` is broadcast whenever an
- * INFLIGHT slot ends (published or failed); `aq_work` wakes the read-ahead
- * readers.  The batch readers have their own mutex (pool_mu) that is never
- * held together with mu.
+ * counters, the policy, the order list, the read-ahead ring, every
+ * stream's state and the trace buffer.  Reads run without it.  `ended` is
+ * broadcast whenever an INFLIGHT slot ends (published or failed);
+ * `aq_work` wakes the read-ahead readers.  The batch readers have their
+ * own mutex (pool_mu) that is never held together with mu.
  */
 #include "xc_internal.h"
 #include "xc_load.h"
@@ -132,14 +143,87 @@ static void touch(xc_cache *c, slot *s)
 }
 
 /* ------------------------------------------------------------------ */
+/* The order list: inserts reach the policy in stamp order              */
+/* ------------------------------------------------------------------ */
+
+/* Stamps reserved slot si with its publish tick (mu held) and, when the
+ * policy is told inserts, appends it to the order list: ticks only grow,
+ * so appending keeps the list in stamp order. */
+static void stamp(xc_cache *c, int32_t si)
+{
+    touch(c, &c->slots[si]);
+    if (!c->ordered)
+        return;
+    c->slots[si].onext = -1;
+    if (c->oq_last >= 0)
+        c->slots[c->oq_last].onext = si;
+    else
+        c->oq_first = si;
+    c->oq_last = si;
+    c->oq_n++;
+}
+
+/* Tells the policy the insert of untold slot s, then the demand hits it
+ * had meanwhile, so the policy sees them in the order a synchronous
+ * publish would have given (insert first). */
+static void tell(xc_cache *c, slot *s)
+{
+    s->untold = 0;
+    xc_policy_insert(&c->pol, s->key);
+    for (; s->untold_hits > 0; s->untold_hits--)
+        xc_policy_hit(&c->pol, s->key);
+}
+
+/* Tells the untold inserts at the front of the order list, up to the
+ * first read that has not ended (mu held). */
+static void tell_ready(xc_cache *c)
+{
+    while (c->oq_first >= 0 &&
+           c->slots[c->oq_first].state == XC_SLOT_READY) {
+        slot *s = &c->slots[c->oq_first];
+        c->oq_first = s->onext;
+        c->oq_n--;
+        tell(c, s);
+    }
+    if (c->oq_first < 0)
+        c->oq_last = -1;
+}
+
+/* Walks the order list (mu held): drops the entry of a read that just
+ * failed (its slot is EMPTY again) and, with all, tells every untold
+ * insert, in stamp order, leaving only the reads under way. */
+static void oq_sweep(xc_cache *c, int all)
+{
+    int32_t *link = &c->oq_first, si;
+    c->oq_last = -1;
+    while ((si = *link) >= 0) {
+        slot *s = &c->slots[si];
+        if (s->state == XC_SLOT_INFLIGHT ||
+            (s->state == XC_SLOT_READY && !all)) {
+            c->oq_last = si;
+            link = &s->onext;
+            continue;
+        }
+        *link = s->onext;
+        c->oq_n--;
+        if (s->state == XC_SLOT_READY)
+            tell(c, s);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Victims                                                              */
 /* ------------------------------------------------------------------ */
 
 /* docs/CACHE.md "Victim choice": the lowest EMPTY slot, else the policy's
- * pick among READY unprotected slots, else -1.  Pure. */
+ * pick among READY unprotected slots whose insert it has been told, else
+ * -1.  An untold slot is not a candidate (the policy does not know its
+ * key yet); only when the untold ones are the only unprotected READY
+ * slots are all untold inserts told first, in stamp order.  to_evict is
+ * pure, and -1 changes nothing. */
 static int32_t choose_victim(xc_cache *c)
 {
-    size_t i, n = 0;
+    size_t i, n = 0, n_untold = 0;
     for (i = 0; i < c->n_slots; i++)
         if (c->slots[i].state == XC_SLOT_EMPTY)
             return (int32_t)i;
@@ -147,12 +231,20 @@ static int32_t choose_victim(xc_cache *c)
         const slot *s = &c->slots[i];
         if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))
             continue;
+        if (s->untold) {
+            n_untold++;
+            continue;
+        }
         c->cand[n].slot = (int32_t)i;
         c->cand[n].key = s->key;
         c->cand[n].last_use = s->last_use;
         c->cand[n].insert_tick = s->insert_tick;
         c->cand[n].freq = s->freq;
         n++;
+    }
+    if (n == 0 && n_untold > 0) {
+        oq_sweep(c, 1); /* no untold slot is left: this recurses once */
+        return choose_victim(c);
     }
     if (n == 0)
         return -1;
@@ -252,6 +344,7 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
 {
     slot *s = &c->slots[si];
     xc_stats dropped, *cs = &c->st;
+    int listed = c->ordered && s->last_use != 0; /* stamped: on the list */
     if (s->window != c->window) {
         memset(&dropped, 0, sizeof dropped);
         cs = &dropped; /* the closed window's counters are gone */
@@ -286,7 +379,11 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         } else {
             cs->unknown_loads++;
         }
-        xc_policy_insert(&c->pol, s->key);
+        if (!listed) {
+            xc_policy_insert(&c->pol, s->key);
+            return;
+        }
+        s->untold = 1; /* told now if no earlier stamped read is under way */
     } else {
         c->index[s->key] = -1;
         s->state = XC_SLOT_EMPTY;
@@ -297,7 +394,11 @@ static void finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
             cs->short_reads++;
         else
             cs->io_errors++;
+        if (!listed)
+            return;
+        oq_sweep(c, 0); /* off the list; later inserts may go now */
     }
+    tell_ready(c);
 }
 
 /* get step (2) on READY slot si (mu held): count the hit, clear the marks
@@ -320,7 +421,10 @@ static void hit(xc_cache *c, int32_t si, uint32_t key)
     touch(c, s);
     s->holds++;
     xc_policy_request(&c->pol, key);
-    xc_policy_hit(&c->pol, key);
+    if (s->untold)
+        s->untold_hits++; /* told after its insert (tell) */
+    else
+        xc_policy_hit(&c->pol, key);
 }
 
 /* get step (4) up to the reservation (mu held): choose a victim, count the
@@ -863,7 +967,7 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
     if (async) {
         /* stamp the publish ticks now, in reservation order, and queue */
         for (i = 0; i < n_resv; i++) {
-            touch(c, &c->slots[rv[i].slot]);
+            stamp(c, rv[i].slot);
             if (!aq_push(c, rv[i].slot, rv[i].key, kind, NULL, 0)) {
                 c->st.queue_fallbacks++;
                 rv[n_local++] = rv[i];
@@ -1023,7 +1127,7 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
             st->state[i] = ST_DEFER;
         } else {
             trace_put(c, TK_STREAM, TO_MISS, key);
-            touch(c, &c->slots[si]);
+            stamp(c, si);
             st->slot[i] = si;
             c->slots[si].owner = OWN_STREAM;
             c->slots[si].ost = st;
@@ -1500,6 +1604,42 @@ int xc_cache_check(xc_cache *c)
                (unsigned long long)c->pol.n_requests,
                (unsigned long long)c->evictions_since_open,
                (unsigned long long)c->requests_since_open);
+    /* ... and the order list holds exactly the stamped reads the policy
+     * has not been told -- INFLIGHT with a stamp, or READY and untold --
+     * in ascending stamp order, the first one a read under way (an untold
+     * insert with no earlier read before it would have been told). */
+    {
+        uint32_t n_want = 0, n_list = 0;
+        uint64_t prev = 0;
+        int32_t si, last = -1;
+        for (i = 0; i < c->n_slots; i++) {
+            const slot *s = &c->slots[i];
+            n_want += s->untold || (c->ordered &&
+                                    s->state == XC_SLOT_INFLIGHT &&
+                                    s->last_use != 0);
+        }
+        for (si = c->oq_first; si >= 0 && (size_t)si < c->n_slots;
+             si = c->slots[si].onext) {
+            const slot *s = &c->slots[si];
+            uint64_t t = s->untold ? s->insert_tick : s->last_use;
+            if (s->state != (s->untold ? XC_SLOT_READY : XC_SLOT_INFLIGHT) ||
+                t <= prev || (n_list == 0 && s->untold))
+                BROKEN(XC_INV_POLICY, "INV-POLICY: order list entry %u "
+                       "(slot %d, state %d, untold %d, stamp %llu after "
+                       "%llu) is not a stamped read the policy waits for",
+                       n_list, (int)si, s->state, s->untold,
+                       (unsigned long long)t, (unsigned long long)prev);
+            prev = t;
+            last = si;
+            n_list++;
+        }
+        if (si >= 0 || n_list != n_want || n_list != c->oq_n ||
+            last != c->oq_last)
+            BROKEN(XC_INV_POLICY, "INV-POLICY: order list: %u entries "
+                   "(counted %u, last slot %d, recorded %d, stops at %d), "
+                   "stamped reads untold: %u", n_list, c->oq_n, (int)last,
+                   (int)c->oq_last, (int)si, n_want);
+    }
     if (c->pol.ops->check(&c->pol) != 0) {
         char msg[sizeof xc_last_error()->message];
         memcpy(msg, xc_last_error()->message, sizeof msg);
@@ -1789,6 +1929,8 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     }
     for (i = 0; i < c->ld.n_keys; i++)
         c->index[i] = -1;
+    c->ordered = c->pol.ops->on_insert != xc_policy_nop;
+    c->oq_first = c->oq_last = -1;
     if (o->trace_path != NULL && (rc = trace_open(c, o->trace_path)) != XC_OK) {
         destroy(c, 0);
         return rc;

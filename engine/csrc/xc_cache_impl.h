@@ -22,6 +22,7 @@ typedef struct slot {
     uint8_t state;        /* XC_SLOT_* */
     uint8_t mark;         /* unused-prefetch mark */
     uint8_t spec;         /* speculative load not yet used by a demand hit */
+    uint8_t untold;       /* READY, its insert held back (order list below) */
     uint32_t key;         /* valid unless EMPTY */
     uint32_t holds, pins;
     uint32_t generation;  /* bumped at each publish */
@@ -33,6 +34,13 @@ typedef struct slot {
     struct xc_stream *ost;
     size_t oidx;
     uint64_t window;      /* INFLIGHT: the counter window of its reservation */
+    /* The order list (xc_cache.oq_*): a stamped read whose insert the
+     * policy has not been told, INFLIGHT or READY and untold, is on it;
+     * onext is the next one in stamp order (-1: the last).  untold: READY,
+     * published, but its insert (and the untold_hits demand hits since)
+     * not yet told to the policy: an earlier stamped read has not ended. */
+    int32_t onext;
+    uint64_t untold_hits;
 } slot;
 
 /* Owner of an INFLIGHT slot's read (slot.owner).  OWN_STREAM is the one
@@ -138,6 +146,13 @@ struct xc_cache {
     uint64_t tick;
     uint64_t window;       /* counter window number, +1 per reset_stats */
     uint32_t n_reads;      /* reads under way == INFLIGHT slots */
+    /* Stamped reads not yet told to the policy, in stamp order: a list
+     * threaded through slot.onext, first to last (-1: empty), oq_n long.
+     * Used only when the policy is told inserts (`ordered`: its on_insert
+     * is not a no-op); otherwise always empty. */
+    int ordered;
+    int32_t oq_first, oq_last;
+    uint32_t oq_n;
     struct xc_stream *streams; /* open streams (begun, not ended) */
     uint64_t evictions_since_open, requests_since_open;
     xc_stats st;           /* the derived fields are unused here */

@@ -17,7 +17,13 @@
  * a hit is on_request then on_hit; a demand miss is to_evict (only when no
  * slot is EMPTY), on_request, on_evict (only when the victim was READY),
  * then on_insert once the payload arrived (never for a failed read); a
- * batch load is to_evict, on_evict, on_insert with no on_request.
+ * batch load is to_evict, on_evict, on_insert with no on_request.  The
+ * inserts of reads whose tick was stamped at reservation (read-ahead,
+ * stream misses) come in stamp order, not completion order: the cache holds
+ * one back until the earlier ones ended, and the on_hit of a key whose
+ * insert is held back comes after that insert.  A key whose insert is held
+ * back is never a candidate.  A policy whose on_insert is xc_policy_nop is
+ * taken to ignore the order of inserts: nothing is held back for it.
  *
  * Queue policies (s3fifo, arc) keep their own queues of the resident keys
  * in `priv`.  Their to_evict may use `scratch` (per-key working memory that

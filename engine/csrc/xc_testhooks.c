@@ -40,6 +40,8 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     uint32_t saved_reads, saved_count0 = 0;
     uint64_t saved_ev, saved_req;
     size_t saved_aq_n, saved_aq_head, nk;
+    int32_t saved_oq_first, saved_oq_last;
+    uint32_t saved_oq_n;
     int rc, sa, sb, bad = 0;
 
     if (pub == NULL)
@@ -68,6 +70,9 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     saved_aq_n = c->aq_n;
     saved_aq_head = c->aq_head;
     memcpy(saved_aq, c->aq, c->aq_cap >= 2 ? sizeof saved_aq : 0);
+    saved_oq_first = c->oq_first;
+    saved_oq_last = c->oq_last;
+    saved_oq_n = c->oq_n;
 
     switch (what) {
     case XC_TH_SLOT_STATE:      /* a: a READY slot */
@@ -195,6 +200,37 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
             c->slots[sa].oidx = 0;
         }
         break;
+    case XC_TH_ORDER:           /* a: an unheld READY slot, the order list
+                                 * empty; b: 0 untold, unlisted; 1 listed,
+                                 * told; 2 listed, untold; 3 in flight with
+                                 * its stamp, listed, next out of range; 4 the
+                                 * same, listed after itself; 5 count +1;
+                                 * 6 last names a; 7 in flight, no stamp,
+                                 * unlisted (sound) */
+        if (sa < 0 || b < 0 || b > 7 || c->oq_first >= 0) {
+            bad = 1;
+            break;
+        }
+        if (b == 0 || b == 2)
+            c->slots[sa].untold = 1;
+        if (b == 3 || b == 4 || b == 7) {
+            c->slots[sa].state = XC_SLOT_INFLIGHT;
+            c->slots[sa].owner = OWN_DEMAND;
+            c->n_reads++;
+        }
+        if (b == 7)
+            c->slots[sa].last_use = 0;
+        if (b >= 1 && b <= 4) {
+            c->oq_first = c->oq_last = sa;
+            c->oq_n = 1;
+            c->slots[sa].onext = b == 3 ? (int32_t)c->n_slots
+                               : b == 4 ? sa : -1;
+        }
+        if (b == 5)
+            c->oq_n++;
+        if (b == 6)
+            c->oq_last = sa;
+        break;
     default:
         bad = 1;
     }
@@ -217,6 +253,9 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     c->aq_n = saved_aq_n;
     c->aq_head = saved_aq_head;
     memcpy(c->aq, saved_aq, c->aq_cap >= 2 ? sizeof saved_aq : 0);
+    c->oq_first = saved_oq_first;
+    c->oq_last = saved_oq_last;
+    c->oq_n = saved_oq_n;
     pthread_mutex_unlock(&c->mu);
     free(saved_slots);
     free(saved_index);

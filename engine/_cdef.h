@@ -54,6 +54,9 @@ void xc_alloc_fail_at(uint64_t n, int persistent);
 uint64_t xc_alloc_count(void);
 int64_t xc_alloc_live(void);
 uint64_t xc_alloc_failures(void);
+void xc_thread_fail_at(uint64_t n, int persistent);
+uint64_t xc_thread_count(void);
+uint64_t xc_thread_failures(void);
 
 typedef struct xc_io {
     int (*open)(void *ctx, const char *path, int direct, int64_t *handle);

@@ -1,9 +1,12 @@
-"""The allocation seam's counters and countdown, from Python (DESIGN §6).
+"""The allocation and thread-start seams, from Python (DESIGN §6).
 
 Every allocation the C engine makes goes through one wrapper
 (``engine/csrc/xc_alloc.c``).  :func:`fail_alloc` arms a countdown so that
 the nth allocation from now fails (once, or from then on); :func:`stats`
 reads the process-wide counters a fault loop compares against a baseline.
+Every thread the engine starts goes through a second wrapper in the same
+file with its own countdown: :func:`fail_thread_start` and
+:func:`thread_stats`.
 """
 
 from __future__ import annotations
@@ -43,3 +46,33 @@ def disarm() -> None:
 def live() -> int:
     """Engine allocations not yet freed."""
     return int(_lib.lib().xc_alloc_live())
+
+
+# -- the thread-start seam ------------------------------------------------
+# Thread starts have a countdown of their own (xc_thread_fail_at in xc.h;
+# why it is separate is said at the top of engine/csrc/xc_alloc.c).
+
+
+class ThreadStats(NamedTuple):
+    """Process-wide thread-start counters of the engine."""
+
+    count: int     # thread starts attempted since the library was loaded
+    failures: int  # starts refused by an armed countdown
+
+
+def thread_stats() -> ThreadStats:
+    """A snapshot of the engine's thread-start counters."""
+    lib = _lib.lib()
+    return ThreadStats(int(lib.xc_thread_count()), int(lib.xc_thread_failures()))
+
+
+def fail_thread_start(n: int, persistent: bool = False) -> None:
+    """Fail the nth thread start from now (EAGAIN); all later ones too if persistent."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    _lib.lib().xc_thread_fail_at(n, 1 if persistent else 0)
+
+
+def disarm_thread_start() -> None:
+    """Let every thread start through again."""
+    _lib.lib().xc_thread_fail_at(0, 0)

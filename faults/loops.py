@@ -106,6 +106,22 @@ def alloc_hooks(*, persistent: bool = False
     return arm, disarm
 
 
+def thread_hooks(*, persistent: bool = False
+                 ) -> tuple[Callable[[int], None], Callable[[], int]]:
+    """(arm, disarm) for the engine's thread-start countdown."""
+    start = [0]
+
+    def arm(n: int) -> None:
+        start[0] = alloc.thread_stats().failures
+        alloc.fail_thread_start(n, persistent)
+
+    def disarm() -> int:
+        alloc.disarm_thread_start()
+        return alloc.thread_stats().failures - start[0]
+
+    return arm, disarm
+
+
 # -- baselines ---------------------------------------------------------------
 
 def open_fds() -> int:

@@ -31,6 +31,7 @@ def open_header(tmp_path: Path, header: str | bytes) -> engine.Container:
     ('{"\\u00C9\\u00e9":{' + T + '}}', "Éé"),          # upper and lower hex
     ('{"\\u20AC":{' + T + '}}', "€"),                  # three UTF-8 bytes
     (b'{"\xe0\xa4\x85":{' + T.encode() + b'}}', "अ"),  # E0 lead, lowest legal
+    ('{"\\uE000":{' + T + '}}', "\ue000"),            # just above the surrogates
 ])
 def test_escapes_decode_to_the_name(tmp_path, header, name):
     """Every JSON escape and \\u form decodes to the exact UTF-8 name."""
@@ -230,3 +231,43 @@ def test_index_path_that_does_not_exist(tmp_path):
     """Naming a missing index file is NotFoundError."""
     with pytest.raises(engine.NotFoundError):
         engine.Container(str(tmp_path / "nothing" / INDEX))
+
+
+SHAPE = '{"x":{"dtype":"U8","shape":[%s],"data_offsets":[0,2]}}'
+
+
+@pytest.mark.parametrize("header,kind,at,message", [
+    # hex digits just outside each accepted range: below '0', above 'f'
+    ('{"a\\u00!1":{' + T + '}}', "json", 15, "bad hex digit in \\u escape"),
+    ('{"a\\u00g1":{' + T + '}}', "json", 15, "bad hex digit in \\u escape"),
+    ('{"a\\\x7f":{' + T + '}}', "json", 11, "bad escape '\\?'"),  # DEL
+    # a high surrogate followed by another escape, by the end of the
+    # header, and by a \u that is not a low surrogate (above the range)
+    ('{"\\uD800\\n":{' + T + '}}', "json", 10, "lone high surrogate \\uD800"),
+    ('{"\\uD800"}', "json", 10, "lone high surrogate \\uD800"),
+    ('{"\\uD800\\uE000":{' + T + '}}', "json", 10,
+     "high surrogate \\uD800 not followed by a low surrogate"),
+    # ED A0: UTF-8 of a surrogate (second byte above 0x9F)
+    (b'{"\xed\xa0\x80":{' + T.encode() + b'}}', "not_utf8", 10,
+     "the header is not UTF-8 (byte 0xed)"),
+    (SHAPE % "0.5", "schema", 36,
+     "a shape entry must be a non-negative integer, found 0.5"),
+    (SHAPE % "01", "json", 36, "number with a leading zero"),
+    (SHAPE % "[2]", "schema", 36,
+     "a shape entry must be a non-negative integer, found an array"),
+    # numbers longer than 40 characters are quoted to 40
+    (SHAPE % ("1." + "0" * 45), "schema", 36,
+     "a shape entry must be a non-negative integer, found 1." + "0" * 38),
+    (SHAPE % ("9" * 45), "schema", 36,
+     f"a shape entry {'9' * 40} exceeds the limit of {2**64 - 1}"),
+    ('{"x":{' + T + ',"extra":{"n" 1}}}', "json", 73,
+     "expected ':', found a number"),
+    ('{"x":{' + T + ',"extra":tru', "json", 68, "expected a JSON value"),
+])
+def test_header_edge_is_refused_at_its_byte(tmp_path, header, kind, at, message):
+    """Values just past each lexical check: FormatError of its kind at its byte."""
+    with pytest.raises(engine.FormatError) as ei:
+        open_header(tmp_path, header)
+    e = ei.value
+    assert (e.kind, e.offset) == (kind, at)
+    assert str(e) == f"{tmp_path / 't.safetensors'}: byte {at}: {message}"

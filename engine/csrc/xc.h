@@ -125,6 +125,20 @@ int64_t xc_alloc_live(void);
 /* Number of allocations refused by the armed fault so far. */
 uint64_t xc_alloc_failures(void);
 
+/* Thread-start seam (test control).  Every thread the engine starts (the
+ * batch pool's and the read-ahead readers of xc_cache_open) goes through one
+ * wrapper with a countdown of its own, separate from the allocation one so
+ * that a test names the k-th thread start directly and the allocation
+ * counts stay what they were.  xc_thread_fail_at(n, persistent): the n-th
+ * thread start from now (1 = the next one) fails with EAGAIN, as
+ * pthread_create does at a thread or memory limit; with persistent != 0
+ * every start after it fails too.  n == 0 disarms.  xc_thread_count() is
+ * the number of starts attempted so far, xc_thread_failures() the number
+ * refused by the armed fault.  Process-wide and atomic; none can fail. */
+void xc_thread_fail_at(uint64_t n, int persistent);
+uint64_t xc_thread_count(void);
+uint64_t xc_thread_failures(void);
+
 /* ------------------------------------------------------------------ */
 /* I/O seam                                                             */
 /* ------------------------------------------------------------------ */
@@ -463,8 +477,11 @@ typedef struct xc_slot_tensor {
  * top_k < 1, batch_threads < 1) are XC_E_MISUSE; fewer than top_k + 1 slots
  * is XC_E_BUDGET with the slots needed, the slots the budget gives and the
  * smallest budget_bytes that works.  Allocates the arena and starts
- * batch_threads - 1 reader threads.  On failure nothing is allocated, no
- * thread is left running and *out is not written.  st is borrowed. */
+ * batch_threads - 1 batch pool threads, then io_threads read-ahead
+ * threads; a thread that does not start is XC_E_NOMEM naming the pool, the
+ * thread's number ("batch pool thread 2 of 3") and the error's text.  On
+ * failure nothing is allocated, no thread is left running (those already
+ * started are joined) and *out is not written.  st is borrowed. */
 int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 
 /* Lets the read-ahead readers finish every queued read (a drain, so no

@@ -1,5 +1,6 @@
 /*
- * xc_alloc.c -- the one allocation wrapper, with a countdown fault.
+ * xc_alloc.c -- the one allocation wrapper and the one thread-start
+ * wrapper, each with a countdown fault.
  *
  * Allocation failures are tested the way SQLite tests them: arm a countdown
  * so that the Nth allocation from now returns NULL (once, or from then on),
@@ -7,47 +8,83 @@
  * counters are C11 atomics so that the cache's worker threads can allocate
  * while a test arms the fault.  xc_alloc_live() lets a test prove that every
  * allocation made by an operation was given back.
+ *
+ * Thread starts get the same treatment on a countdown of their own
+ * (xc_thread_fail_at).  They are not folded into the allocation count
+ * because (1) a refused start is an error number (EAGAIN, as pthread_create
+ * returns when a thread or memory limit is hit), not a NULL, so the callers'
+ * failure paths differ; (2) counting them as allocations would renumber
+ * every allocation after the first thread start, so the allocation loops'
+ * counts (faults/README.md F10, F11) would silently change meaning; and (3)
+ * with a count of its own a test names "the k-th thread start" directly,
+ * without knowing how many allocations come before it.
  */
 #include "xc_internal.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-static _Atomic uint64_t n_calls;      /* allocations attempted so far */
-static _Atomic int64_t n_live;        /* successful minus freed */
-static _Atomic uint64_t fail_at;      /* n_calls value that fails; 0 = off */
-static _Atomic int fail_persistent;
-static _Atomic uint64_t n_refused;
+/* One countdown: calls counted, the call that fails, refusals made. */
+typedef struct countdown {
+    _Atomic uint64_t n_calls;   /* attempts so far */
+    _Atomic uint64_t fail_at;   /* n_calls value that fails; 0 = off */
+    _Atomic int persistent;     /* every attempt after fail_at fails too */
+    _Atomic uint64_t n_refused;
+} countdown;
 
-void xc_alloc_fail_at(uint64_t n, int persistent)
+static countdown allocs, starts;
+static _Atomic int64_t n_live;        /* successful minus freed */
+
+static void arm(countdown *cd, uint64_t n, int persistent)
 {
-    atomic_store(&fail_persistent, persistent != 0);
-    atomic_store(&fail_at, n == 0 ? 0 : atomic_load(&n_calls) + n);
+    atomic_store(&cd->persistent, persistent != 0);
+    atomic_store(&cd->fail_at, n == 0 ? 0 : atomic_load(&cd->n_calls) + n);
 }
 
-uint64_t xc_alloc_count(void) { return atomic_load(&n_calls); }
-int64_t xc_alloc_live(void) { return atomic_load(&n_live); }
-uint64_t xc_alloc_failures(void) { return atomic_load(&n_refused); }
-
 /* Counts one attempt; returns 1 if the armed fault refuses it. */
-static int refuse(void)
+static int refuse(countdown *cd)
 {
-    uint64_t k = atomic_fetch_add(&n_calls, 1) + 1;
-    uint64_t at = atomic_load(&fail_at);
+    uint64_t k = atomic_fetch_add(&cd->n_calls, 1) + 1;
+    uint64_t at = atomic_load(&cd->fail_at);
     if (at == 0 || k < at)
         return 0;
-    if (k == at || atomic_load(&fail_persistent)) {
-        atomic_fetch_add(&n_refused, 1);
+    if (k == at || atomic_load(&cd->persistent)) {
+        atomic_fetch_add(&cd->n_refused, 1);
         return 1;
     }
     return 0;
 }
 
+void xc_alloc_fail_at(uint64_t n, int persistent)
+{
+    arm(&allocs, n, persistent);
+}
+
+uint64_t xc_alloc_count(void) { return atomic_load(&allocs.n_calls); }
+int64_t xc_alloc_live(void) { return atomic_load(&n_live); }
+uint64_t xc_alloc_failures(void) { return atomic_load(&allocs.n_refused); }
+
+void xc_thread_fail_at(uint64_t n, int persistent)
+{
+    arm(&starts, n, persistent);
+}
+
+uint64_t xc_thread_count(void) { return atomic_load(&starts.n_calls); }
+uint64_t xc_thread_failures(void) { return atomic_load(&starts.n_refused); }
+
+int xc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    if (refuse(&starts))
+        return EAGAIN;
+    return pthread_create(t, NULL, fn, arg);
+}
+
 void *xc_malloc(size_t n)
 {
     void *p;
-    if (refuse())
+    if (refuse(&allocs))
         return NULL;
     p = malloc(n ? n : 1);
     if (p)
@@ -58,7 +95,7 @@ void *xc_malloc(size_t n)
 void *xc_calloc(size_t count, size_t size)
 {
     void *p;
-    if (refuse())
+    if (refuse(&allocs))
         return NULL;
     p = calloc(count ? count : 1, size ? size : 1);
     if (p)
@@ -71,7 +108,7 @@ void *xc_realloc(void *old, size_t n)
     void *p;
     if (old == NULL)
         return xc_malloc(n);
-    if (refuse())
+    if (refuse(&allocs))
         return NULL; /* old stays valid, as with realloc */
     p = realloc(old, n ? n : 1);
     return p;
@@ -80,7 +117,7 @@ void *xc_realloc(void *old, size_t n)
 void *xc_aligned_alloc(size_t align, size_t n)
 {
     void *p = NULL;
-    if (refuse())
+    if (refuse(&allocs))
         return NULL;
     if (posix_memalign(&p, align, n ? n : 1) != 0)
         return NULL;

@@ -1746,6 +1746,23 @@ static void destroy(xc_cache *c, int synced)
     xc_free(c);
 }
 
+/* Thread i of a pool of n (pool names it in the message) did not start
+ * with error number err: records XC_E_NOMEM saying so (before destroy(),
+ * while c is alive), joins the n_workers batch pool and n_io read-ahead
+ * threads already running, frees everything and returns the code. */
+static int start_failed(xc_cache *c, const char *pool, int i, int n, int err,
+                        int n_workers, int n_io)
+{
+    int rc = xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: cannot start %s "
+                     "thread %d of %d: %s (errno %d); joined the %d "
+                     "thread(s) already running", pool, i + 1, n,
+                     strerror(err), err, n_workers + n_io);
+    stop_io(c, n_io);
+    stop_workers(c, n_workers);
+    destroy(c, 1);
+    return rc;
+}
+
 /* FNV-1a 64 over little-endian u64 words. */
 static uint64_t fnv_words(uint64_t h, const uint64_t *w, size_t n)
 {
@@ -1871,7 +1888,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
 {
     xc_cache *c;
     size_t i;
-    int rc, started = 0;
+    int rc, err, started = 0;
 
     if (st == NULL || o == NULL || out == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
@@ -1942,28 +1959,16 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     pthread_mutex_init(&c->pool_mu, NULL);
     pthread_cond_init(&c->pool_work, NULL);
     pthread_cond_init(&c->pool_done, NULL);
-    for (started = 0; started < c->n_workers; started++) {
-        int err = pthread_create(&c->workers[started], NULL, worker_main, c);
-        if (err != 0) {
-            stop_workers(c, started);
-            destroy(c, 1);
-            return xc_fail(XC_E_NOMEM, -1, -1, -1,
-                           "cache open: cannot start reader thread %d of %d "
-                           "(error %d)", started + 1, o->batch_threads - 1,
-                           err);
-        }
-    }
-    for (started = 0; started < c->n_io; started++) {
-        int err = pthread_create(&c->io[started], NULL, io_main, c);
-        if (err != 0) {
-            stop_io(c, started);
-            stop_workers(c, c->n_workers);
-            destroy(c, 1);
-            return xc_fail(XC_E_NOMEM, -1, -1, -1,
-                           "cache open: cannot start read-ahead thread %d "
-                           "of %d (error %d)", started + 1, c->n_io, err);
-        }
-    }
+    /* Threads start through the seam (xc_alloc.c) so that a test can fail
+     * the k-th start; the batch pool first, then the read-ahead readers. */
+    for (started = 0; started < c->n_workers; started++)
+        if ((err = xc_thread_start(&c->workers[started], worker_main, c)))
+            return start_failed(c, "batch pool", started, c->n_workers, err,
+                                started, 0);
+    for (started = 0; started < c->n_io; started++)
+        if ((err = xc_thread_start(&c->io[started], io_main, c)))
+            return start_failed(c, "read-ahead", started, c->n_io, err,
+                                c->n_workers, started);
     *out = c;
     return XC_OK;
 }

@@ -6,6 +6,7 @@
 
 #include "xc.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 
 #if defined(__GNUC__)
@@ -88,5 +89,12 @@ int xc_st_shard_changed(const xc_st *st, size_t i, char *why, size_t why_len,
 
 /* Whether st was opened with xc_st_opts.verify.  Cannot fail. */
 int xc_st_verify(const xc_st *st);
+
+/* The thread-start wrapper (see xc_thread_fail_at in xc.h): every thread
+ * the engine starts goes through here instead of pthread_create.  Starts
+ * fn(arg) with default attributes in *t and returns 0, or returns an error
+ * number (EAGAIN when the armed fault fires, else pthread_create's) with no
+ * thread started.  Records no error: the caller says which thread it was. */
+int xc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif /* XC_INTERNAL_H */

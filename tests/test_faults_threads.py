@@ -97,10 +97,11 @@ def test_cache_open_thread_countdown(k3_shard, batch_threads, io_threads,
 
 
 def test_thread_start_failure_with_trace(k3_shard, tmp_path):
-    """A reader failing to start after the trace opened: trace closed, header only."""
+    """A reader failing to start after the trace opened: old file kept, nothing new."""
     container = engine.Container(str(k3_shard))
     base = Baseline.now()
     trace = tmp_path / "t.xctrace"
+    trace.write_bytes(b"an earlier trace")
     arm, disarm = thread_hooks()
     arm(2)  # batch pool thread 1 starts, read-ahead thread 1 does not
     try:
@@ -109,7 +110,8 @@ def test_thread_start_failure_with_trace(k3_shard, tmp_path):
     finally:
         assert disarm() == 1
     assert str(info.value) == start_failure(2, 1, 2)
-    assert trace.stat().st_size == 48  # the header, written at open
+    assert trace.read_bytes() == b"an earlier trace"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.xctrace"]
     base.assert_back("trace")
     assert_usable(container)
     container.close()

@@ -479,16 +479,20 @@ typedef struct xc_slot_tensor {
  * smallest budget_bytes that works.  Allocates the arena and starts
  * batch_threads - 1 batch pool threads, then io_threads read-ahead
  * threads; a thread that does not start is XC_E_NOMEM naming the pool, the
- * thread's number ("batch pool thread 2 of 3") and the error's text.  On
- * failure nothing is allocated, no thread is left running (those already
- * started are joined) and *out is not written.  st is borrowed. */
+ * thread's number ("batch pool thread 2 of 3") and the error's text.  The
+ * trace file (trace_path) is written under a temporary name beside it and
+ * renamed to trace_path as open's last step (a failure there is XC_E_IO).
+ * On failure nothing is allocated, no thread is left running (those
+ * already started are joined), no file is created or changed (a file
+ * already at trace_path keeps its bytes) and *out is not written.  st is
+ * borrowed. */
 int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 
 /* Lets the read-ahead readers finish every queued read (a drain, so no
  * read is left writing into freed memory), stops every reader thread,
  * flushes and closes the trace and frees everything.  References still held
- * become dangling.  Open streams must have been ended.  Must not race with any other call on c.  NULL is a
- * no-op.  Cannot fail. */
+ * become dangling.  Open streams must have been ended.  Must not race with
+ * any other call on c.  NULL is a no-op.  Cannot fail. */
 void xc_cache_close(xc_cache *c);
 
 /* Demand access (docs/CACHE.md get steps 1-6): returns a held reference to

@@ -114,6 +114,7 @@
 #include "xc_policy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -121,7 +122,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "xc_cache_impl.h"
 
@@ -1729,6 +1732,10 @@ static void destroy(xc_cache *c, int synced)
         (void)trace_write(c);
         fclose(c->tr);
     }
+    if (c->tr_tmp != NULL) { /* open failed: the trace was never published */
+        unlink(c->tr_tmp);
+        xc_free(c->tr_tmp);
+    }
     if (c->mlocked)
         munlock(c->arena, c->n_slots * c->ld.stride);
     xc_policy_close(&c->pol);
@@ -1796,11 +1803,50 @@ static uint64_t fingerprint(const xc_loader *ld)
     return h;
 }
 
-/* Creates the trace file and writes its header (docs/TRACE_FORMAT.md). */
+/* Opens the trace: path itself when it is an existing FIFO, device or
+ * other non-regular file (a stream to another process: nothing there to
+ * keep), else a new file under a temporary name beside path (exclusive, so
+ * it is ours alone) that trace_publish renames to path once open has
+ * succeeded, so a regular file already at path is untouched until then
+ * and nothing is left behind on failure. */
+static int trace_create(xc_cache *c, const char *path, int *fd_out)
+{
+    size_t n = strlen(path) + 48;
+    unsigned attempt;
+    struct stat sb;
+    int e = 0, fd = -1;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        e = errno;
+    } else if ((c->tr_tmp = xc_malloc(n)) == NULL) {
+        return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory for "
+                       "the trace file name %s", path);
+    }
+    for (attempt = 0; c->tr_tmp != NULL && fd < 0 && attempt < 100;
+         attempt++) {
+        snprintf(c->tr_tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 attempt);
+        fd = open(c->tr_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        e = errno;
+        if (fd < 0 && e != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        xc_free(c->tr_tmp);
+        c->tr_tmp = NULL;
+        return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
+                       "file %s: %s (errno %d)", path, strerror(e), e);
+    }
+    *fd_out = fd;
+    return XC_OK;
+}
+
+/* Opens the trace (trace_create) and writes its header
+ * (docs/TRACE_FORMAT.md). */
 static int trace_open(xc_cache *c, const char *path)
 {
     uint8_t h[TRACE_HEADER_BYTES];
-    int e;
+    int e, fd = -1, rc;
     memset(h, 0, sizeof h);
     memcpy(h, TRACE_MAGIC, 8);
     put_le(h + 8, TRACE_VERSION, 4);
@@ -1810,15 +1856,38 @@ static int trace_open(xc_cache *c, const char *path)
     put_le(h + 28, (uint32_t)c->ld.n_experts, 4);
     put_le(h + 32, (uint32_t)c->top_k, 4);
     put_le(h + 36, (uint32_t)c->n_slots, 4);
-    if ((c->tr = fopen(path, "wb")) != NULL &&
+    if ((rc = trace_create(c, path, &fd)) != XC_OK)
+        return rc;
+    if ((c->tr = fdopen(fd, "wb")) != NULL &&
         fwrite(h, 1, sizeof h, c->tr) == sizeof h && fflush(c->tr) == 0)
         return XC_OK;
     e = errno;
     if (c->tr != NULL)
         fclose(c->tr);
-    c->tr = NULL;
+    else
+        close(fd);
+    c->tr = NULL; /* destroy() unlinks tr_tmp */
     return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
                    "file %s: %s (errno %d)", path, strerror(e), e);
+}
+
+/* The last step of a successful open: the trace takes its name (replacing
+ * any file there).  On failure the caller stops the threads and destroys
+ * the cache, which unlinks the temporary file. */
+static int trace_publish(xc_cache *c, const char *path)
+{
+    int e;
+    if (c->tr_tmp == NULL)
+        return XC_OK;
+    if (rename(c->tr_tmp, path) == 0) {
+        xc_free(c->tr_tmp);
+        c->tr_tmp = NULL;
+        return XC_OK;
+    }
+    e = errno;
+    return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
+                   "file %s: rename from %s: %s (errno %d)", path, c->tr_tmp,
+                   strerror(e), e);
 }
 
 /* mlock()s the arena when asked; a refusal is reported, never fatal. */
@@ -1969,6 +2038,12 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         if ((err = xc_thread_start(&c->io[started], io_main, c)))
             return start_failed(c, "read-ahead", started, c->n_io, err,
                                 c->n_workers, started);
+    if ((rc = trace_publish(c, o->trace_path)) != XC_OK) {
+        stop_io(c, c->n_io);
+        stop_workers(c, c->n_workers);
+        destroy(c, 1);
+        return rc;
+    }
     *out = c;
     return XC_OK;
 }

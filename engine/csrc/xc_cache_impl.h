@@ -166,8 +166,11 @@ struct xc_cache {
     pthread_t *io;
     int split_min;
 
-    /* trace: records buffered in tr_buf, written when full and at close */
+    /* trace: records buffered in tr_buf, written when full and at close.
+     * Until open succeeds the file has a temporary name (tr_tmp, unlinked
+     * if open fails); the last step of open renames it to trace_path. */
     FILE *tr;
+    char *tr_tmp;
     uint8_t *tr_buf;
     size_t tr_cap, tr_n;
     uint64_t tr_step;

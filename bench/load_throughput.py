@@ -12,6 +12,11 @@ one batch of 4 at a time.  Alternating the arms keeps a burst of load on
 the shared machine from landing on one arm only.  (c) os.preadv on T Python
 threads is printed for reference.  Figures are the best of all passes.
 Last line: the cache's throughput as a fraction of the floor's, per T.
+
+OpenBLAS (loaded with numpy) is limited to one thread unless the caller set
+OPENBLAS_NUM_THREADS: its idle server threads spin on this 2-core machine
+and took a core share from the cache's readers that the floor, a plain C
+program, never pays (perf: 7.7 % of the cache arm's samples).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads
 
 from engine import Container, ExpertCache  # noqa: E402
 

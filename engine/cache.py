@@ -29,6 +29,13 @@ K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
 K3_TENSORS = ("w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
               "w2.weight_scale", "w3.weight_packed", "w3.weight_scale")
 
+def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
+    """The layers and the experts of keys as two int32 arrays (never NULL)."""
+    new = _lib.ffi().new
+    return (new("int32_t[]", [k[0] for k in keys] or [0]),
+            new("int32_t[]", [k[1] for k in keys] or [0]))
+
+
 _STATES = {0: "empty", 1: "inflight", 2: "ready"}
 _INV_NAMES = {1: "INV-KEY-UNIQUE", 2: "INV-INDEX", 3: "INV-EMPTY",
               4: "INV-INFLIGHT", 5: "INV-CLOCK", 6: "INV-COUNTERS",
@@ -174,8 +181,7 @@ class Stream:
         self._st: Any = None
         self._cache = cache
         self._keys = list(keys)
-        layers = ffi.new("int32_t[]", [k[0] for k in self._keys] or [0])
-        experts = ffi.new("int32_t[]", [k[1] for k in self._keys] or [0])
+        layers, experts = _key_arrays(self._keys)
         out = ffi.new("xc_stream **")
         _lib.check(lib.xc_cache_stream_begin(cache._ptr, layers, experts,
                                              len(self._keys), out))
@@ -307,11 +313,9 @@ class ExpertCache:
 
     def getmany(self, keys: Iterable[tuple[int, int]]) -> int:
         """Batch prefetch of (layer, expert) keys; returns how many were loaded."""
-        ffi = _lib.ffi()
         keys = list(keys)
-        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
-        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
-        out = ffi.new("size_t *")
+        layers, experts = _key_arrays(keys)
+        out = _lib.ffi().new("size_t *")
         _lib.check(self._lib.xc_cache_getmany(self._ptr, layers, experts,
                                               len(keys), out))
         return int(out[0])
@@ -319,11 +323,9 @@ class ExpertCache:
     def prefetch(self, keys: Iterable[tuple[int, int]], *,
                  speculative: bool = False) -> int:
         """Read-ahead of keys; returns loads published (synchronous) or started."""
-        ffi = _lib.ffi()
         keys = list(keys)
-        layers = ffi.new("int32_t[]", [k[0] for k in keys] or [0])
-        experts = ffi.new("int32_t[]", [k[1] for k in keys] or [0])
-        out = ffi.new("size_t *")
+        layers, experts = _key_arrays(keys)
+        out = _lib.ffi().new("size_t *")
         _lib.check(self._lib.xc_cache_prefetch(self._ptr, layers, experts,
                                                len(keys), int(speculative),
                                                out))

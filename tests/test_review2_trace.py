@@ -9,6 +9,7 @@ import pytest
 
 import engine
 from engine import alloc
+from faults.loops import Baseline, Run, alloc_hooks, countdown
 from tests import k3
 
 HEADER = 48
@@ -110,3 +111,36 @@ def test_a_thread_start_failure_after_the_trace_leaves_no_file(cont, tmp_path,
     finally:
         alloc.disarm_thread_start()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_allocation_countdown_over_a_symlinked_trace_open(cont, tmp_path):
+    """Each failing allocation: OOM, link and target as they were, nothing leaked."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    target = runs / "run1.xctrace"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "latest.xctrace"
+    link.symlink_to(os.path.join("runs", "run1.xctrace"))
+    base = Baseline.now()
+
+    def op() -> engine.ExpertCache:
+        return engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+                                  trace_path=link)
+
+    def check(run: Run) -> None:
+        assert link.is_symlink() and os.readlink(link) == os.path.join(
+            "runs", "run1.xctrace")
+        assert sorted(p.name for p in runs.iterdir()) == ["run1.xctrace"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "latest.xctrace", "model", "runs"]
+        if run.error is None:
+            run.result.close()
+            assert target.stat().st_size == HEADER
+        else:
+            assert target.read_bytes() == b"keep me"
+        base.assert_back(f"N={run.n}")
+
+    arm, disarm = alloc_hooks()
+    runs_done = countdown(op, arm, disarm, check, 200,
+                          allowed=(engine.OutOfMemoryError,))
+    assert len(runs_done) > 10 and runs_done[-1].error is None

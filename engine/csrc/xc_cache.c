@@ -115,6 +115,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1807,28 +1808,23 @@ static uint64_t fingerprint(const xc_loader *ld)
 /* The file a symbolic link at path leads to, followed link by link as
  * open() would (a relative target is read beside its link), so that the
  * trace replaces that file and the link stays.  The end of the chain need
- * not exist.  NULL with errno set on failure (ELOOP after 40 links). */
+ * not exist.  NULL with errno set on failure (ELOOP after 40 links,
+ * ENOMEM). */
 static char *trace_link_target(const char *path)
 {
-    char *cur = xc_strdup(path), link[4096];
+    char *cur = xc_strdup(path), link[PATH_MAX]; /* a target < PATH_MAX */
     unsigned hops;
-    int e = ENOMEM;
     for (hops = 0; cur != NULL; hops++) {
-        struct stat sb;
         const char *slash = strrchr(cur, '/');
+        ssize_t n = readlink(cur, link, sizeof link);
         size_t dir;
-        ssize_t n;
         char *next;
-        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode))
-            return cur;
+        if (n < 0)
+            return cur; /* not a link, or missing: the end of the chain */
         if (hops == 40) {
-            e = ELOOP;
-            break;
-        }
-        if ((n = readlink(cur, link, sizeof link)) < 0 ||
-            (size_t)n == sizeof link) {
-            e = n < 0 ? errno : ENAMETOOLONG;
-            break;
+            xc_free(cur);
+            errno = ELOOP;
+            return NULL;
         }
         dir = link[0] == '/' || slash == NULL ? 0 : (size_t)(slash - cur) + 1;
         if ((next = xc_malloc(dir + (size_t)n + 1)) == NULL)
@@ -1840,7 +1836,7 @@ static char *trace_link_target(const char *path)
         cur = next;
     }
     xc_free(cur);
-    errno = e;
+    errno = ENOMEM;
     return NULL;
 }
 

@@ -1853,28 +1853,29 @@ static char *trace_link_target(const char *path)
 static int trace_create(xc_cache *c, const char *path, int *fd_out)
 {
     const char *final = path, *slash;
-    size_t n, dir;
+    size_t n = 0, dir = 0;
     unsigned attempt;
     struct stat sb;
     int e = 0, fd = -1, short_name = 0;
-    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-        if ((c->tr_final = trace_link_target(path)) == NULL) {
-            e = errno;
-            return xc_fail(e == ENOMEM ? XC_E_NOMEM : XC_E_IO, -1, -1, -1,
-                           "cache open: cannot write trace file %s: %s "
-                           "(errno %d)", path, strerror(e), e);
-        }
-        final = c->tr_final;
-    }
-    n = strlen(final) + 48;
-    slash = strrchr(final, '/');
-    dir = slash == NULL ? 0 : (size_t)(slash - final) + 1;
-    if (stat(final, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fd = open(final, O_WRONLY | O_CLOEXEC);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fd = open(path, O_WRONLY | O_CLOEXEC);
         e = errno;
-    } else if ((c->tr_tmp = xc_malloc(n)) == NULL) {
-        return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory for "
-                       "the trace file name %s", path);
+    } else {
+        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+            if ((c->tr_final = trace_link_target(path)) == NULL) {
+                e = errno;
+                return xc_fail(e == ENOMEM ? XC_E_NOMEM : XC_E_IO, -1, -1,
+                               -1, "cache open: cannot write trace file "
+                               "%s: %s (errno %d)", path, strerror(e), e);
+            }
+            final = c->tr_final;
+        }
+        n = strlen(final) + 48;
+        slash = strrchr(final, '/');
+        dir = slash == NULL ? 0 : (size_t)(slash - final) + 1;
+        if ((c->tr_tmp = xc_malloc(n)) == NULL)
+            return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory "
+                           "for the trace file name %s", path);
     }
     for (attempt = 0; c->tr_tmp != NULL && fd < 0 && attempt < 100;
          attempt++) {

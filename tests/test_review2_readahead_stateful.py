@@ -156,7 +156,7 @@ class ReadAheadAgreement(RuleBasedStateMachine):
         self._arm(slow, fail)
         try:
             issued = self.cache.prefetch(keys, speculative=speculative)
-            before = self.model.resident()
+            tick = self.model.tick  # what this prefetch publishes is newer
             failed = self.model.counters["load_failures"]
             published = self.model.prefetch(keys, speculative=speculative,
                                             failures=failures)
@@ -168,8 +168,9 @@ class ReadAheadAgreement(RuleBasedStateMachine):
             # an insert is held back reaches the policy before that insert:
             # docs/CACHE.md promises getmany's state only with nothing
             # between a prefetch and its drain.)
-            new = [k for k in dict.fromkeys(keys)
-                   if k not in before and k in self.model.resident()]
+            new = [s.key for s in sorted(self.model.slots(),
+                                         key=lambda s: s.insert_tick)
+                   if s.state == "READY" and s.insert_tick > tick]
             for i in range(data.draw(st.integers(0, 2), "hits") if new else 0):
                 x, ref = self.cache.get(*new[-1]), self.model.get(*new[-1])
                 assert x.slot == ref.slot, f"hit {new[-1]}: {x.slot} vs {ref.slot}"

@@ -481,7 +481,8 @@ typedef struct xc_slot_tensor {
  * threads; a thread that does not start is XC_E_NOMEM naming the pool, the
  * thread's number ("batch pool thread 2 of 3") and the error's text.  The
  * trace file (trace_path) is written under a temporary name beside it and
- * renamed to trace_path as open's last step (a failure there is XC_E_IO).
+ * renamed to trace_path as open's last step (a failure there is XC_E_IO;
+ * a symbolic link at trace_path is followed, and stays).
  * On failure nothing is allocated, no thread is left running (those
  * already started are joined), no file is created or changed (a file
  * already at trace_path keeps its bytes) and *out is not written.  st is

@@ -115,6 +115,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1736,6 +1737,7 @@ static void destroy(xc_cache *c, int synced)
         unlink(c->tr_tmp);
         xc_free(c->tr_tmp);
     }
+    xc_free(c->tr_final);
     if (c->mlocked)
         munlock(c->arena, c->n_slots * c->ld.stride);
     xc_policy_close(&c->pol);
@@ -1803,32 +1805,91 @@ static uint64_t fingerprint(const xc_loader *ld)
     return h;
 }
 
-/* Opens the trace: path itself when it is an existing FIFO, device or
- * other non-regular file (a stream to another process: nothing there to
- * keep), else a new file under a temporary name beside path (exclusive, so
- * it is ours alone) that trace_publish renames to path once open has
- * succeeded, so a regular file already at path is untouched until then
- * and nothing is left behind on failure. */
+/* The file a symbolic link at path leads to, followed link by link as
+ * open() would (a relative target is read beside its link), so that the
+ * trace replaces that file and the link stays.  The end of the chain need
+ * not exist.  NULL with errno set on failure (ELOOP after 40 links,
+ * ENOMEM). */
+static char *trace_link_target(const char *path)
+{
+    char *cur = xc_strdup(path), link[PATH_MAX]; /* a target < PATH_MAX */
+    unsigned hops;
+    for (hops = 0; cur != NULL; hops++) {
+        const char *slash = strrchr(cur, '/');
+        ssize_t n = readlink(cur, link, sizeof link);
+        size_t dir;
+        char *next;
+        if (n < 0)
+            return cur; /* not a link, or missing: the end of the chain */
+        if (hops == 40) {
+            xc_free(cur);
+            errno = ELOOP;
+            return NULL;
+        }
+        dir = link[0] == '/' || slash == NULL ? 0 : (size_t)(slash - cur) + 1;
+        if ((next = xc_malloc(dir + (size_t)n + 1)) == NULL)
+            break;
+        memcpy(next, cur, dir);
+        memcpy(next + dir, link, (size_t)n);
+        next[dir + (size_t)n] = '\0';
+        xc_free(cur);
+        cur = next;
+    }
+    xc_free(cur);
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* Opens the trace: path itself when it is (or links to) an existing FIFO,
+ * device or other non-regular file (a stream to another process: nothing
+ * there to keep), else a new file under a temporary name beside the file
+ * path names (exclusive, so it is ours alone) that trace_publish renames
+ * onto that file once open has succeeded, so a regular file already there
+ * is untouched until then and nothing is left behind on failure.  When
+ * path is a symbolic link the file is its target (tr_final), and the link
+ * stays.  The temporary name is that file's name with ".tmp.PID.N"
+ * appended, or, when that is too long for the file system,
+ * ".xctrace.tmp.PID.N" in the same folder. */
 static int trace_create(xc_cache *c, const char *path, int *fd_out)
 {
-    size_t n = strlen(path) + 48;
+    const char *final = path, *slash;
+    size_t n = 0, dir = 0;
     unsigned attempt;
     struct stat sb;
-    int e = 0, fd = -1;
+    int e = 0, fd = -1, short_name = 0;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         fd = open(path, O_WRONLY | O_CLOEXEC);
         e = errno;
-    } else if ((c->tr_tmp = xc_malloc(n)) == NULL) {
-        return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory for "
-                       "the trace file name %s", path);
+    } else {
+        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+            if ((c->tr_final = trace_link_target(path)) == NULL) {
+                e = errno;
+                return xc_fail(e == ENOMEM ? XC_E_NOMEM : XC_E_IO, -1, -1,
+                               -1, "cache open: cannot write trace file "
+                               "%s: %s (errno %d)", path, strerror(e), e);
+            }
+            final = c->tr_final;
+        }
+        n = strlen(final) + 48;
+        slash = strrchr(final, '/');
+        dir = slash == NULL ? 0 : (size_t)(slash - final) + 1;
+        if ((c->tr_tmp = xc_malloc(n)) == NULL)
+            return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory "
+                           "for the trace file name %s", path);
     }
     for (attempt = 0; c->tr_tmp != NULL && fd < 0 && attempt < 100;
          attempt++) {
-        snprintf(c->tr_tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(),
-                 attempt);
+        if (short_name)
+            snprintf(c->tr_tmp, n, "%.*s.xctrace.tmp.%ld.%u", (int)dir, final,
+                     (long)getpid(), attempt);
+        else
+            snprintf(c->tr_tmp, n, "%s.tmp.%ld.%u", final, (long)getpid(),
+                     attempt);
         fd = open(c->tr_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         e = errno;
-        if (fd < 0 && e != EEXIST)
+        if (fd < 0 && e == ENAMETOOLONG && !short_name)
+            short_name = 1; /* path fits, path + suffix does not */
+        else if (fd < 0 && e != EEXIST)
             break;
     }
     if (fd < 0) {
@@ -1872,14 +1933,14 @@ static int trace_open(xc_cache *c, const char *path)
 }
 
 /* The last step of a successful open: the trace takes its name (replacing
- * any file there).  On failure the caller stops the threads and destroys
+ * any file there; through a symbolic link, the file it leads to).  On failure the caller stops the threads and destroys
  * the cache, which unlinks the temporary file. */
 static int trace_publish(xc_cache *c, const char *path)
 {
     int e;
     if (c->tr_tmp == NULL)
         return XC_OK;
-    if (rename(c->tr_tmp, path) == 0) {
+    if (rename(c->tr_tmp, c->tr_final ? c->tr_final : path) == 0) {
         xc_free(c->tr_tmp);
         c->tr_tmp = NULL;
         return XC_OK;

@@ -171,6 +171,7 @@ struct xc_cache {
      * if open fails); the last step of open renames it to trace_path. */
     FILE *tr;
     char *tr_tmp;
+    char *tr_final;        /* trace_path's link target, when it is a link */
     uint8_t *tr_buf;
     size_t tr_cap, tr_n;
     uint64_t tr_step;

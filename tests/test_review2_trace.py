@@ -1,4 +1,4 @@
-"""Review round 2: the trace file's publish step (docs/TRACE_FORMAT.md)."""
+"""Review round 2: trace paths that are links or long names (docs/TRACE_FORMAT.md)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_a_failed_open_through_a_symlink_leaves_target_and_link(cont, tmp_path):
 
 
 def test_a_trace_name_at_the_length_limit_opens(cont, tmp_path):
-    """A file name of 250 bytes is valid; the temporary name must not make it fail."""
+    """A file name of 250 bytes is valid and opens."""
     name = "t" * 242 + ".xctrace"
     assert len(name) == 250
     trace = tmp_path / name
@@ -98,9 +98,9 @@ def test_a_symlink_loop_fails_the_open_naming_eloop(cont, tmp_path):
 
 
 @pytest.mark.parametrize("long_name", [False, True])
-def test_a_thread_start_failure_after_the_trace_leaves_no_file(cont, tmp_path,
+def test_a_thread_start_failure_leaves_no_trace_file(cont, tmp_path,
                                                                long_name):
-    """The trace's temporary file (either naming) is gone when a later step fails."""
+    """A thread-start failure leaves no trace file, whatever the name's length."""
     name = ("t" * 242 if long_name else "t") + ".xctrace"
     trace = tmp_path / name
     alloc.fail_thread_start(1)

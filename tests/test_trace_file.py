@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import resource
+import signal
 import threading
 
 import pytest
@@ -78,20 +81,49 @@ def test_a_trace_path_that_is_a_directory_fails_the_open(cont, tmp_path):
     cache.close()
 
 
-def test_a_temporary_name_in_use_is_skipped(cont, tmp_path):
-    """A file holding the first temporary name is left alone; the next is used."""
+@contextlib.contextmanager
+def file_size_limit(n: int):
+    """Writes past byte n fail with EFBIG (RLIMIT_FSIZE, SIGXFSZ ignored) inside."""
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, old_limit[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+def test_a_header_that_cannot_be_written_removes_the_file_it_created(cont,
+                                                                     tmp_path):
+    """EFBIG on the header: EngineIOError naming it, and the new file is gone."""
     trace = tmp_path / "t.xctrace"
-    squatter = tmp_path / f"t.xctrace.tmp.{os.getpid()}.0"
-    squatter.write_bytes(b"someone else's")
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=trace)
-    cache.close()
-    assert squatter.read_bytes() == b"someone else's"
-    assert trace.stat().st_size == HEADER
-    assert names(tmp_path) == ["model", "t.xctrace", squatter.name]
+    base = Baseline.now()
+    with file_size_limit(10), pytest.raises(engine.EngineIOError) as info:
+        engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+                           trace_path=trace)
+    assert str(info.value) == (
+        f"cache open: cannot write trace file {trace}: "
+        f"{os.strerror(errno.EFBIG)} (errno {errno.EFBIG})")
+    assert names(tmp_path) == ["model"]
+    base.assert_back("header failure")
+
+
+def test_a_header_that_cannot_be_written_keeps_an_earlier_file(cont, tmp_path):
+    """EFBIG on the header over an existing trace: the file stays, its length kept."""
+    trace = tmp_path / "t.xctrace"
+    trace.write_bytes(b"x" * 100)
+    with file_size_limit(10), pytest.raises(engine.EngineIOError):
+        engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=trace)
+    data = trace.read_bytes()
+    assert len(data) == 100
+    assert data[:8] == b"XCTRACE1"  # the header's first 10 bytes went in
+    assert data[10:] == b"x" * 90
+    assert names(tmp_path) == ["model", "t.xctrace"]
 
 
 def test_a_fifo_is_written_in_place(cont, tmp_path):
-    """A FIFO at the path is a stream: the trace goes through it, no temporary file."""
+    """A FIFO at the path is a stream: the trace goes through it, nothing created."""
     fifo = tmp_path / "t.fifo"
     os.mkfifo(fifo)
     got = bytearray()

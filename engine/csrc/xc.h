@@ -480,12 +480,13 @@ typedef struct xc_slot_tensor {
  * batch_threads - 1 batch pool threads, then io_threads read-ahead
  * threads; a thread that does not start is XC_E_NOMEM naming the pool, the
  * thread's number ("batch pool thread 2 of 3") and the error's text.  The
- * trace file (trace_path) is written under a temporary name beside it and
- * renamed to trace_path as open's last step (a failure there is XC_E_IO;
- * a symbolic link at trace_path is followed, and stays).
- * On failure nothing is allocated, no thread is left running (those
- * already started are joined), no file is created or changed (a file
- * already at trace_path keeps its bytes) and *out is not written.  st is
+ * trace file (trace_path, opened as any writer opens a path: links
+ * followed, a FIFO or device written in place) is opened and its header
+ * written as open's last step; a failure there is XC_E_IO naming the path
+ * and errno, and removes a file it created (a file already there keeps
+ * its length; its first bytes may hold part of the header).  On failure
+ * nothing is allocated, no thread is left running (those already started
+ * are joined), no file is created and *out is not written.  st is
  * borrowed. */
 int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 

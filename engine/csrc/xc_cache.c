@@ -1733,11 +1733,6 @@ static void destroy(xc_cache *c, int synced)
         (void)trace_write(c);
         fclose(c->tr);
     }
-    if (c->tr_tmp != NULL) { /* open failed: the trace was never published */
-        unlink(c->tr_tmp);
-        xc_free(c->tr_tmp);
-    }
-    xc_free(c->tr_final);
     if (c->mlocked)
         munlock(c->arena, c->n_slots * c->ld.stride);
     xc_policy_close(&c->pol);
@@ -1805,109 +1800,19 @@ static uint64_t fingerprint(const xc_loader *ld)
     return h;
 }
 
-/* The file a symbolic link at path leads to, followed link by link as
- * open() would (a relative target is read beside its link), so that the
- * trace replaces that file and the link stays.  The end of the chain need
- * not exist.  NULL with errno set on failure (ELOOP after 40 links,
- * ENOMEM). */
-static char *trace_link_target(const char *path)
-{
-    char *cur = xc_strdup(path), link[PATH_MAX]; /* a target < PATH_MAX */
-    unsigned hops;
-    for (hops = 0; cur != NULL; hops++) {
-        const char *slash = strrchr(cur, '/');
-        ssize_t n = readlink(cur, link, sizeof link);
-        size_t dir;
-        char *next;
-        if (n < 0)
-            return cur; /* not a link, or missing: the end of the chain */
-        if (hops == 40) {
-            xc_free(cur);
-            errno = ELOOP;
-            return NULL;
-        }
-        dir = link[0] == '/' || slash == NULL ? 0 : (size_t)(slash - cur) + 1;
-        if ((next = xc_malloc(dir + (size_t)n + 1)) == NULL)
-            break;
-        memcpy(next, cur, dir);
-        memcpy(next + dir, link, (size_t)n);
-        next[dir + (size_t)n] = '\0';
-        xc_free(cur);
-        cur = next;
-    }
-    xc_free(cur);
-    errno = ENOMEM;
-    return NULL;
-}
-
-/* Opens the trace: path itself when it is (or links to) an existing FIFO,
- * device or other non-regular file (a stream to another process: nothing
- * there to keep), else a new file under a temporary name beside the file
- * path names (exclusive, so it is ours alone) that trace_publish renames
- * onto that file once open has succeeded, so a regular file already there
- * is untouched until then and nothing is left behind on failure.  When
- * path is a symbolic link the file is its target (tr_final), and the link
- * stays.  The temporary name is that file's name with ".tmp.PID.N"
- * appended, or, when that is too long for the file system,
- * ".xctrace.tmp.PID.N" in the same folder. */
-static int trace_create(xc_cache *c, const char *path, int *fd_out)
-{
-    const char *final = path, *slash;
-    size_t n = 0, dir = 0;
-    unsigned attempt;
-    struct stat sb;
-    int e = 0, fd = -1, short_name = 0;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fd = open(path, O_WRONLY | O_CLOEXEC);
-        e = errno;
-    } else {
-        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-            if ((c->tr_final = trace_link_target(path)) == NULL) {
-                e = errno;
-                return xc_fail(e == ENOMEM ? XC_E_NOMEM : XC_E_IO, -1, -1,
-                               -1, "cache open: cannot write trace file "
-                               "%s: %s (errno %d)", path, strerror(e), e);
-            }
-            final = c->tr_final;
-        }
-        n = strlen(final) + 48;
-        slash = strrchr(final, '/');
-        dir = slash == NULL ? 0 : (size_t)(slash - final) + 1;
-        if ((c->tr_tmp = xc_malloc(n)) == NULL)
-            return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory "
-                           "for the trace file name %s", path);
-    }
-    for (attempt = 0; c->tr_tmp != NULL && fd < 0 && attempt < 100;
-         attempt++) {
-        if (short_name)
-            snprintf(c->tr_tmp, n, "%.*s.xctrace.tmp.%ld.%u", (int)dir, final,
-                     (long)getpid(), attempt);
-        else
-            snprintf(c->tr_tmp, n, "%s.tmp.%ld.%u", final, (long)getpid(),
-                     attempt);
-        fd = open(c->tr_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        e = errno;
-        if (fd < 0 && e == ENAMETOOLONG && !short_name)
-            short_name = 1; /* path fits, path + suffix does not */
-        else if (fd < 0 && e != EEXIST)
-            break;
-    }
-    if (fd < 0) {
-        xc_free(c->tr_tmp);
-        c->tr_tmp = NULL;
-        return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
-                       "file %s: %s (errno %d)", path, strerror(e), e);
-    }
-    *fd_out = fd;
-    return XC_OK;
-}
-
-/* Opens the trace (trace_create) and writes its header
- * (docs/TRACE_FORMAT.md). */
+/* Opens the trace file and writes its header (docs/TRACE_FORMAT.md).  It
+ * is the last step of cache open, so an open that fails earlier never
+ * creates or changes the file.  The path is opened as any writer would
+ * (links followed; a FIFO or device written in place) without truncating
+ * it; a regular file is cut to the header only once the header is
+ * written.  If the header cannot be written, a file this call created is
+ * removed again; a file that was there keeps its length. */
 static int trace_open(xc_cache *c, const char *path)
 {
     uint8_t h[TRACE_HEADER_BYTES];
-    int e, fd = -1, rc;
+    char real[PATH_MAX];
+    struct stat sb;
+    int e, fd, existed;
     memset(h, 0, sizeof h);
     memcpy(h, TRACE_MAGIC, 8);
     put_le(h + 8, TRACE_VERSION, 4);
@@ -1917,38 +1822,27 @@ static int trace_open(xc_cache *c, const char *path)
     put_le(h + 28, (uint32_t)c->ld.n_experts, 4);
     put_le(h + 32, (uint32_t)c->top_k, 4);
     put_le(h + 36, (uint32_t)c->n_slots, 4);
-    if ((rc = trace_create(c, path, &fd)) != XC_OK)
-        return rc;
+    existed = stat(path, &sb) == 0;
+    if ((fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666)) < 0) {
+        e = errno;
+        return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
+                       "file %s: %s (errno %d)", path, strerror(e), e);
+    }
     if ((c->tr = fdopen(fd, "wb")) != NULL &&
-        fwrite(h, 1, sizeof h, c->tr) == sizeof h && fflush(c->tr) == 0)
+        fwrite(h, 1, sizeof h, c->tr) == sizeof h && fflush(c->tr) == 0 &&
+        (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+         ftruncate(fd, (off_t)sizeof h) == 0))
         return XC_OK;
     e = errno;
     if (c->tr != NULL)
         fclose(c->tr);
     else
         close(fd);
-    c->tr = NULL; /* destroy() unlinks tr_tmp */
+    c->tr = NULL;
+    if (!existed && realpath(path, real) != NULL)
+        unlink(real); /* what the open created, even through a link */
     return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
                    "file %s: %s (errno %d)", path, strerror(e), e);
-}
-
-/* The last step of a successful open: the trace takes its name (replacing
- * any file there; through a symbolic link, the file it leads to).  On failure the caller stops the threads and destroys
- * the cache, which unlinks the temporary file. */
-static int trace_publish(xc_cache *c, const char *path)
-{
-    int e;
-    if (c->tr_tmp == NULL)
-        return XC_OK;
-    if (rename(c->tr_tmp, c->tr_final ? c->tr_final : path) == 0) {
-        xc_free(c->tr_tmp);
-        c->tr_tmp = NULL;
-        return XC_OK;
-    }
-    e = errno;
-    return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
-                   "file %s: rename from %s: %s (errno %d)", path, c->tr_tmp,
-                   strerror(e), e);
 }
 
 /* mlock()s the arena when asked; a refusal is reported, never fatal. */
@@ -2078,10 +1972,6 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         c->index[i] = -1;
     c->ordered = c->pol.ops->on_insert != xc_policy_nop;
     c->oq_first = c->oq_last = -1;
-    if (o->trace_path != NULL && (rc = trace_open(c, o->trace_path)) != XC_OK) {
-        destroy(c, 0);
-        return rc;
-    }
     lock_arena(c, o->lock_memory);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->aq_work, NULL);
@@ -2099,7 +1989,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         if ((err = xc_thread_start(&c->io[started], io_main, c)))
             return start_failed(c, "read-ahead", started, c->n_io, err,
                                 c->n_workers, started);
-    if ((rc = trace_publish(c, o->trace_path)) != XC_OK) {
+    if (o->trace_path != NULL && (rc = trace_open(c, o->trace_path)) != XC_OK) {
         stop_io(c, c->n_io);
         stop_workers(c, c->n_workers);
         destroy(c, 1);

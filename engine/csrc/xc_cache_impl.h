@@ -166,12 +166,8 @@ struct xc_cache {
     pthread_t *io;
     int split_min;
 
-    /* trace: records buffered in tr_buf, written when full and at close.
-     * Until open succeeds the file has a temporary name (tr_tmp, unlinked
-     * if open fails); the last step of open renames it to trace_path. */
+    /* trace: records buffered in tr_buf, written when full and at close */
     FILE *tr;
-    char *tr_tmp;
-    char *tr_final;        /* trace_path's link target, when it is a link */
     uint8_t *tr_buf;
     size_t tr_cap, tr_n;
     uint64_t tr_step;

@@ -1,4 +1,4 @@
-"""Review round 2: trace paths that are links or long names (docs/TRACE_FORMAT.md)."""
+"""Trace paths that are links or long names (docs/TRACE_FORMAT.md)."""
 
 from __future__ import annotations
 

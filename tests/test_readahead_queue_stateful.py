@@ -36,7 +36,12 @@ import engine
 from faults.io import Fault, IOFaults
 from oracle.cache import CacheModel
 from tests import stateful_support as sup
-from tests.test_stateful import COMPARED_STATS, QUEUE_POLICIES, both
+from tests.test_stateful import (
+    COMPARED_STATS,
+    QUEUE_POLICIES,
+    AgreementRules,
+    both,
+)
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 
@@ -45,7 +50,7 @@ SPEC_STATS = ("spec_issued", "spec_loads", "spec_used", "spec_evicted_unused",
 DELAY_US = 2_000
 
 
-class ReadAheadAgreement(RuleBasedStateMachine):
+class ReadAheadAgreement(AgreementRules, RuleBasedStateMachine):
     """Engine read-ahead (1-2 readers, reads ending out of order) vs the oracle."""
 
     refs = Bundle("refs")
@@ -93,13 +98,6 @@ class ReadAheadAgreement(RuleBasedStateMachine):
             inj.close()
 
     # -- helpers ------------------------------------------------------------
-    def _key(self, data: st.DataObject, label: str) -> tuple[int, int]:
-        """A pool key, or (half the time when there are any) a resident one."""
-        resident = sorted(self.model.resident())
-        if resident and data.draw(st.booleans(), f"{label} resident?"):
-            return data.draw(st.sampled_from(resident), label)
-        return data.draw(st.sampled_from(self.pool), label)
-
     def _arm(self, slow: int | None, fail: int | None) -> None:
         """Slow every read of shard ``slow``, fail every read of shard ``fail``."""
         if slow is not None:
@@ -203,28 +201,6 @@ class ReadAheadAgreement(RuleBasedStateMachine):
         for r in refs:
             self.model.release(r)
 
-    @rule(data=st.data())
-    def pin(self, data):
-        """Pin a key (resident or not): same outcome on both sides."""
-        key = self._key(data, "pin")
-        both(lambda: self.cache.pin(*key), lambda: self.model.pin(*key))
-
-    @rule(data=st.data())
-    def unpin(self, data):
-        """Unpin a pinned key, else any key: same outcome on both sides."""
-        pinned = sorted(s.key for s in self.model.slots() if s.pins)
-        if pinned and data.draw(st.booleans(), "pinned?"):
-            key = data.draw(st.sampled_from(pinned), "unpin")
-        else:
-            key = self._key(data, "unpin")
-        both(lambda: self.cache.unpin(*key), lambda: self.model.unpin(*key))
-
-    @rule()
-    def reset_stats(self):
-        """Start a new counter window on both sides."""
-        self.cache.reset_stats()
-        self.model.reset_stats()
-
     # -- invariants ---------------------------------------------------------
     @invariant()
     def agree(self):
@@ -236,14 +212,7 @@ class ReadAheadAgreement(RuleBasedStateMachine):
         e, o = self.cache.stats(), self.model.stats()
         diff = {k: (e[k], o[k]) for k in COMPARED_STATS + SPEC_STATS if e[k] != o[k]}
         assert not diff, f"engine vs oracle counters differ: {diff}"
-        assert self.cache.resident() == self.model.resident()
-        e_slots = [(s["state"].upper(), s["key"], s["holds"], s["pins"],
-                    s["unused_mark"]) for s in self.cache.slots()]
-        o_slots = [(s.state, s.key, s.holds, s.pins, s.mark)
-                   for s in self.model.slots()]
-        bad = [(i, a, b) for i, (a, b) in enumerate(zip(e_slots, o_slots, strict=True))
-               if a != b]
-        assert not bad, f"slots differ (slot, engine, oracle): {bad}"
+        self._assert_slots_agree()
         for x, _ in self.held:
             assert bytes(x.data) == self.p.payload[x.key]
 

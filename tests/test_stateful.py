@@ -76,7 +76,59 @@ def both(eng: Callable[[], Any], orc: Callable[[], Any]) -> tuple[Any, Any] | No
     return None
 
 
-class CacheAgreement(RuleBasedStateMachine):
+class AgreementRules:
+    """Rules and checks shared by the engine-vs-oracle state machines.
+
+    A machine mixing this in sets ``cache``, ``model`` and ``pool`` (the
+    valid keys its rules draw from).
+    """
+
+    cache: Any
+    model: Any
+    pool: list[tuple[int, int]]
+
+    def _key(self, data: st.DataObject, label: str) -> tuple[int, int]:
+        """A pool key, or (half the time when there are any) a resident one."""
+        resident = sorted(self.model.resident())
+        if resident and data.draw(st.booleans(), f"{label} resident?"):
+            return data.draw(st.sampled_from(resident), label)
+        return data.draw(st.sampled_from(self.pool), label)
+
+    def _assert_slots_agree(self) -> None:
+        """Resident sets and every slot's state, key, holds, pins and mark agree."""
+        assert self.cache.resident() == self.model.resident()
+        e_slots = [(s["state"].upper(), s["key"], s["holds"], s["pins"],
+                    s["unused_mark"]) for s in self.cache.slots()]
+        o_slots = [(s.state, s.key, s.holds, s.pins, s.mark)
+                   for s in self.model.slots()]
+        bad = [(i, a, b) for i, (a, b) in enumerate(zip(e_slots, o_slots, strict=True))
+               if a != b]
+        assert not bad, f"slots differ (slot, engine, oracle): {bad}"
+
+    @rule(data=st.data())
+    def pin(self, data):
+        """Pin a key (resident or not): same outcome on both sides."""
+        key = self._key(data, "pin")
+        both(lambda: self.cache.pin(*key), lambda: self.model.pin(*key))
+
+    @rule(data=st.data())
+    def unpin(self, data):
+        """Unpin a pinned, resident or absent key: same outcome on both sides."""
+        pinned = sorted(s.key for s in self.model.slots() if s.pins)
+        if pinned and data.draw(st.booleans(), "pinned?"):
+            key = data.draw(st.sampled_from(pinned), "unpin")
+        else:
+            key = self._key(data, "unpin")
+        both(lambda: self.cache.unpin(*key), lambda: self.model.unpin(*key))
+
+    @rule()
+    def reset_stats(self):
+        """Start a new counter window on both sides."""
+        self.cache.reset_stats()
+        self.model.reset_stats()
+
+
+class CacheAgreement(AgreementRules, RuleBasedStateMachine):
     """Engine ExpertCache vs oracle CacheModel on one fixture container."""
 
     refs = Bundle("refs")
@@ -126,13 +178,6 @@ class CacheAgreement(RuleBasedStateMachine):
         return self.p.keys
 
     # -- key strategies -----------------------------------------------------
-    def _key(self, data: st.DataObject, label: str) -> tuple[int, int]:
-        """Any valid key, or (half the time when there are any) a resident one."""
-        resident = sorted(self.model.resident())
-        if resident and data.draw(st.booleans(), f"{label} resident?"):
-            return data.draw(st.sampled_from(resident), label)
-        return data.draw(st.sampled_from(self.pool), label)
-
     def _bad_key(self, data: st.DataObject) -> tuple[int, int]:
         """A key outside the container: a layer it lacks or an expert out of range."""
         lo, hi = self.p.layers[0], self.p.layers[-1]
@@ -178,28 +223,6 @@ class CacheAgreement(RuleBasedStateMachine):
             keys.append(data.draw(st.sampled_from(keys), "dup"))
         out = both(lambda: self.cache.getmany(keys), lambda: self.model.getmany(keys))
         assert out is not None and out[0] == out[1], f"getmany({keys}): {out}"
-
-    @rule(data=st.data())
-    def pin(self, data):
-        """Pin a key (resident or not): same outcome on both sides."""
-        key = self._key(data, "pin")
-        both(lambda: self.cache.pin(*key), lambda: self.model.pin(*key))
-
-    @rule(data=st.data())
-    def unpin(self, data):
-        """Unpin a pinned, resident or absent key: same outcome on both sides."""
-        pinned = sorted(s.key for s in self.model.slots() if s.pins)
-        if pinned and data.draw(st.booleans(), "pinned?"):
-            key = data.draw(st.sampled_from(pinned), "unpin")
-        else:
-            key = self._key(data, "unpin")
-        both(lambda: self.cache.unpin(*key), lambda: self.model.unpin(*key))
-
-    @rule()
-    def reset_stats(self):
-        """Start a new counter window on both sides."""
-        self.cache.reset_stats()
-        self.model.reset_stats()
 
     @rule(data=st.data(), op=st.sampled_from(["get", "pin", "unpin", "getmany"]))
     def invalid_key(self, data, op):
@@ -247,14 +270,7 @@ class CacheAgreement(RuleBasedStateMachine):
         """Resident sets and every slot's state, key, holds, pins and mark agree."""
         if self.cache is None:
             return
-        assert self.cache.resident() == self.model.resident()
-        e_slots = [(s["state"].upper(), s["key"], s["holds"], s["pins"],
-                    s["unused_mark"]) for s in self.cache.slots()]
-        o_slots = [(s.state, s.key, s.holds, s.pins, s.mark)
-                   for s in self.model.slots()]
-        bad = [(i, a, b) for i, (a, b) in enumerate(zip(e_slots, o_slots, strict=True))
-               if a != b]
-        assert not bad, f"slots differ (slot, engine, oracle): {bad}"
+        self._assert_slots_agree()
 
     @invariant()
     def held_bytes_exact(self):

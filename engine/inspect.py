@@ -4,7 +4,7 @@
 
 Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
 and exits 0, or prints ``FAIL <kind> <file> byte <offset>: <message>`` and
-exits 1.  The C reader does every check (DESIGN §3); this only reports.
+exits 1.  The C reader does every check (docs/DESIGN.md §3); this only reports.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version",
                     version=f"%(prog)s (xcache) {version()}",
                     help="print the xcache version and exit")
-    commands = ap.add_subparsers(title="commands", metavar="COMMAND")
+    commands = ap.add_subparsers(title="commands", metavar="COMMAND",
+                                 help="the command to run (default: gate)")
     commands.add_parser("gate", help=GATE, add_help=False)
     commands.add_parser("lab", help=LAB, add_help=False)
     return ap

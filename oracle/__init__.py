@@ -4,6 +4,7 @@
 - ``oracle.cache``: a model of the cache, exactly per docs/CACHE.md;
 - ``oracle.sim``: the offline policy simulator (plain / step, Belady);
 - ``oracle.policies``: the queue policies S3-FIFO and ARC, shared by both;
-- ``oracle.traces``: routing-trace importers and analyses;
+- ``oracle.traces``: the ``Trace`` type, trace readers and writers;
+- ``oracle.trace_stats``: reuse distances, overlap and miss-ratio curves;
 - ``oracle.errors``: the exceptions, one per engine error family.
 """

@@ -9,6 +9,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ------------------------------------------------------------------ */
+/* Names of the slot states and invariants (xc.h)                       */
+/* ------------------------------------------------------------------ */
+
+const char *xc_slot_state_name(int state)
+{
+    static const char *const names[] = {"empty", "inflight", "ready"};
+    _Static_assert(XC_SLOT_EMPTY == 0 && XC_SLOT_INFLIGHT == 1 &&
+                   XC_SLOT_READY == 2, "names[] follows the XC_SLOT_* order");
+    return state >= 0 && state < (int)(sizeof names / sizeof names[0])
+               ? names[state] : NULL;
+}
+
+const char *xc_invariant_name(int inv)
+{
+    /* indexed by XC_INV_*, in the order check() walks them */
+    static const char *const names[] = {
+        NULL, "INV-KEY-UNIQUE", "INV-INDEX", "INV-EMPTY", "INV-INFLIGHT",
+        "INV-CLOCK", "INV-COUNTERS", "INV-PREFETCH", "INV-POLICY",
+        "INV-QUEUE", "INV-SPEC",
+    };
+    _Static_assert(sizeof names / sizeof names[0] == XC_INV_SPEC + 1,
+                   "one name per XC_INV_* number");
+    return inv > 0 && inv < (int)(sizeof names / sizeof names[0])
+               ? names[inv] : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Counters and snapshots                                               */
+/* ------------------------------------------------------------------ */
+
 static uint64_t unused_resident(const xc_cache *c)
 {
     uint64_t n = 0;

@@ -1,10 +1,13 @@
 /*
  * xc_internal.h -- helpers shared by the engine's C files; not public.
+ * Every engine file sees the whole boundary: xc.h and, for the seams the
+ * library implements and uses itself (allocation, threads, io helpers),
+ * xc_test.h.
  */
 #ifndef XC_INTERNAL_H
 #define XC_INTERNAL_H
 
-#include "xc.h"
+#include "xc_test.h"
 
 #include <pthread.h>
 #include <stdarg.h>

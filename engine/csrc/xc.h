@@ -180,13 +180,12 @@ typedef struct xc_st_opts {
 
 /* Opens a container: one .safetensors file, a folder holding
  * model.safetensors.index.json (or a single .safetensors file), or the index
- * file itself.  Validates every header completely (the XC_E_FORMAT_* checks, in
- * their order) and, for
- * an index, that each tensor lives in the shard the index names, each named
- * shard exists and total_size matches.  On failure returns the first error
- * found (XC_E_FORMAT_* with the file and byte offset in the message,
- * XC_E_IO, XC_E_NOMEM), writes nothing to *out and leaves no descriptor
- * open.  opts may be NULL. */
+ * file itself.  Validates every header completely (the XC_E_FORMAT_* checks,
+ * in their order) and, for an index, that each tensor lives in the shard the
+ * index names, each named shard exists and total_size matches.  On failure
+ * returns the first error found (XC_E_FORMAT_* with the file and byte offset
+ * in the message, XC_E_IO, XC_E_NOMEM), writes nothing to *out and leaves no
+ * descriptor open.  opts may be NULL. */
 int xc_st_open(const char *path, const xc_st_opts *opts, xc_st **out);
 
 /* Closes every shard and frees the container.  NULL is a no-op. */
@@ -481,16 +480,16 @@ void xc_cache_close(xc_cache *c);
  * that formula is given back with xc_cache_unhold as well. */
 
 /* Demand access (docs/CACHE.md get steps 1-6): returns a held reference to
- * (layer, expert), loading it if needed and waiting for another thread's
- * read of the same key -- except a stream's reservation that nobody is
- * reading yet, which it reads itself and publishes for that stream (the
- * stream keeps its hold; docs/CACHE.md "Claiming").  XC_E_MISUSE for a
- * key outside the cache (nothing changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
- * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
- * is EMPTY again, the failure counted, the evicted key stays evicted, the
- * message names layer and expert); XC_E_CHANGED, handled the same way and
- * counted as an io error, when the shard was replaced or removed since the
- * container opened it (or, with xc_st_opts.verify, changed in any way; see
+ * (layer, expert), loading it if needed and waiting for another thread's read
+ * of the same key -- except a stream's reservation that nobody is reading yet,
+ * which it reads itself and publishes for that stream (the stream keeps its
+ * hold; docs/CACHE.md "Claiming").  XC_E_MISUSE for a key outside the cache
+ * (nothing changed); XC_E_ALL_PINNED when no slot can be taken (nothing
+ * changed, no counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed
+ * (the slot is EMPTY again, the failure counted, the evicted key stays
+ * evicted, the message names layer and expert); XC_E_CHANGED, handled the same
+ * way and counted as an io error, when the shard was replaced or removed since
+ * the container opened it (or, with xc_st_opts.verify, changed in any way; see
  * faults/README.md).  *out is written only on success. */
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 

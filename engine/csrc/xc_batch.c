@@ -170,6 +170,7 @@ int xc_readahead_push(xc_cache *c, int32_t si, uint32_t key, int kind,
     aitem *it;
     if (c->n_io == 0 || c->aq_n + c->aq_active >= c->aq_cap)
         return 0;
+    assert(c->slots[si].state == XC_SLOT_INFLIGHT);
     it = &c->aq[(c->aq_head + c->aq_n) % c->aq_cap];
     it->slot = si;
     it->key = key;
@@ -199,6 +200,7 @@ void *xc_readahead_main(void *arg)
         c->aq_head = (c->aq_head + 1) % c->aq_cap;
         c->aq_n--;
         c->aq_active++;
+        assert(c->slots[it.slot].owner == OWNER_QUEUED);
         c->slots[it.slot].owner = OWNER_ACTIVE;
         pthread_mutex_unlock(&c->mu);
         r.slot = it.slot;
@@ -315,8 +317,10 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
                        rv[i].asked_bytes, rv[i].ns, kind, rv[i].src);
         n_pub += rv[i].rc == XC_OK;
     }
-    for (i = 0; i < n_prot; i++)
+    for (i = 0; i < n_prot; i++) {
+        assert(c->slots[prot[i]].holds > 0); /* ours, taken in (1) */
         c->slots[prot[i]].holds--;
+    }
     if (n_local)
         pthread_cond_broadcast(&c->ended);
     pthread_mutex_unlock(&c->mu);

@@ -128,6 +128,9 @@
  * so appending keeps the list in stamp order. */
 void xc_slot_stamp(xc_cache *c, int32_t si)
 {
+    /* only a fresh reservation is stamped, once */
+    assert(c->slots[si].state == XC_SLOT_INFLIGHT &&
+           c->slots[si].last_use == 0);
     xc_slot_touch(c, &c->slots[si]);
     if (!c->ordered)
         return;
@@ -145,6 +148,7 @@ void xc_slot_stamp(xc_cache *c, int32_t si)
  * publish would have given (insert first). */
 static void tell(xc_cache *c, slot *s)
 {
+    assert(s->state == XC_SLOT_READY && s->insert_pending);
     s->insert_pending = 0;
     xc_policy_insert(&c->pol, s->key);
     for (; s->pending_hits > 0; s->pending_hits--)
@@ -238,6 +242,9 @@ int32_t xc_slot_victim(xc_cache *c)
 void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key)
 {
     slot *s = &c->slots[si];
+    /* never a read under way, never a held or pinned expert */
+    assert(s->state != XC_SLOT_INFLIGHT && !SLOT_PROTECTED(s));
+    assert(c->index[key] < 0);
     if (s->state == XC_SLOT_READY) {
         c->stats.evictions++;
         c->evictions_since_open++;
@@ -275,6 +282,8 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
     slot *s = &c->slots[si];
     xc_stats dropped, *cs = &c->stats;
     int listed = c->ordered && s->last_use != 0; /* stamped: on the list */
+    /* only a read under way is published (or emptied), once */
+    assert(s->state == XC_SLOT_INFLIGHT && c->n_reads > 0);
     if (s->window != c->window) {
         memset(&dropped, 0, sizeof dropped);
         cs = &dropped; /* the closed window's counters are gone */
@@ -337,6 +346,7 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
 void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
 {
     slot *s = &c->slots[si];
+    assert(s->state == XC_SLOT_READY && s->key == key);
     c->stats.requests++;
     c->stats.hits++;
     c->requests_since_open++;

@@ -7,7 +7,7 @@
  * A safetensors file is an 8-byte length N, N bytes of JSON, and a data
  * buffer.  Each check below may only rely on facts the checks before it
  * have established, and each reports its own status code, so the order is
- * the order of dependence (DESIGN §3):
+ * the order of dependence (the XC_E_FORMAT_* codes of xc.h, in order):
  *
  *   1. too_short         the file holds the 8 bytes of N at all;
  *   2. header_too_large  N <= 100,000,000 -- before any arithmetic on N or
@@ -123,8 +123,8 @@ typedef struct st_parse {
 
 /* A value of the wrong type at buffer position at is a schema error only if
  * it is JSON at all: a byte that cannot start a value, or a malformed one,
- * makes the header not JSON, which DESIGN §3 checks first (the way
- * doc_open treats a top level that is not an object).  Returns the
+ * makes the header not JSON, which the validation order checks first (the
+ * way xc_doc_open treats a top level that is not an object).  Returns the
  * JSON error (recorded) when the value is malformed, XC_OK when it is a
  * well-formed value of another type.  The probe may decode a string in
  * place; every caller fails right after, so the buffer is not used again. */
@@ -371,10 +371,10 @@ static char *compact_name(st_parse *p, char *k, size_t kn)
 }
 
 /* The frame of a JSON document whose top level must be an object (a
- * shard's header, the index): doc_open passes the '{' or fails with code
- * and "the <what> must be a JSON object" (a malformed value is JSON's
- * error first, DESIGN §3); doc_close, after the object, allows only
- * whitespace. */
+ * shard's header, the index): xc_doc_open passes the '{' or fails with
+ * code and "the <what> must be a JSON object" (a malformed value is JSON's
+ * error first, as the validation order says); xc_doc_close, after the
+ * object, allows only whitespace. */
 int xc_doc_open(xj *j, int code, const char *what)
 {
     size_t at;

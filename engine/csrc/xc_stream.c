@@ -153,6 +153,10 @@ void xc_stream_claim_read(xc_cache *c, xc_stream *stream, size_t i)
     resv r;
     r.slot = stream->slot[i];
     r.key = stream->keys[i];
+    /* a reservation nobody reads yet: claiming it twice would be two
+     * reads into one slot */
+    assert(stream->state[i] == STREAM_ITEM_LOCAL &&
+           c->slots[r.slot].owner == OWNER_STREAM);
     stream->state[i] = STREAM_ITEM_READING; /* claimed: nobody else reads it */
     stream->n_queued++;
     c->slots[r.slot].owner = OWNER_CLAIMED;
@@ -304,8 +308,10 @@ void xc_cache_stream_end(xc_stream *stream)
     /* give back the holds of what was never yielded */
     for (i = 0; i < stream->n; i++)
         if (stream->state[i] == STREAM_ITEM_HIT ||
-            (stream->state[i] == STREAM_ITEM_DONE && stream->rc[i] == XC_OK))
+            (stream->state[i] == STREAM_ITEM_DONE && stream->rc[i] == XC_OK)) {
+            assert(c->slots[stream->slot[i]].holds > 0); /* the stream's */
             c->slots[stream->slot[i]].holds--;
+        }
     {
         xc_stream **pp = &c->streams;
         while (*pp != stream)

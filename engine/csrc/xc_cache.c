@@ -1,6 +1,14 @@
 /*
  * xc_cache.c -- the expert cache: slots, victims, holds, pins, counters.
  *
+ * This file holds one slot's life (reserve, publish, hit, victim choice,
+ * the order list), get/release and their handle face, pin/unpin, and
+ * open/close.  The other seams of the same object -- the batch pool and
+ * read-ahead (xc_batch.c), streams (xc_stream.c), counters, snapshots and
+ * check() (xc_check.c) and the trace (xc_trace.c) -- share the private
+ * types and functions of xc_cache_impl.h.  The design below is the whole
+ * cache's.
+ *
  * One slot's life
  * ---------------
  * A slot is a fixed piece of one arena.  It starts EMPTY.  A get() that
@@ -68,9 +76,9 @@
  * policies (s3fifo, arc) keep that order in their queues.  So a stamped
  * reservation also joins the order list (oq_first, slot.onext), in stamp
  * order; a publish is told to the policy only once every reservation
- * stamped before it has ended, else it is held back ("untold": READY and
- * served, but no victim candidate, since the policy does not know the key;
- * hits on it are told after its insert).  Each publish or failure then
+ * stamped before it has ended, else it is held back (insert_pending,
+ * "untold": READY and served, but no victim candidate, since the policy
+ * does not know the key; hits on it are told after its insert).  Each publish or failure then
  * tells the untold slots at the front of the list.  Thus whatever order
  * the reads complete in, a drained read-ahead leaves the clock, every
  * victim, every counter and the policy's queues exactly as getmany would,
@@ -99,7 +107,7 @@
  * Nothing ever waits on a read that nobody is doing.
  *
  * A speculative prefetch is a prefetch whose loads carry their own mark
- * (spec), so guesses that were never used are counted apart from
+ * (unused_spec), so guesses that were never used are counted apart from
  * prefetches that were asked for.
  *
  * Locking: one mutex guards every slot field, the index, the clock, the

@@ -1,6 +1,6 @@
 /*
  * xc_cache_impl.h -- the private types of the cache and the functions its
- * files share; not public (xc.h is the boundary).
+ * files share; not public (xc.h and xc_test.h are the boundary).
  *
  * The cache is one object split along its seams, every file including
  * this header:

@@ -72,7 +72,7 @@ def test_a_trace_path_that_is_a_directory_fails_the_open(cont, tmp_path):
     assert str(info.value) == (
         f"cache open: cannot write trace file {target}: "
         f"{os.strerror(errno.EISDIR)} (errno {errno.EISDIR})")
-    assert names(tmp_path) == ["a_directory", "model"]
+    assert names(tmp_path) == ["a_directory"]
     assert names(target) == []
     base.assert_back("rename failure")
     cache = engine.ExpertCache(cont, n_slots=8, top_k=4)
@@ -105,7 +105,7 @@ def test_a_header_that_cannot_be_written_removes_the_file_it_created(cont,
     assert str(info.value) == (
         f"cache open: cannot write trace file {trace}: "
         f"{os.strerror(errno.EFBIG)} (errno {errno.EFBIG})")
-    assert names(tmp_path) == ["model"]
+    assert names(tmp_path) == []
     base.assert_back("header failure")
 
 
@@ -119,7 +119,7 @@ def test_a_header_that_cannot_be_written_keeps_an_earlier_file(cont, tmp_path):
     assert len(data) == 100
     assert data[:8] == b"XCTRACE1"  # the header's first 10 bytes went in
     assert data[10:] == b"x" * 90
-    assert names(tmp_path) == ["model", "t.xctrace"]
+    assert names(tmp_path) == ["t.xctrace"]
 
 
 def test_a_fifo_is_written_in_place(cont, tmp_path):
@@ -143,7 +143,7 @@ def test_a_fifo_is_written_in_place(cont, tmp_path):
     assert not reader.is_alive()
     assert len(got) == HEADER + 3 * RECORD
     assert bytes(got[:8]) == b"XCTRACE1"
-    assert names(tmp_path) == ["model", "t.fifo"]
+    assert names(tmp_path) == ["t.fifo"]
 
 
 # -- paths that are links or long names ------------------------------------
@@ -164,7 +164,7 @@ def test_a_symlinked_trace_path_writes_the_link_target(cont, tmp_path):
     assert target.stat().st_size == HEADER + RECORD
     assert target.read_bytes()[:8] == b"XCTRACE1"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "latest.xctrace", "model", "runs"]
+        "latest.xctrace", "runs"]
     assert sorted(p.name for p in runs.iterdir()) == ["run1.xctrace"]
 
 
@@ -204,7 +204,7 @@ def test_a_trace_name_at_the_length_limit_opens(cont, tmp_path):
     cache.get(0, 1).release()
     cache.close()
     assert trace.stat().st_size == HEADER + RECORD
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
 
 
 def test_a_symlink_loop_fails_the_open_naming_eloop(cont, tmp_path):
@@ -218,7 +218,7 @@ def test_a_symlink_loop_fails_the_open_naming_eloop(cont, tmp_path):
         f"cache open: cannot write trace file {a}: "
         f"{os.strerror(errno.ELOOP)} (errno {errno.ELOOP})")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "a.xctrace", "b.xctrace", "model"]
+        "a.xctrace", "b.xctrace"]
 
 
 @pytest.mark.parametrize("long_name", [False, True])
@@ -234,7 +234,7 @@ def test_a_thread_start_failure_leaves_no_trace_file(cont, tmp_path,
                                trace_path=trace)
     finally:
         alloc.disarm_thread_start()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_allocation_countdown_over_a_symlinked_trace_open(cont, tmp_path):
@@ -256,7 +256,7 @@ def test_allocation_countdown_over_a_symlinked_trace_open(cont, tmp_path):
             "runs", "run1.xctrace")
         assert sorted(p.name for p in runs.iterdir()) == ["run1.xctrace"]
         assert sorted(p.name for p in tmp_path.iterdir()) == [
-            "latest.xctrace", "model", "runs"]
+            "latest.xctrace", "runs"]
         if run.error is None:
             run.result.close()
             assert target.stat().st_size == HEADER

@@ -204,7 +204,7 @@ def st_bytes(header: str | bytes, data: bytes = b"", n: int | None = None) -> by
     return struct.pack("<Q", len(hb) if n is None else n) + hb + data
 
 
-_DTYPES = {"float32": "F32", "int64": "I64", "uint8": "U8"}
+_DTYPES = {"float32": "F32", "float64": "F64", "int64": "I64", "uint8": "U8"}
 
 
 def st_file(tensors: dict[str, np.ndarray]) -> bytes:
@@ -241,6 +241,18 @@ def make_sharded(folder: Path, *, weight_map: dict[str, str] | None = None,
         "total_size": 24 + 16 + 5 if total_size == -1 else total_size}
     (folder / INDEX).write_text(json.dumps({"metadata": meta, "weight_map": wm}))
     return {**t1, **t2}
+
+
+def official_save_file(tensors: dict[str, np.ndarray], path: str | Path,
+                       metadata: dict[str, str] | None = None) -> None:
+    """safetensors' own writer; the calling test skips when safetensors is absent."""
+    numpy_api = pytest.importorskip("safetensors.numpy")
+    numpy_api.save_file(tensors, str(path), metadata=metadata)
+
+
+def official_safe_open(path: str | Path, framework: str = "np") -> Any:
+    """safetensors' own reader; the calling test skips when safetensors is absent."""
+    return pytest.importorskip("safetensors").safe_open(str(path), framework=framework)
 
 
 # -- the C boundary ------------------------------------------------------------------

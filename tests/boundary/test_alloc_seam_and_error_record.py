@@ -70,8 +70,12 @@ def test_check_maps_status_to_exception_family():
             rc, _, _ = _read_full(os.devnull, 8, 0)
             _lib.check(rc)
     assert ei.value.kind == "short_read" and ei.value.offset == 0
-    assert isinstance(errors.from_status(-108, "offsets", "m"), errors.FormatError)
-    assert isinstance(errors.from_status(-8, "budget", "m"), errors.MisuseError)
+    lib = _lib.lib()
+    offsets = errors.from_status(lib.XC_E_FORMAT_OFFSETS, "offsets", "m", offset=9)
+    assert type(offsets) is errors.FormatError
+    assert (offsets.kind, offsets.offset, str(offsets)) == ("offsets", 9, "m")
+    budget = errors.from_status(lib.XC_E_BUDGET, "budget", "m")
+    assert type(budget) is errors.BudgetError and isinstance(budget, errors.MisuseError)
 
 
 def test_the_engine_in_use_is_the_one_asked_for():

@@ -104,7 +104,7 @@ def test_open_probed_missing_file_and_no_note(tmp_path):
     missing = str(tmp_path / "nope").encode()
     for direct in (1, 0):
         rc = lib.xc_io_open_probed(io, missing, direct, h, active, ffi.NULL, 0)
-        assert rc == -5
+        assert rc == lib.XC_E_NOT_FOUND
         assert _lib.last_error()[4] == f"{tmp_path / 'nope'}: no such file"
 
 
@@ -132,7 +132,7 @@ def test_fault_injector_refuses_unknown_kinds():
     out = ffi.new("xc_fault **")
     assert lib.xc_fault_open(ffi.NULL, out) == 0
     for kind in (0, 6):
-        assert lib.xc_fault_arm(out[0], kind, 1, 0, 0, ffi.NULL) == -7
-    assert lib.xc_fault_arm(out[0], 1, 0, 0, 0, ffi.NULL) == -7
+        assert lib.xc_fault_arm(out[0], kind, 1, 0, 0, ffi.NULL) == lib.XC_E_MISUSE
+    assert lib.xc_fault_arm(out[0], 1, 0, 0, 0, ffi.NULL) == lib.XC_E_MISUSE
     lib.xc_fault_close(out[0])
     lib.xc_fault_close(ffi.NULL)

@@ -17,7 +17,7 @@ import pytest
 import engine
 from engine import _lib
 from engine.sim import simulate
-from tests.helpers import DATA_START
+from tests.helpers import DATA_START, raised
 
 W1 = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
 
@@ -27,13 +27,6 @@ def cont(k3_shard: Path):
     """An open k3-mini container."""
     with engine.Container(str(k3_shard)) as c:
         yield c
-
-
-def raised(exc_type: type[engine.EngineError], fn, *args) -> engine.EngineError:
-    """Call fn(*args) through _lib.check; return the exception it must raise."""
-    with pytest.raises(exc_type) as ei:
-        _lib.check(fn(*args))
-    return ei.value
 
 
 # -- cache options -----------------------------------------------------------
@@ -266,16 +259,16 @@ def _sim(opts_kw: dict, keys: list[int], starts: list[int] | None):
 def test_simulator_refuses_bad_options():
     """Key past n_keys, bad mode, missing step flags, per-layer without experts."""
     rc, _ = _sim({}, [1, 9], [1, 1])
-    assert rc == -7
+    assert rc == _lib.lib().XC_E_MISUSE
     assert _lib.last_error()[1] == 1  # the offending access
     assert _lib.last_error()[4] == "sim: access 1 has key 9 >= n_keys 4"
     for kw, starts in (({"mode": 7}, [1]), ({}, None),
                        ({"per_layer": 1, "n_experts": 0}, [1]),
                        ({"n_slots": 0}, [1]), ({"n_keys": 0}, [1])):
         rc, _ = _sim(kw, [1], starts)
-        assert rc == -7, kw
+        assert rc == _lib.lib().XC_E_MISUSE, kw
     ffi, lib = _lib.ffi(), _lib.lib()
-    assert lib.xc_sim_run(ffi.NULL, ffi.NULL, ffi.NULL, 0, ffi.NULL) == -7
+    assert lib.xc_sim_run(ffi.NULL, ffi.NULL, ffi.NULL, 0, ffi.NULL) == lib.XC_E_MISUSE
 
 
 def test_simulator_plain_mode_needs_no_step_flags():

@@ -166,7 +166,7 @@ def test_handles_refuse_negative_and_stale_values(cont):
     assert lib.xc_cache_hold_data(p, h) != ffi.NULL
     assert lib.xc_cache_unhold(p, h) == 0
     for bad in (-5, h, h | 0xFF, h + (1 << 32)):
-        assert lib.xc_cache_unhold(p, bad) == -7, bad
+        assert lib.xc_cache_unhold(p, bad) == lib.XC_E_MISUSE, bad
         assert lib.xc_cache_hold_data(p, bad) == ffi.NULL, bad
     assert [s["holds"] for s in cache.slots()] == [0] * 8
     cache.check()
@@ -241,7 +241,7 @@ def test_simulator_refuses_each_null_pointer():
     keys = ffi.new("uint32_t[]", [1, 2])
     out = ffi.new("xc_sim_result *")
     for k, r in ((keys, ffi.NULL), (ffi.NULL, out)):
-        assert lib.xc_sim_run(o, k, ffi.NULL, 2, r) == -7
+        assert lib.xc_sim_run(o, k, ffi.NULL, 2, r) == lib.XC_E_MISUSE
         assert _lib.last_error()[4] == "sim: NULL options, result or keys"
     assert lib.xc_sim_run(o, ffi.NULL, ffi.NULL, 0, out) == 0
     assert (out.requests, out.hits, out.misses) == (0, 0, 0)

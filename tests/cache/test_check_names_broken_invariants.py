@@ -216,15 +216,15 @@ def test_order_list_of_a_policy_told_no_inserts(k3_shard):
     cache = open_cache(k3_shard)
     assert brk(cache, "ORDER", slot_of(cache, 1), 3) == (
         8, _LIST.format(1, 1, 1, 1, 8, 0))
-    assert brk(cache, "ORDER", slot_of(cache, 1), 8)[0] == -7
-    assert brk(cache, "ORDER", -1, 0)[0] == -7
+    assert brk(cache, "ORDER", slot_of(cache, 1), 8)[0] == _lib.lib().XC_E_MISUSE
+    assert brk(cache, "ORDER", -1, 0)[0] == _lib.lib().XC_E_MISUSE
 
 
 def test_policy_state_without_state_is_refused(k3_shard):
     """LRU keeps no state to break: the hook refuses with MISUSE, writes nothing."""
     cache = open_cache(k3_shard)
     rc, msg = brk(cache, "POLICY_STATE")
-    assert rc == -7
+    assert rc == _lib.lib().XC_E_MISUSE
     assert msg == "test hook: bad corruption 13 (a -1, b -1) for this cache"
 
 
@@ -276,11 +276,11 @@ def test_spec_and_load_sources(k3_shard, variant, loads, unknown):
 def test_bad_hook_arguments_are_misuse(k3_shard):
     """A slot argument out of range or an unknown corruption writes nothing."""
     cache = open_cache(k3_shard)
-    assert brk(cache, "SLOT_STATE", 99) == (
-        -7, "test hook: bad corruption 1 (a 99, b -1) for this cache")
     lib = _lib.lib()
-    assert lib.xc_testhook_break_check(cache._ptr, 999, 0, 0) == -7
-    assert lib.xc_testhook_break_check(_lib.ffi().NULL, 1, 0, 0) == -7
+    assert brk(cache, "SLOT_STATE", 99) == (
+        lib.XC_E_MISUSE, "test hook: bad corruption 1 (a 99, b -1) for this cache")
+    assert lib.xc_testhook_break_check(cache._ptr, 999, 0, 0) == lib.XC_E_MISUSE
+    assert lib.xc_testhook_break_check(_lib.ffi().NULL, 1, 0, 0) == lib.XC_E_MISUSE
     assert _lib.last_error()[4] == "test hook: NULL cache"
     cache.check()
 

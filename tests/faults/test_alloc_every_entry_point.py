@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import engine
-from engine import alloc
+from engine import _lib, alloc
 from engine.sim import simulate
 from faults.io import Fault, IOFaults
 from faults.loops import Baseline, Run, alloc_hooks, countdown, k3_expected
@@ -32,7 +32,8 @@ def sweep(op: Callable[[], Any], after: Callable[[Run], None], max_n: int,
     def check(run: Run) -> None:
         if run.error is not None:
             assert type(run.error) is engine.OutOfMemoryError, run.error
-            assert run.error.kind == "nomem" and run.error.status == -1
+            assert run.error.kind == "nomem"
+            assert run.error.status == _lib.lib().XC_E_NOMEM
             assert "memory" in str(run.error)
         after(run)
         assert Baseline.now() == base, f"N={run.n}: {Baseline.now()} vs {base}"

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
 from oracle.errors import FORMAT_KINDS, NotFound, OracleFormatError
 from oracle.safetensors import Container, open_container, parse_buffer
+from tests.helpers import official_safe_open, official_save_file
 
 
 def _file(header: str | bytes, data: bytes = b"") -> bytes:
@@ -130,7 +129,7 @@ def _k3_mini_like(path: Path, n_experts: int = 3) -> dict[str, bytes]:
             stem = f"language_model.model.layers.0.block_sparse_moe.experts.{e}.{w}"
             arrays[f"{stem}.weight_packed"] = np.full((8, 64), e * 3 + 1, np.uint8)
             arrays[f"{stem}.weight_scale"] = np.full((8, 4), 200 - e, np.uint8)
-    save_file(arrays, str(path), metadata={"format": "k3"})
+    official_save_file(arrays, str(path), metadata={"format": "k3"})
     return {k: v.tobytes() for k, v in arrays.items()}
 
 
@@ -150,8 +149,8 @@ def _sharded(folder: Path, index: dict | None = None) -> dict[str, bytes]:
     """Two shards and an index over them; ``index`` overrides the index document."""
     a = {"x": np.arange(4, dtype=np.int32), "y": np.ones(3, np.float64)}
     b = {"z": np.arange(6, dtype=np.uint16).reshape(2, 3)}
-    save_file(a, str(folder / "model-00001-of-00002.safetensors"))
-    save_file(b, str(folder / "model-00002-of-00002.safetensors"))
+    official_save_file(a, str(folder / "model-00001-of-00002.safetensors"))
+    official_save_file(b, str(folder / "model-00002-of-00002.safetensors"))
     wmap = {"x": "model-00001-of-00002.safetensors",
             "y": "model-00001-of-00002.safetensors",
             "z": "model-00002-of-00002.safetensors"}
@@ -209,9 +208,9 @@ def test_broken_shard_reports_its_own_kind_and_path(tmp_path):
 def test_folder_without_index(tmp_path):
     """A folder with one file opens it; with several and no index it is an error."""
     a = tmp_path / "a.safetensors"
-    save_file({"t": np.zeros(2, np.uint8)}, str(a))
+    official_save_file({"t": np.zeros(2, np.uint8)}, str(a))
     assert open_container(tmp_path).names() == ["t"]
-    save_file({"u": np.zeros(2, np.uint8)}, str(tmp_path / "b.safetensors"))
+    official_save_file({"u": np.zeros(2, np.uint8)}, str(tmp_path / "b.safetensors"))
     with pytest.raises(OracleFormatError) as info:
         open_container(tmp_path)
     assert info.value.kind == "index"
@@ -256,7 +255,7 @@ def _arrays(draw: st.DrawFn) -> dict[str, np.ndarray]:
 def _official(path: str) -> dict[str, bytes | None] | None:
     """The official reader's view: None if it rejects the file, else name -> bytes."""
     try:
-        with safe_open(path, "np") as f:
+        with official_safe_open(path, "np") as f:
             out: dict[str, bytes | None] = {}
             for name in f.keys():
                 try:
@@ -300,7 +299,7 @@ def test_agrees_with_official_on_written_files(arrays):
     """Files written by save_file read back identically in both readers."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.safetensors")
-        save_file(arrays, path)
+        official_save_file(arrays, path)
         with open(path, "rb") as f:
             blob = f.read()
     _agree(blob)
@@ -313,7 +312,7 @@ def test_agrees_with_official_on_mutated_files(arrays, data):
     """Flips, truncations, extensions and header edits are judged alike by both."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.safetensors")
-        save_file(arrays, path)
+        official_save_file(arrays, path)
         with open(path, "rb") as f:
             blob = bytearray(f.read())
     n_header = struct.unpack_from("<Q", blob)[0]

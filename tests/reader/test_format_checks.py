@@ -17,14 +17,9 @@ import pytest
 
 import engine
 from engine import FormatError, NotFoundError
+from tests.helpers import st_bytes
 
 CAP = 100_000_000
-
-
-def st_bytes(header: str | bytes, data: bytes = b"", n: int | None = None) -> bytes:
-    """8-byte little-endian N, the header, the data."""
-    hb = header.encode() if isinstance(header, str) else header
-    return struct.pack("<Q", len(hb) if n is None else n) + hb + data
 
 
 def entry(name: str, dtype: str, shape: list[int], begin: int, end: int) -> str:

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import time
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 import engine
 from engine import FormatError, NotFoundError, OutOfMemoryError, _lib
-
-INDEX = "model.safetensors.index.json"
-SHARD1 = "model-00001-of-00002.safetensors"
-SHARD2 = "model-00002-of-00002.safetensors"
-
-
-def make_sharded(folder, *, weight_map=None, total_size: int | None = -1) -> dict:
-    """Two shards (a, b | c) and their index; returns the tensors written."""
-    t1 = {"a": np.arange(6, dtype=np.float32).reshape(2, 3),
-          "b": np.array([1, 2], dtype=np.int64)}
-    t2 = {"c": np.arange(5, dtype=np.uint8)}
-    save_file(t1, str(folder / SHARD1))
-    save_file(t2, str(folder / SHARD2))
-    wm = {"a": SHARD1, "b": SHARD1, "c": SHARD2} if weight_map is None else weight_map
-    meta = {} if total_size is None else {
-        "total_size": 24 + 16 + 5 if total_size == -1 else total_size}
-    (folder / INDEX).write_text(json.dumps({"metadata": meta, "weight_map": wm}))
-    return {**t1, **t2}
+from tests.helpers import INDEX, SHARD1, SHARD2, make_sharded, st_file
 
 
 def fail(path) -> FormatError:
@@ -106,8 +87,8 @@ def test_total_size_may_be_absent(tmp_path):
 def test_stray_extra_shard_is_ignored(tmp_path):
     """A .safetensors file the index does not name is not part of the container."""
     make_sharded(tmp_path)
-    save_file({"stray": np.zeros(3, np.uint8)},
-              str(tmp_path / "model-00003-of-00002.safetensors"))
+    (tmp_path / "model-00003-of-00002.safetensors").write_bytes(
+        st_file({"stray": np.zeros(3, np.uint8)}))
     with engine.Container(str(tmp_path)) as c:
         assert len(c.shards) == 2 and "stray" not in c and len(c) == 3
 
@@ -124,7 +105,7 @@ def test_several_shards_without_index(tmp_path):
 
 def test_one_shard_without_index(tmp_path):
     """A folder with exactly one .safetensors file and no index opens it."""
-    save_file({"x": np.ones(2, np.float64)}, str(tmp_path / "only.safetensors"))
+    (tmp_path / "only.safetensors").write_bytes(st_file({"x": np.ones(2, np.float64)}))
     (tmp_path / "notes.txt").write_text("ignored")
     with engine.Container(str(tmp_path)) as c:
         assert c.read("x").tolist() == [1.0, 1.0]

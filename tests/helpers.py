@@ -155,7 +155,7 @@ class Preset:
         return str(fixtures.identify(data, self.spec))
 
 
-def preset(name: str) -> Preset:
+def load_preset(name: str) -> Preset:
     """The preset's container, generated on first use in this session.
 
     Each preset is generated once into a temporary folder removed at exit;

@@ -25,9 +25,9 @@ from faults.io import Fault, IOFaults
 from oracle.cache import CacheModel
 from tests.helpers import (
     expert_bytes,
+    load_preset,
     open_container,
     open_preset,
-    preset,
 )
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
@@ -396,7 +396,7 @@ SHARD_OF_LAYER = {0: "00001-of", 1: "00001-of", 2: "00002-of", 3: "00003-of"}
 def mixtral(n_slots: int, policy: str, io: Any = None,
             **kw: Any) -> tuple[Any, Any, Any, CacheModel]:
     """(preset, container, cache, model) of mixtral-mini with n_slots slots."""
-    p = preset("mixtral-mini")
+    p = load_preset("mixtral-mini")
     cont = engine.Container(p.path, io=io)
     c = engine.ExpertCache(cont, n_slots=n_slots, policy=policy,
                            **p.cache_kwargs(), **kw)
@@ -431,7 +431,7 @@ def test_drained_prefetch_equals_getmany_whatever_the_completion_order(policy):
     read by the caller, so it completes first.  Two more gets then evict one
     of the two; getmany (and the oracle) evict (0, 0), the older reservation.
     """
-    p = preset("mixtral-mini")
+    p = load_preset("mixtral-mini")
     keys = [(0, 0), (3, 0)]
     model = CacheModel(p.layers, p.n_experts, p.top_k, expert_bytes=p.expert_bytes,
                        n_slots=3, policy=policy)

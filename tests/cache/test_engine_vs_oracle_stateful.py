@@ -11,8 +11,6 @@ expert against the oracle reader's bytes (docs/CACHE.md is the contract).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import Any
 
 from hypothesis import settings
@@ -31,101 +29,21 @@ from hypothesis.stateful import (
 import engine
 from oracle.cache import CacheModel
 from oracle.errors import Misuse
-from tests.helpers import family, open_preset
-
-#: Counters compared after every step, named explicitly so that a renamed
-#: key fails loudly (load_ns is timing and is left out on purpose).
-COMPARED_STATS = (
-    "requests", "hits", "misses", "prefetch_loads", "prefetch_first_uses",
-    "prefetch_evicted_unused", "evictions", "payload_bytes", "io_bytes",
-    "load_failures", "short_reads", "io_errors", "prefetch_unused_resident",
-    "adjusted_hits_aggregate", "adjusted_hits_exact", "hit_rate",
-    "adjusted_hit_rate_aggregate", "adjusted_hit_rate_exact",
+from tests.helpers import (
+    COMPARED_STATS,
+    QUEUE_POLICIES,
+    S3FIFO_VARIANTS,
+    SANITIZED,
+    AgreementRules,
+    both,
+    both_raise,
+    load_preset,
+    open_preset,
 )
-
-#: The queue policies (docs/CACHE.md "S3-FIFO", "ARC") with parameter
-#: variants: small=0 always gives s = 1, 30 and 60 a larger S than the default.
-S3FIFO_VARIANTS = ("s3fifo", "s3fifo:small=0", "s3fifo:small=30",
-                   "s3fifo:small=60")
-QUEUE_POLICIES = (*S3FIFO_VARIANTS, "arc")
 
 POLICIES = ("lru", "fifo", "lfu", "lfru", "lfru:sample=2,seed=7",
             "lfru:sample=3,seed=12345", "hotness", "hotness:period=3",
             "hotness:period=5", *QUEUE_POLICIES)
-
-SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
-
-
-def both(eng: Callable[[], Any], orc: Callable[[], Any]) -> tuple[Any, Any] | None:
-    """Run one call on each side: both results, or None if both raised alike."""
-    e_res = o_res = e_exc = o_exc = None
-    try:
-        e_res = eng()
-    except engine.EngineError as exc:
-        e_exc = exc
-    try:
-        o_res = orc()
-    except Exception as exc:  # noqa: BLE001 - the family is compared below
-        o_exc = exc
-    if e_exc is None and o_exc is None:
-        return e_res, o_res
-    e_fam = "ok" if e_exc is None else family(e_exc)
-    o_fam = "ok" if o_exc is None else family(o_exc)
-    assert e_fam == o_fam, (
-        f"engine {e_fam} ({e_exc!r}) but oracle {o_fam} ({o_exc!r})")
-    return None
-
-
-class AgreementRules:
-    """Rules and checks shared by the engine-vs-oracle state machines.
-
-    A machine mixing this in sets ``cache``, ``model`` and ``pool`` (the
-    valid keys its rules draw from).
-    """
-
-    cache: Any
-    model: Any
-    pool: list[tuple[int, int]]
-
-    def _key(self, data: st.DataObject, label: str) -> tuple[int, int]:
-        """A pool key, or (half the time when there are any) a resident one."""
-        resident = sorted(self.model.resident())
-        if resident and data.draw(st.booleans(), f"{label} resident?"):
-            return data.draw(st.sampled_from(resident), label)
-        return data.draw(st.sampled_from(self.pool), label)
-
-    def _assert_slots_agree(self) -> None:
-        """Resident sets and every slot's state, key, holds, pins and mark agree."""
-        assert self.cache.resident() == self.model.resident()
-        e_slots = [(s["state"].upper(), s["key"], s["holds"], s["pins"],
-                    s["unused_mark"]) for s in self.cache.slots()]
-        o_slots = [(s.state, s.key, s.holds, s.pins, s.mark)
-                   for s in self.model.slots()]
-        bad = [(i, a, b) for i, (a, b) in enumerate(zip(e_slots, o_slots, strict=True))
-               if a != b]
-        assert not bad, f"slots differ (slot, engine, oracle): {bad}"
-
-    @rule(data=st.data())
-    def pin(self, data):
-        """Pin a key (resident or not): same outcome on both sides."""
-        key = self._key(data, "pin")
-        both(lambda: self.cache.pin(*key), lambda: self.model.pin(*key))
-
-    @rule(data=st.data())
-    def unpin(self, data):
-        """Unpin a pinned, resident or absent key: same outcome on both sides."""
-        pinned = sorted(s.key for s in self.model.slots() if s.pins)
-        if pinned and data.draw(st.booleans(), "pinned?"):
-            key = data.draw(st.sampled_from(pinned), "unpin")
-        else:
-            key = self._key(data, "unpin")
-        both(lambda: self.cache.unpin(*key), lambda: self.model.unpin(*key))
-
-    @rule()
-    def reset_stats(self):
-        """Start a new counter window on both sides."""
-        self.cache.reset_stats()
-        self.model.reset_stats()
 
 
 class CacheAgreement(AgreementRules, RuleBasedStateMachine):
@@ -150,7 +68,7 @@ class CacheAgreement(AgreementRules, RuleBasedStateMachine):
     def _open(self, preset: str, data: st.DataObject, policy: str, chunk_bytes: int,
               batch_threads: int) -> None:
         """Open the engine cache and the oracle model alike."""
-        self.p = preset(preset)
+        self.p = load_preset(preset)
         n_keys = len(self.p.keys)
         n_slots = data.draw(st.integers(self.p.top_k + 1, self._max_slots(n_keys)),
                             "n_slots")
@@ -204,7 +122,9 @@ class CacheAgreement(AgreementRules, RuleBasedStateMachine):
     @rule(pair=consumes(refs))
     def release(self, pair):
         """Release a held reference on both sides."""
-        assert both(pair[0].release, lambda: self.model.release(pair[1])) is not None
+        # both succeed (release returns nothing on either side)
+        assert both(pair[0].release, lambda: self.model.release(pair[1])) == (
+            None, None)
         self.held.remove(pair)
         self.released.append(pair)
 
@@ -213,7 +133,7 @@ class CacheAgreement(AgreementRules, RuleBasedStateMachine):
     def release_again(self, data):
         """Releasing a reference a second time is misuse on both sides."""
         x, ref = data.draw(st.sampled_from(self.released), "released")
-        assert both(x.release, lambda: self.model.release(ref)) is None
+        assert both_raise(x.release, lambda: self.model.release(ref)) == "misuse"
 
     @rule(data=st.data(), size=st.integers(0, 6))
     def getmany(self, data, size):
@@ -222,7 +142,9 @@ class CacheAgreement(AgreementRules, RuleBasedStateMachine):
         if keys and data.draw(st.booleans(), "duplicate?"):
             keys.append(data.draw(st.sampled_from(keys), "dup"))
         out = both(lambda: self.cache.getmany(keys), lambda: self.model.getmany(keys))
-        assert out is not None and out[0] == out[1], f"getmany({keys}): {out}"
+        assert out is not None, f"getmany({keys}) failed on both sides"
+        n_engine, n_oracle = out
+        assert n_engine == n_oracle, f"getmany({keys}): {out}"
 
     @rule(data=st.data(), op=st.sampled_from(["get", "pin", "unpin", "getmany"]))
     def invalid_key(self, data, op):

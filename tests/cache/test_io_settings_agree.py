@@ -19,7 +19,7 @@ import engine
 from engine import MisuseError
 from oracle.cache import CacheModel
 from oracle.errors import OracleError
-from tests.helpers import Preset, family, open_preset, preset
+from tests.helpers import Preset, family, load_preset, open_preset
 
 ALIGN = 4096
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
@@ -150,7 +150,7 @@ class Side:
 def test_io_settings_serve_the_same(preset, threads, chunk, direct, n_slots, policy,
                                     ops):
     """Both caches agree on every result, byte, slot and counter after each step."""
-    p = preset(preset)
+    p = load_preset(preset)
     n_slots += p.top_k + 1
     a = Side(p, n_slots, policy, 1, 0, False)
     b = Side(p, n_slots, policy, threads, chunk, direct)
@@ -176,7 +176,7 @@ def test_io_settings_serve_the_same(preset, threads, chunk, direct, n_slots, pol
 
 def test_direct_io_bytes_golden():
     """k3-mini under O_DIRECT: 24 loads ask 131,072 bytes, 8 of them two blocks."""
-    p = preset("k3-mini")
+    p = load_preset("k3-mini")
     cont = open_preset(p, direct=True)
     if not cont.direct_active:  # pragma: no cover - filesystem without O_DIRECT
         pytest.skip(f"O_DIRECT unavailable: {cont.direct_note}")
@@ -202,7 +202,7 @@ def test_direct_io_bytes_golden():
 ])
 def test_direct_refuses_what_it_cannot_read(preset, chunk, needle):
     """O_DIRECT with unaligned chunks, or with split experts, is misuse at open."""
-    p = preset(preset)
+    p = load_preset(preset)
     cont = open_preset(p, direct=True)
     if not cont.direct_active:  # pragma: no cover - filesystem without O_DIRECT
         pytest.skip(f"O_DIRECT unavailable: {cont.direct_note}")

@@ -55,7 +55,7 @@ def test_geometry(k3_shard):
 
 
 def test_views_have_dtype_shape_and_bytes(k3_shard):
-    """Each tensor view is zero-copy, read-only, and the file's bytes."""
+    """Each tensor view is read-only, of its dtype and shape, and the file's bytes."""
     c = make(k3_shard)
     with c.get(0, 5) as x:
         for name, arr in x.tensors.items():

@@ -48,10 +48,12 @@ def block_and_copy(c: engine.Container) -> tuple[bytes | None, bytes]:
 
 
 def joined(names: list[str]) -> bytes:
+    """The names as xc_st_names writes them: each followed by a NUL."""
     return b"".join(n.encode() + b"\0" for n in names)
 
 
 def test_block_in_header_order_with_escapes_and_metadata_first(tmp_path):
+    """Tensors in offset order after metadata: the block is handed out, decoded."""
     raw = ["a", "b\\u00e9", "c\\n\\\"d", "\\ud83d\\ude00x", "e" * 100, "f"]
     want = [json.loads(f'"{r}"') for r in raw]
     meta = '"__metadata__":{"format":"pt","k\\u00e9":"v\\n"}'
@@ -68,6 +70,7 @@ def test_block_in_header_order_with_escapes_and_metadata_first(tmp_path):
 
 
 def test_metadata_last_keeps_the_block(tmp_path):
+    """Metadata after every tensor does not break the block of names."""
     names = [f"t{i}" for i in range(5)]
     header = "{" + ",".join(entry(n, i, i + 1) for i, n in enumerate(names))
     header += ',"__metadata__":{"a":"b"}}'
@@ -78,6 +81,7 @@ def test_metadata_last_keeps_the_block(tmp_path):
 
 
 def test_metadata_between_tensors_gives_no_block(tmp_path):
+    """Metadata between two tensors: no block, and xc_st_names still lists both."""
     header = ("{" + entry("x", 0, 1) + ',"__metadata__":{"m":"n"},'
               + entry("y", 1, 2) + "}")
     with engine.Container(write(tmp_path, header, bytes(2))) as c:
@@ -87,6 +91,7 @@ def test_metadata_between_tensors_gives_no_block(tmp_path):
 
 
 def test_header_not_in_offset_order_gives_no_block(tmp_path):
+    """Entries out of offset order: no block; the names come in offset order."""
     header = "{" + entry("late", 1, 2) + "," + entry("early", 0, 1) + "}"
     with engine.Container(write(tmp_path, header, b"\x07\x09")) as c:
         block, copy = block_and_copy(c)
@@ -96,12 +101,14 @@ def test_header_not_in_offset_order_gives_no_block(tmp_path):
 
 
 def test_no_tensors_gives_no_block(tmp_path):
+    """An empty header: no block and an empty list of names."""
     with engine.Container(write(tmp_path, "{}", b"")) as c:
         block, copy = block_and_copy(c)
         assert block is None and copy == b"" and list(c) == []
 
 
 def test_sharded_gives_no_block(tmp_path):
+    """A sharded container: no block; the names of every shard, in order."""
     shards = {}
     for s, names in enumerate((["a", "b"], ["c"])):
         fn = f"model-0000{s + 1}-of-00002.safetensors"

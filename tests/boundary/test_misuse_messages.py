@@ -170,7 +170,7 @@ def test_cache_calls_with_bad_arguments(cont):
 
 
 def test_container_calls_with_bad_arguments(cont):
-    """Tensor, metadata and k3_shard accessors out of range."""
+    """Tensor, metadata and shard accessors out of range."""
     ffi, lib = _lib.ffi(), _lib.lib()
     p = cont._ptr
     ti = ffi.new("xc_tensor_info *")

@@ -67,7 +67,7 @@ def test_truncated_shard_publishes_nothing(k3_copy, threads):
     cache.check()
     cache.close()
     c.close()
-    base.assert_back("truncated k3_copy")
+    base.assert_back("truncated shard")
 
 
 def test_shrunk_in_place_is_a_short_read_naming_file_and_position(k3_copy):

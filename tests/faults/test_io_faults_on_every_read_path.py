@@ -43,7 +43,7 @@ def test_direct_probe_at_end_of_file_still_counts(k3_shard, faults):
     faults.arm(Fault("eof", nth=1))
     with engine.Container(str(k3_shard), direct=True, io=faults) as c:
         assert c.direct_active is True
-        assert c.direct_note == "O_DIRECT active on 1 k3_shard(s), 4096-byte alignment"
+        assert c.direct_note == "O_DIRECT active on 1 shard(s), 4096-byte alignment"
 
 
 @pytest.mark.parametrize("kind,exc,message", [
@@ -109,7 +109,7 @@ def test_direct_tensor_read_fault(k3_shard, faults, kind, exc, text):
             c.read_bytes(W1)
         faults.disarm()
         assert ei.value.offset == 20480
-        assert str(ei.value) == (f'tensor "{W1}" (k3_shard 0, bytes 20608..21120): '
+        assert str(ei.value) == (f'tensor "{W1}" (shard 0, bytes 20608..21120): '
                                  f"{k3_shard}: {text}")
         assert c.read_bytes(W1) == k3_expected(0)[:512]
 

@@ -1,12 +1,15 @@
-"""Shared test configuration: hypothesis profiles and common fixtures."""
+"""Shared test configuration: hypothesis profiles and the fixtures many files use."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.helpers import write_k3_mini
 
 # `ci` extends hypothesis' built-in profile of that name (derandomized, no
 # deadline, no example database); `thorough` runs twenty times the examples.
@@ -20,20 +23,21 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("XC_HYPOTHESIS_PROFILE", "ci"))
 
-#: Real routing traces shared beside the project (read in place);
-#: XC_TRACES_DIR overrides it (a git worktree sits one level deeper).
-TRACES_DIR = Path(os.environ.get("XC_TRACES_DIR") or
-                  Path(__file__).resolve().parents[1].parent / "shared" / "traces")
-
 
 @pytest.fixture(scope="session")
 def k3_shard(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A k3-mini shard shared read-only by the whole session (copy it to change it)."""
-    import fixtures
+    """k3-mini's shard, generated once and shared read-only by the whole session."""
+    return write_k3_mini(tmp_path_factory.mktemp("k3-shared"))
 
-    folder = tmp_path_factory.mktemp("k3-shared") / "k3-mini"
-    fixtures.generate("k3-mini", folder)
-    return folder / "model-00001-of-00001.safetensors"
+
+@pytest.fixture
+def k3_copy(k3_shard: Path, tmp_path: Path) -> Path:
+    """A private, writable copy of k3-mini (its folder) for a test that changes files.
+
+    Copying the folder takes about a millisecond, generating it about 30.
+    """
+    folder = shutil.copytree(k3_shard.parent, tmp_path / "k3-mini")
+    return Path(folder) / k3_shard.name
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,134 @@
+"""The C fault injector under the default read loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import _lib
+from faults.io import Fault, IOFaults
+
+
+def _read(faults: IOFaults, path: str, length: int, offset: int = 0):
+    """Open path through the injector and read a range; return (rc, bytes)."""
+    ffi, lib = _lib.ffi(), _lib.lib()
+    io = faults.io
+    h = ffi.new("int64_t *")
+    assert io.open(io.ctx, path.encode(), 0, h) == 0
+    try:
+        buf = ffi.new("unsigned char[]", length)
+        got = ffi.new("size_t *")
+        rc = lib.xc_io_read_full(io, h[0], path.encode(), buf, length, offset,
+                                 got)
+        return rc, bytes(ffi.buffer(buf, got[0]))
+    finally:
+        io.close(io.ctx, h[0])
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    """A 64 KiB file of known bytes."""
+    p = tmp_path / "data.bin"
+    p.write_bytes(bytes(i % 251 for i in range(65536)))
+    return p
+
+
+def test_partial_reads_are_completed_by_the_loop(data_file):
+    """Every pread returning only 100 bytes still yields the whole range."""
+    with IOFaults() as f:
+        f.arm(Fault("partial", nth=1, persistent=True, arg=100))
+        rc, got = _read(f, str(data_file), 1000, 5)
+        assert rc == 0 and got == data_file.read_bytes()[5:1005]
+        assert f.fired == 10 and f.reads == 10
+
+
+def test_transient_eintr_is_retried(data_file):
+    """One EINTR costs one retry and no error."""
+    with IOFaults() as f:
+        f.arm(Fault("eintr", nth=1))
+        rc, got = _read(f, str(data_file), 4096)
+        assert rc == 0 and got == data_file.read_bytes()[:4096]
+        assert (f.fired, f.reads) == (1, 2)
+
+
+def test_persistent_eintr_storm_is_reported_not_spun_on(data_file):
+    """An endless EINTR storm ends in an I/O error naming the file."""
+    with IOFaults() as f:
+        f.arm(Fault("eintr", nth=1, persistent=True))
+        rc, _ = _read(f, str(data_file), 4096)
+        assert rc == _lib.lib().XC_E_IO
+        assert str(data_file) in _lib.last_error()[4]
+        assert f.fired == 1000
+
+
+def test_eof_is_a_short_read_with_position(data_file):
+    """A pread that finds the file ended reports where the bytes stopped."""
+    with IOFaults() as f:
+        f.arm(Fault("eof", nth=1))
+        rc, got = _read(f, str(data_file), 1000, 24)
+        assert rc == _lib.lib().XC_E_SHORT_READ and got == b""
+        code, offset, *_ = _lib.last_error()
+        assert (code, offset) == (rc, 24)
+        assert "0 of 1000 bytes" in _lib.last_error()[4]
+
+
+def test_eio_on_the_nth_read_only(data_file):
+    """The 3rd matching read fails with EIO; the 2nd and 4th do not."""
+    with IOFaults() as f:
+        f.arm(Fault("eio", nth=3))
+        results = [_read(f, str(data_file), 10, 10 * i)[0] for i in range(4)]
+        assert results == [0, 0, _lib.lib().XC_E_IO, 0]
+        assert "Input/output error" in _lib.last_error()[4]
+
+
+def test_path_filter_spares_other_files(tmp_path, data_file):
+    """A fault filtered to one file never touches another."""
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"z" * 100)
+    with IOFaults() as f:
+        f.arm(Fault("eio", nth=1, persistent=True, path_filter="data.bin"))
+        assert _read(f, str(other), 100) == (0, b"z" * 100)
+        assert _read(f, str(data_file), 100)[0] == _lib.lib().XC_E_IO
+        assert f.reads == 1 and f.open_handles == 0
+
+
+def test_bad_arming_is_misuse():
+    """Unknown kinds, a zero countdown and negative arguments are refused."""
+    from engine import errors
+
+    with IOFaults() as f:
+        with pytest.raises(ValueError, match="unknown fault kind"):
+            f.arm(Fault("explode"))
+        with pytest.raises(errors.MisuseError, match="start at 1"):
+            f.arm(Fault("eio", nth=0))
+        with pytest.raises(errors.MisuseError, match="negative"):
+            f.arm(Fault("partial", arg=-1))
+
+
+def test_partial_larger_than_the_read_changes_nothing(data_file):
+    """A partial-read limit above the request lets the whole read through at once."""
+    with IOFaults() as f:
+        f.arm(Fault("partial", nth=1, persistent=True, arg=1 << 20))
+        rc, got = _read(f, str(data_file), 4096, 100)
+        assert rc == 0 and got == data_file.read_bytes()[100:4196]
+        assert (f.fired, f.reads) == (1, 1)
+
+
+def test_a_delayed_read_keeps_its_slot_in_flight_until_it_lands(k3_shard):
+    """A demand get of a key whose read-ahead is delayed waits for it and hits."""
+    import engine
+    from tests.helpers import expert_bytes
+
+    shard = k3_shard
+    with IOFaults() as f:
+        c = engine.Container(str(shard), io=f)
+        cache = engine.ExpertCache(c, n_slots=8, top_k=4, io_threads=1)
+        f.arm(Fault("delay", nth=1, arg=50_000))  # 50 ms on the reader
+        assert cache.prefetch([(0, 7)]) == 1  # queued, not yet read
+        with cache.get(0, 7) as ex:  # waits for that read, then a hit
+            assert ex.data.tobytes() == expert_bytes(shard, 7)
+        s = cache.stats()
+        assert (f.fired, s["requests"], s["hits"], s["misses"],
+                s["prefetch_loads"], s["prefetch_first_uses"]) == (1, 1, 1, 0, 1, 1)
+        cache.check()
+        cache.close()
+        c.close()

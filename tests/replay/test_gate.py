@@ -1,0 +1,189 @@
+"""replay.py gates engine changes: digests, build, scenarios, exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
+
+# The one-line bug of the gate's proof: publish a slot even when its read
+# came back short (the silent bug a truncated shard must expose).
+_PUBLISH = "    if (rc == XC_OK) {\n        s->state = XC_SLOT_READY;"
+_PUBLISH_SHORT = ("    if (rc == XC_OK || rc == XC_E_SHORT_READ) {\n"
+                  "        s->state = XC_SLOT_READY;")
+
+
+def _replay(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run replay.py in a fresh interpreter and capture its output."""
+    return subprocess.run([sys.executable, str(ROOT / "replay.py"), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def _candidate(tmp_path: Path) -> Path:
+    """A copy of this checkout's engine tree, as another checkout would hold it."""
+    cand = tmp_path / "candidate"
+    shutil.copytree(ROOT / "engine", cand / "engine",
+                    ignore=shutil.ignore_patterns("*.so", "_xc.c",
+                                                  "__pycache__", "*.o"))
+    return cand
+
+
+def _plant(cand: Path, old: str, new: str) -> None:
+    """Replace exactly one occurrence of old by new in the candidate's cache."""
+    src = cand / "engine" / "csrc" / "xc_cache.c"
+    text = src.read_text()
+    assert text.count(old) == 1, "the planted bug's anchor moved"
+    src.write_text(text.replace(old, new))
+
+
+def test_pinned_tree_passes_every_scenario(tmp_path):
+    """This checkout verifies, builds and passes, with a JSON of every check."""
+    report = tmp_path / "report.json"
+    p = _replay(str(tmp_path / "out"), "--json", str(report))
+    assert p.returncode == 0, p.stdout + p.stderr
+    n_pins = len(json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"])
+    assert f"Verified {n_pins} pinned source digests" in p.stdout
+    data = json.loads(report.read_text())
+    assert data["passed"] is True
+    assert all(c["passed"] for c in data["checks"])
+    assert {c["backend"] for c in data["checks"]} == {"engine", "oracle"}
+    names = {c["check"] for c in data["checks"]}
+    assert {"serial reads are byte-exact", "batch_before_get",
+            "truncated_shard publishes nothing",
+            "unconsumed_schedule (4 KiB chunks)"} <= names
+    assert p.stdout.splitlines()[-1].startswith(
+        f"PASS: {len(data['scenarios'])} scenarios, {len(data['checks'])} checks")
+    assert "  PASS  serial reads are byte-exact [engine]" in p.stdout
+    assert not (tmp_path / "out" / "replay-work").exists()  # cleaned up
+
+
+def test_planted_short_read_bug_is_caught(tmp_path):
+    """A publish-on-short-read bug fails the digests (2), then the scenarios (1)."""
+    cand = _candidate(tmp_path)
+    _plant(cand, _PUBLISH, _PUBLISH_SHORT)
+    out = str(tmp_path / "out")
+
+    p = _replay("--engine-src", str(cand), out)
+    assert p.returncode == 2
+    assert "changed   csrc/xc_cache.c" in p.stderr
+    assert "Built" not in p.stdout  # never built
+
+    p = _replay("--engine-src", str(cand), "--repin")
+    assert p.returncode == 0 and "changed csrc/xc_cache.c" in p.stdout
+
+    p = _replay("--engine-src", str(cand), out, "--keep")
+    assert p.returncode == 1, p.stdout + p.stderr
+    failing = [ln for ln in p.stdout.splitlines() if ln.startswith("  FAIL")]
+    assert any("truncated_shard publishes nothing [engine]" in ln
+               for ln in failing)
+    assert not any("[oracle]" in ln for ln in failing)
+    assert p.stdout.splitlines()[-1].startswith("FAIL: ")
+    assert (tmp_path / "out" / "replay-work" / "build").is_dir()  # --keep
+
+
+def test_build_failure_exits_2_with_the_compiler_message(tmp_path):
+    """A candidate that does not compile cannot run, and says why."""
+    cand = _candidate(tmp_path)
+    _plant(cand, _PUBLISH, "    if (rc == XC_OK) {{\n        s->state = XC_SLOT_READY;")
+    assert _replay("--engine-src", str(cand), "--repin").returncode == 0
+    p = _replay("--engine-src", str(cand), str(tmp_path / "out"))
+    assert p.returncode == 2
+    assert "engine build failed" in p.stderr and "error:" in p.stderr
+
+
+def test_bad_arguments_exit_2(tmp_path):
+    """No folder, an unknown option or a missing engine tree cannot run."""
+    assert _replay().returncode == 2
+    assert _replay("--no-such-option", str(tmp_path)).returncode == 2
+    p = _replay("--engine-src", str(tmp_path / "nowhere"), str(tmp_path))
+    assert p.returncode == 2 and "no engine tree there" in p.stderr
+    p = _replay(str(tmp_path / "out"), "--scenario", "no-such-scenario")
+    assert p.returncode == 2 and "no scenarios found" in p.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    p = _replay(str(blocker / "out"))  # a folder that cannot be made
+    assert p.returncode == 2 and "CANNOT RUN" in p.stderr
+    assert "Traceback" not in p.stderr
+    p = _replay(str(tmp_path / "out"), "--scenario", "faults-alloc",
+                "--json", str(blocker / "r.json"))
+    assert p.returncode == 2 and "cannot write the report" in p.stderr
+
+
+# -- the every-policy scenario ----------------------------------------------
+
+_EVERY = ROOT / "fixtures" / "scenarios" / "policies-mixtral-mini.json"
+
+
+def _variant_policies(scenario: dict) -> list[str]:
+    """The policy names (without parameters) the scenario's variants run."""
+    return [v["cache"]["policy"].split(":")[0] for v in scenario["variants"]]
+
+
+def _c_table_policies() -> list[str]:
+    """The policies of the C library's table, from its source and its own refusal."""
+    import engine
+    from engine.sim import simulate
+
+    src = (ROOT / "engine" / "csrc" / "xc_policy.c").read_text()
+    table = src[src.index("table[] = {"):src.index("};", src.index("table[] = {"))]
+    names = re.findall(r"&xc_policy_(\w+)_ops", table)
+    with pytest.raises(engine.MisuseError) as ei:
+        simulate([0, 1], "no-such-policy", 1)
+    listed = str(ei.value).split("valid: ", 1)[1].split(", ")
+    assert [v.split(":")[0] for v in listed] == names
+    return names
+
+
+def test_every_policy_scenario_runs_every_policy():
+    """The scenario titled every policy has one variant per oracle and C policy."""
+    from engine.sim import POLICIES as SIM_POLICIES
+    from oracle.cache import POLICIES as ORACLE_POLICIES
+
+    scenario = json.loads(_EVERY.read_text())
+    assert scenario["title"].startswith("every policy")
+    assert scenario["every_policy"] is True
+    run = _variant_policies(scenario)
+    assert len(run) == len(set(run))
+    assert set(run) == set(ORACLE_POLICIES)
+    assert set(run) == set(_c_table_policies())
+    assert set(run) == set(SIM_POLICIES) - {"belady"}
+
+
+def test_gate_refuses_an_every_policy_scenario_missing_one(tmp_path, monkeypatch):
+    """Without its arc variant the scenario set cannot run (CannotRun, exit 2)."""
+    from fixtures.gate import CannotRun
+    from fixtures.gate import scenarios as gate_scenarios
+    from fixtures.gate.report import Report
+
+    scenario = json.loads(_EVERY.read_text())
+    scenario["variants"] = [v for v in scenario["variants"]
+                            if not v["cache"]["policy"].startswith("arc")]
+    (tmp_path / "policies.json").write_text(json.dumps(scenario))
+    monkeypatch.setattr(gate_scenarios, "SCENARIO_DIR", tmp_path)
+    with pytest.raises(CannotRun, match="has no variant for arc"):
+        gate_scenarios.run_scenarios(None, tmp_path / "work", Report(), [])
+    assert not (tmp_path / "work").exists()  # refused before any fixture
+
+
+def test_gate_command_runs_the_scenarios(tmp_path):
+    """`replay.py gate DIR` is the main job: every policy passes on both backends."""
+    report = tmp_path / "report.json"
+    p = _replay("gate", str(tmp_path / "out"), "--scenario", "policies",
+                "--json", str(report))
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(report.read_text())
+    scenario = json.loads(_EVERY.read_text())
+    suffixes = [v["suffix"] for v in scenario["variants"]]
+    assert data["scenarios"] == ["policies" + s for s in suffixes]
+    counters = {(c["check"], c["backend"]) for c in data["checks"]}
+    assert {(f"policy counters{s}", b) for s in suffixes
+            for b in ("engine", "oracle")} <= counters
+    assert all(c["passed"] for c in data["checks"])

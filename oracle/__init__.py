@@ -3,7 +3,8 @@
 - ``oracle.safetensors``: a validating safetensors reader (DESIGN §3);
 - ``oracle.cache``: a model of the cache, exactly per docs/CACHE.md;
 - ``oracle.sim``: the offline policy simulator (plain / step, Belady);
-- ``oracle.policies``: the queue policies S3-FIFO and ARC, shared by both;
+- ``oracle.policies``: one module per eviction policy behind a registry with
+  the engine's spec grammar, shared by both;
 - ``oracle.traces``: routing-trace importers and analyses;
 - ``oracle.errors``: the exceptions, one per engine error family.
 """

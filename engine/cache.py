@@ -23,11 +23,6 @@ from engine import _lib
 from engine.container import NUMPY_DTYPES
 from engine.errors import EngineError, InvariantError, MisuseError
 
-#: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
-K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
-               "experts.{expert}.{tensor}")
-K3_TENSORS = ("w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
-              "w2.weight_scale", "w3.weight_packed", "w3.weight_scale")
 
 def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
     """The layers and the experts of keys as two int32 arrays (never NULL)."""
@@ -237,13 +232,20 @@ class Stream:
 
 
 class ExpertCache:
-    """Slots of experts streamed from a container (see docs/CACHE.md)."""
+    """Slots of experts streamed from a container (see docs/CACHE.md).
+
+    The expert layout is the caller's: ``expert_template`` names a tensor
+    from ``{layer}``, ``{expert}`` and ``{tensor}``; ``tensors`` are the
+    ``{tensor}`` parts of one expert in slot order; ``layers`` are the MoE
+    layer ids (ascending) and ``n_experts`` the experts per layer.  The
+    engine knows no model's names; a fixture's spec gives them with
+    ``fixtures.preset(name).cache_layout()``.
+    """
 
     def __init__(self, container: Any, *, n_slots: int | None = None,
                  budget_bytes: int | None = None, top_k: int,
-                 policy: str = "lru", expert_template: str = K3_TEMPLATE,
-                 tensors: Sequence[str] = K3_TENSORS,
-                 layers: Sequence[int] = (0,), n_experts: int = 24,
+                 expert_template: str, tensors: Sequence[str],
+                 layers: Sequence[int], n_experts: int, policy: str = "lru",
                  chunk_bytes: int = 0, batch_threads: int = 2,
                  io_threads: int = 0, io_depth: int = 0,
                  split_min_misses: int = 1, lock_memory: bool = False,

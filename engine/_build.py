@@ -4,10 +4,33 @@ One function, ``make_builder``, describes the build so that the package
 (``pip install``), the sanitizer job in CI and ``replay.py`` (which builds a
 candidate engine tree into a scratch folder) all compile the same sources with
 the same recorded flags.
+
+What goes in: every ``csrc/*.c``, compiled into one extension that includes
+both C headers -- ``csrc/xc.h`` (the public API, cdef ``_cdef.h``) and
+``csrc/xc_test.h`` (test, fault and tool entry points, cdef
+``_cdef_test.h``) -- so Python calls every ``lib.xc_*`` on the one ``lib``.
+
+A build that cannot go stale: :func:`source_digest` is a SHA-256 over every
+source the build reads (``csrc/*.c``, ``csrc/*.h``, ``_cdef.h``,
+``_cdef_test.h``, names included, in a stable order).  The build embeds it
+(``lib.xc_build_digest()``), and ``engine._lib`` refuses to load a build whose
+digest differs from the sources beside it.
+
+Environment switches (flags of the build, not part of the digest):
+
+``XC_SANITIZE=address,undefined``
+    an instrumented engine (``-fsanitize=...``), as CI runs the tests under.
+``XC_COVERAGE=1``
+    gcov instrumentation (``--coverage -O0``), for ``.ci/coverage.sh``.
+``XC_RELEASE=1``
+    adds ``-DNDEBUG``: the C core's ``assert()`` checks of internal
+    preconditions are compiled out.  Without it (the default, the build the
+    tests and the sanitizer job use) they are compiled in.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 
@@ -18,8 +41,10 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(
         os.path.abspath(__file__)):
     del sys.path[0]
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cffi import FFI
+if TYPE_CHECKING:  # cffi is imported only when a build is made
+    from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,6 +65,44 @@ LDFLAGS: list[str] = ["-pthread"]
 SANITIZE_ENV = "XC_SANITIZE"
 #: Set XC_COVERAGE=1 to build with gcov instrumentation.
 COVERAGE_ENV = "XC_COVERAGE"
+#: Set XC_RELEASE=1 to compile the C asserts out (-DNDEBUG).
+RELEASE_ENV = "XC_RELEASE"
+
+#: The two cffi declaration files, in the order they are declared.
+CDEFS: tuple[str, ...] = ("_cdef.h", "_cdef_test.h")
+#: The C headers the extension includes, in the order of CDEFS.
+HEADERS: tuple[str, ...] = ("xc.h", "xc_test.h")
+#: Declared by the build itself (defined in the set_source preamble).
+DIGEST_CDEF = "const char *xc_build_digest(void);\n"
+
+
+def source_files(root: Path) -> list[Path]:
+    """Every file a build of the engine folder ``root`` reads, in digest order.
+
+    That is ``csrc/*.c``, ``csrc/*.h``, ``_cdef.h`` and ``_cdef_test.h``
+    (those present), sorted by their path relative to ``root``.
+    """
+    root = Path(root)
+    csrc = root / "csrc"
+    files = list(csrc.glob("*.c")) + list(csrc.glob("*.h"))
+    files += [root / name for name in CDEFS if (root / name).is_file()]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def source_digest(root: Path) -> str:
+    """SHA-256 (hex) over the sources a build of ``root`` compiles.
+
+    Each file contributes its relative path, its length and its bytes, so an
+    added, removed or renamed source changes the digest as an edit does.
+    """
+    root = Path(root)
+    h = hashlib.sha256()
+    for p in source_files(root):
+        data = p.read_bytes()
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(b"\0%d\0" % len(data))
+        h.update(data)
+    return h.hexdigest()
 
 
 def flags_from_env() -> tuple[list[str], list[str]]:
@@ -53,6 +116,8 @@ def flags_from_env() -> tuple[list[str], list[str]]:
     if os.environ.get(COVERAGE_ENV, "").strip() not in ("", "0"):
         cflags += ["--coverage", "-O0"]
         ldflags += ["--coverage"]
+    if os.environ.get(RELEASE_ENV, "").strip() not in ("", "0"):
+        cflags += ["-DNDEBUG"]
     return cflags, ldflags
 
 
@@ -60,19 +125,28 @@ def make_builder(src_dir: Path | None = None,
                  module_name: str = "engine._xc") -> FFI:
     """Return an FFI builder for the engine sources under ``src_dir``.
 
-    ``src_dir`` is an ``engine`` folder holding ``_cdef.h`` and ``csrc/``;
-    it defaults to this package.
+    ``src_dir`` is an ``engine`` folder holding ``_cdef.h``, ``_cdef_test.h``
+    and ``csrc/``; it defaults to this package.
     """
+    from cffi import FFI
+
     root = Path(src_dir) if src_dir is not None else HERE
     csrc = root / "csrc"
     sources = sorted(str(p) for p in csrc.glob("*.c"))
+    depends = [str(p) for p in source_files(root) if p.suffix == ".h"]
     cflags, ldflags = flags_from_env()
     ffi = FFI()
-    ffi.cdef((root / "_cdef.h").read_text())
+    for name in CDEFS:
+        ffi.cdef((root / name).read_text())
+    ffi.cdef(DIGEST_CDEF)
+    preamble = "".join(f'#include "{h}"\n' for h in HEADERS)
+    preamble += ("static const char *xc_build_digest(void)\n"
+                 f'{{ return "{source_digest(root)}"; }}\n')
     ffi.set_source(
         module_name,
-        '#include "xc.h"\n',
+        preamble,
         sources=sources,
+        depends=depends,  # a changed header rebuilds too
         include_dirs=[str(csrc)],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
@@ -80,8 +154,10 @@ def make_builder(src_dir: Path | None = None,
     return ffi
 
 
-ffibuilder = make_builder(Path("engine") if Path("engine/_cdef.h").exists()
-                          else None)
+def ffibuilder() -> FFI:
+    """The package's builder, for setup.py's ``cffi_modules`` (cffi calls it)."""
+    return make_builder(Path("engine") if Path("engine/_cdef.h").exists()
+                        else None)
 
 
 def build_into(out_dir: Path, src_dir: Path | None = None) -> Path:

@@ -50,13 +50,6 @@ enum {
 const char *xc_dtype_name(int dtype);
 int xc_dtype_bits(int dtype);
 
-void xc_alloc_fail_at(uint64_t n, int persistent);
-uint64_t xc_alloc_count(void);
-int64_t xc_alloc_live(void);
-uint64_t xc_alloc_failures(void);
-void xc_thread_fail_at(uint64_t n, int persistent);
-uint64_t xc_thread_count(void);
-uint64_t xc_thread_failures(void);
 
 typedef struct xc_io {
     int (*open)(void *ctx, const char *path, int direct, int64_t *handle);
@@ -69,17 +62,8 @@ typedef struct xc_io {
                             uint64_t offset);
 } xc_io;
 const xc_io *xc_io_default(void);
-int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
-                    void *buf, size_t len, uint64_t offset, size_t *got);
 
 #define XC_DIRECT_ALIGN 4096
-size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
-int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
-                       void *buf, size_t buf_len, uint64_t offset,
-                       size_t len, size_t align, size_t *payload_start);
-int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
-                      int64_t *handle, int *direct_active, char *note,
-                      size_t note_len);
 
 #define XC_MAX_DIMS 8
 #define XC_HEADER_MAX_BYTES 100000000
@@ -120,9 +104,14 @@ int xc_st_metadata(const xc_st *st, size_t i, const char **key,
 int xc_st_direct_active(const xc_st *st);
 const char *xc_st_direct_note(const xc_st *st);
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
-const char *xc_st_names_block(const xc_st *st, size_t *len);
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 int xc_st_check_files(const xc_st *st);
+
+/* --- eviction policies (contracts in xc.h) --- */
+int xc_policy_count(void);
+const char *xc_policy_name(int i);
+const char *xc_policy_param_name(int i, int j);
+uint64_t xc_policy_param_default(int i, int j);
 
 /* --- expert cache (contracts in xc.h) --- */
 typedef struct xc_cache xc_cache;
@@ -147,6 +136,7 @@ typedef struct xc_cache_opts {
     size_t trace_ring_records;
 } xc_cache_opts;
 enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
+const char *xc_slot_state_name(int state);
 enum {
     XC_INV_KEY_UNIQUE = 1,
     XC_INV_INDEX = 2,
@@ -159,6 +149,7 @@ enum {
     XC_INV_QUEUE = 9,
     XC_INV_SPEC = 10,
 };
+const char *xc_invariant_name(int inv);
 typedef struct xc_ref {
     int32_t slot;
     uint32_t generation;
@@ -191,26 +182,7 @@ void xc_cache_close(xc_cache *c);
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 int xc_cache_release(xc_cache *c, const xc_ref *ref);
 
-/* xc_cache_get and xc_cache_release for a binding that wants plain
- * integers (so cffi's argument conversion stays cheap and no xc_ref is
- * allocated per call).  A *handle* is (generation mod 2^31) << 32 | slot,
- * always >= 0.
- *
- * xc_cache_hold does exactly what xc_cache_get does -- hit, wait or load,
- * with the same counters, clock, policy events and trace records -- and
- * returns the handle of the held reference, or a negative XC_E_* status
- * with the cache left as xc_cache_get leaves it on that failure.
- *
- * xc_cache_unhold gives back one hold taken by xc_cache_hold (or the hold
- * of an xc_ref turned into a handle by the caller with the same formula).
- * XC_E_MISUSE, nothing changed, for a handle outside this cache, a slot
- * republished since (generations compared mod 2^31) or a slot with no hold
- * left.  Does not touch the clock.
- *
- * xc_cache_hold_data returns the first payload byte of a held handle's
- * expert (xc_cache_expert_bytes long, valid until the hold is given back),
- * or NULL, recording XC_E_MISUSE, when the handle holds nothing now.  It
- * changes nothing. */
+/* the handle face of get / release: the fast path for bindings */
 int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);
 int xc_cache_unhold(xc_cache *c, int64_t handle);
 const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
@@ -266,57 +238,3 @@ typedef struct xc_sim_result {
  * XC_E_NOMEM.  No state survives the call. */
 int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
                const uint8_t *step_start, size_t n, xc_sim_result *out);
-
-enum {
-    XC_FAULT_NONE = 0,
-    XC_FAULT_PARTIAL = 1,
-    XC_FAULT_EOF = 2,
-    XC_FAULT_EIO = 3,
-    XC_FAULT_EINTR = 4,
-    XC_FAULT_DELAY = 5,
-};
-typedef struct xc_fault xc_fault;
-int xc_fault_open(const xc_io *inner, xc_fault **out);
-void xc_fault_close(xc_fault *f);
-const xc_io *xc_fault_io(const xc_fault *f);
-int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
-                 int64_t arg, const char *path_filter);
-void xc_fault_disarm(xc_fault *f);
-uint64_t xc_fault_reads(const xc_fault *f);
-uint64_t xc_fault_fired(const xc_fault *f);
-int64_t xc_fault_open_handles(const xc_fault *f);
-
-/* ===================== TEST HOOKS (xc_testhooks.c) ======================
- * For the test suite only; never call from production code.  Corrupts one
- * field of a live cache (what = XC_TH_*, a and b name slots or variants as
- * documented in xc_testhooks.c), runs xc_cache_check(), restores every
- * field and returns check()'s result: the INV-* number it found (its
- * message in the error record), 0 if none, XC_E_MISUSE for arguments that
- * do not fit this cache or when the hook's mirror of the private cache
- * layout has drifted from xc_cache.c (nothing is written then). */
-enum {
-    XC_TH_SLOT_STATE = 1,
-    XC_TH_SLOT_KEY_RANGE = 2,
-    XC_TH_KEY_TWICE = 3,
-    XC_TH_INDEX = 4,
-    XC_TH_EMPTY_FIELD = 5,
-    XC_TH_INFLIGHT_FIELD = 6,
-    XC_TH_READS = 7,
-    XC_TH_CLOCK = 8,
-    XC_TH_CLOCK_SHARED = 9,
-    XC_TH_COUNTERS = 10,
-    XC_TH_PREFETCH = 11,
-    XC_TH_POLICY_COUNT = 12,
-    XC_TH_POLICY_STATE = 13,
-    XC_TH_QUEUE_DEPTH = 14,
-    XC_TH_QUEUE_SLOT = 15,
-    XC_TH_QUEUE_STATE = 16,
-    XC_TH_QUEUE_TWICE = 17,
-    XC_TH_SPEC = 18,
-    XC_TH_OWNER_STRAY = 19,
-    XC_TH_OWNER_NONE = 20,
-    XC_TH_OWNER_ORPHAN = 21,
-    XC_TH_ORDER = 22,
-};
-int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
-/* ===================== end of TEST HOOKS ================================ */

@@ -5,12 +5,20 @@ one place where a negative status becomes an exception carrying the thread's
 error record.  ``XC_ENGINE_LIB`` (or :func:`use`) points the package at
 another build of the same sources -- the sanitizer build in CI, or the build
 ``replay.py`` makes of a candidate engine tree.
+
+A stale build is refused: the package's own extension, and a build named by
+``XC_ENGINE_LIB`` (CI builds those from this tree), must carry the digest of
+the C sources beside this file (``engine/_build.py``, ``source_digest``);
+otherwise loading raises ImportError naming the command that rebuilds.
+:func:`use` loads what it is given unchecked: ``replay.py`` loads builds of
+other trees with it and checks their sources itself (pins).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,19 +26,65 @@ from engine import errors
 
 ENV_LIB = "XC_ENGINE_LIB"
 
+#: The one command that rebuilds the package's extension in place.
+REBUILD_COMMAND = "python setup.py build_ext --inplace"
+
+_ENGINE_DIR = Path(__file__).resolve().parent
+
 _module: ModuleType | None = None
 
 
-def use(path: str | os.PathLike[str]) -> ModuleType:
-    """Load the engine extension at ``path`` and make it the one in use."""
-    global _module
+def stale_reason(built: str | None, engine_dir: Path,
+                 so_path: str | os.PathLike[str]) -> str | None:
+    """Why a build is stale against the sources in ``engine_dir``, or None.
+
+    ``built`` is the digest the build carries (None: it carries none).  The
+    build is fresh when that digest is the sources' digest, or when the
+    sources are not there to compare with (an installed package without
+    ``csrc/``).
+    """
+    from engine._build import CDEFS, source_digest
+
+    engine_dir = Path(engine_dir)
+    if not (engine_dir / "csrc" / "xc.h").is_file() or not all(
+            (engine_dir / name).is_file() for name in CDEFS):
+        return None
+    now = source_digest(engine_dir)
+    if built == now:
+        return None
+    root = engine_dir.parent
+    what = ("was built before builds carried a source digest" if built is None
+            else f"was built from other sources (digest {built[:12]}) than "
+                 f"{engine_dir} holds now (digest {now[:12]}): a C source, "
+                 "header or cdef changed since")
+    return (f"the engine extension {os.fspath(so_path)} {what}; rebuild it "
+            f"with `{REBUILD_COMMAND}` in {root}")
+
+
+def check_fresh(mod: ModuleType, engine_dir: Path = _ENGINE_DIR) -> None:
+    """Raise ImportError if extension ``mod`` is stale against ``engine_dir``."""
+    fn = getattr(mod.lib, "xc_build_digest", None)
+    built = None if fn is None else mod.ffi.string(fn()).decode("ascii")
+    reason = stale_reason(built, engine_dir, getattr(mod, "__file__", "?"))
+    if reason is not None:
+        raise ImportError(reason)
+
+
+def _load(path: str | os.PathLike[str]) -> ModuleType:
+    """Load the extension file at ``path`` as ``engine._xc``."""
     spec = importlib.util.spec_from_file_location("engine._xc", os.fspath(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the engine extension at {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    _module = mod
     return mod
+
+
+def use(path: str | os.PathLike[str]) -> ModuleType:
+    """Load the engine extension at ``path`` and make it the one in use."""
+    global _module
+    _module = _load(path)
+    return _module
 
 
 def module() -> ModuleType:
@@ -39,10 +93,11 @@ def module() -> ModuleType:
     if _module is None:
         override = os.environ.get(ENV_LIB)
         if override:
-            return use(override)
-        from engine import _xc  # type: ignore[attr-defined]
-
-        _module = _xc
+            mod = _load(override)
+        else:
+            from engine import _xc as mod  # type: ignore[attr-defined]
+        check_fresh(mod)
+        _module = mod
     return _module
 
 

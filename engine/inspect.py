@@ -4,17 +4,37 @@
 
 Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
 and exits 0, or prints ``FAIL <kind> <file> byte <offset>: <message>`` and
-exits 1.  The C reader does every check (DESIGN §3); this only reports.
+exits 1.  The C reader does every check (docs/DESIGN.md §3); this only reports.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections import Counter
+from pathlib import Path
 
 from engine.container import Container
 from engine.errors import EngineError
+
+
+def package_version() -> str:
+    """The installed xcache version, else the one in this checkout's pyproject.toml."""
+    try:
+        return importlib.metadata.version("xcache")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    try:
+        with open(pyproject, "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
 
 
 def summarize(path: str, *, direct: bool = False) -> str:
@@ -38,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", help="a .safetensors file, a folder, or an index")
     ap.add_argument("--direct", action="store_true",
                     help="probe O_DIRECT and report whether it is in effect")
+    ap.add_argument("--version", action="version", version=package_version(),
+                    help="print the xcache version and exit")
     ns = ap.parse_args(argv)
     try:
         print(summarize(ns.path, direct=ns.direct))

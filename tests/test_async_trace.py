@@ -133,9 +133,9 @@ def test_policy_lab_reads_an_engine_trace(tmp_path):
     assert (auto.token.tolist(), auto.layer.tolist(), auto.expert.tolist()) == (
         direct.token.tolist(), direct.layer.tolist(), direct.expert.tolist())
     out = tmp_path / "lab"
-    assert replay.trace_main(["--trace", str(tr), "--policies", "lru",
-                              "--slots", "8", "--executor", "thread",
-                              "--quiet", str(out)]) == 0
+    assert replay.main(["--trace", str(tr), "--policies", "lru",
+                        "--slots", "8", "--executor", "thread",
+                        "--quiet", str(out)]) == 0
     with open(out / "results.csv", newline="") as f:
         (row,) = list(csv.DictReader(f))
     assert (row["policy"], int(row["slots"]), int(row["requests"]),

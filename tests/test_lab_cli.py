@@ -9,8 +9,9 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
+from fixtures.lab.sweep import COLUMNS, run_sweep
 from oracle.traces import Trace, write_csv
-from replay import COLUMNS, run_sweep, trace_main
+from replay import main
 from tests.test_oracle_sim import real_trace, synthetic
 
 NO_DASK = "dask[distributed] not installed (pip install -e '.[lab]')"
@@ -24,14 +25,14 @@ def small_slice(n: int = 3000) -> Trace:
 
 
 def test_lab_command_writes_three_files(tmp_path, capsys):
-    """trace_main on a CSV slice prints the table and writes csv, json and png."""
+    """The lab on a CSV slice prints the table and writes csv, json and png."""
     src = tmp_path / "slice.csv"
     write_csv(small_slice(), src)
     out = tmp_path / "out"
-    rc = trace_main(["--trace", str(src), "--mode", "step", "--policies",
-                     "lru,s3fifo,arc,belady", "--slots", "16,64", "--executor",
-                     "thread", "--quiet", "--export-oracle-general",
-                     str(tmp_path / "t.oracleGeneral"), str(out)])
+    rc = main(["--trace", str(src), "--mode", "step", "--policies",
+               "lru,s3fifo,arc,belady", "--slots", "16,64", "--executor",
+               "thread", "--quiet", "--export-oracle-general",
+               str(tmp_path / "t.oracleGeneral"), str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "belady gap" in printed and "s3fifo" in printed
@@ -58,12 +59,12 @@ def test_lab_command_bad_input(tmp_path, capsys):
     """An unreadable trace or a bad policy is exit 2 with the reason on stderr."""
     bad = tmp_path / "bad.txt"
     bad.write_text("0 0 1 2\nnonsense\n")
-    assert trace_main(["--trace", str(bad), "--quiet", str(tmp_path / "o")]) == 2
+    assert main(["--trace", str(bad), "--quiet", str(tmp_path / "o")]) == 2
     assert "bad.txt:2" in capsys.readouterr().err
     src = tmp_path / "s.csv"
     write_csv(synthetic(), src)
-    assert trace_main(["--trace", str(src), "--policies", "nope", "--slots", "4",
-                       "--executor", "thread", "--quiet", str(tmp_path / "o")]) == 2
+    assert main(["--trace", str(src), "--policies", "nope", "--slots", "4",
+                 "--executor", "thread", "--quiet", str(tmp_path / "o")]) == 2
     assert "unknown policy" in capsys.readouterr().err
 
 
@@ -72,9 +73,9 @@ def test_fractions_and_per_layer(tmp_path):
     src = tmp_path / "s.csv"
     write_csv(synthetic(), src)
     out = tmp_path / "o"
-    assert trace_main(["--trace", str(src), "--fractions", "0.25,0.5",
-                       "--per-layer", "--policies", "lru", "--executor", "thread",
-                       "--quiet", str(out)]) == 0
+    assert main(["--trace", str(src), "--fractions", "0.25,0.5",
+                 "--per-layer", "--policies", "lru", "--executor", "thread",
+                 "--quiet", str(out)]) == 0
     report = json.loads((out / "results.json").read_text())
     assert report["sizes"] == [2, 4] and report["per_layer"] is True
 
@@ -113,6 +114,6 @@ def test_lab_command_on_dask(tmp_path):
     pytest.importorskip("distributed", reason=NO_DASK)
     src = tmp_path / "s.csv"
     write_csv(synthetic(), src)
-    assert trace_main(["--trace", str(src), "--slots", "4,8", "--policies", "lru",
-                       "--executor", "dask", "--quiet", str(tmp_path / "o")]) == 0
+    assert main(["--trace", str(src), "--slots", "4,8", "--policies", "lru",
+                 "--executor", "dask", "--quiet", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "results.csv").read_text().count("\n") == 3

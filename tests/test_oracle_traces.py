@@ -9,17 +9,15 @@ import numpy as np
 import pytest
 
 from oracle.sim import simulate
-from oracle.traces import (
-    Trace,
-    TraceFormatError,
+from oracle.trace_stats import (
     adjacent_overlap,
-    load_trace,
     median_reuse_distance,
     miss_ratio_curve,
     reload_counts,
     reuse_distances,
     reuse_histogram,
 )
+from oracle.traces import Trace, TraceFormatError, load_trace
 from tests.conftest import TRACES_DIR
 
 TRACES = TRACES_DIR

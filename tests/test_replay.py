@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +115,75 @@ def test_bad_arguments_exit_2(tmp_path):
     p = _replay(str(tmp_path / "out"), "--scenario", "faults-alloc",
                 "--json", str(blocker / "r.json"))
     assert p.returncode == 2 and "cannot write the report" in p.stderr
+
+
+# -- the every-policy scenario ----------------------------------------------
+
+_EVERY = ROOT / "fixtures" / "scenarios" / "policies-mixtral-mini.json"
+
+
+def _variant_policies(scenario: dict) -> list[str]:
+    """The policy names (without parameters) the scenario's variants run."""
+    return [v["cache"]["policy"].split(":")[0] for v in scenario["variants"]]
+
+
+def _c_table_policies() -> list[str]:
+    """The policies of the C library's table, from its source and its own refusal."""
+    import engine
+    from engine.sim import simulate
+
+    src = (ROOT / "engine" / "csrc" / "xc_policy.c").read_text()
+    table = src[src.index("table[] = {"):src.index("};", src.index("table[] = {"))]
+    names = re.findall(r"&xc_policy_(\w+)_ops", table)
+    with pytest.raises(engine.MisuseError) as ei:
+        simulate([0, 1], "no-such-policy", 1)
+    listed = str(ei.value).split("valid: ", 1)[1].split(", ")
+    assert [v.split(":")[0] for v in listed] == names
+    return names
+
+
+def test_every_policy_scenario_runs_every_policy():
+    """The scenario titled every policy has one variant per oracle and C policy."""
+    from engine.sim import POLICIES as SIM_POLICIES
+    from oracle.cache import POLICIES as ORACLE_POLICIES
+
+    scenario = json.loads(_EVERY.read_text())
+    assert scenario["title"].startswith("every policy")
+    assert scenario["every_policy"] is True
+    run = _variant_policies(scenario)
+    assert len(run) == len(set(run))
+    assert set(run) == set(ORACLE_POLICIES)
+    assert set(run) == set(_c_table_policies())
+    assert set(run) == set(SIM_POLICIES) - {"belady"}
+
+
+def test_gate_refuses_an_every_policy_scenario_missing_one(tmp_path, monkeypatch):
+    """Without its arc variant the scenario set cannot run (CannotRun, exit 2)."""
+    from fixtures.gate import CannotRun
+    from fixtures.gate import scenarios as gate_scenarios
+    from fixtures.gate.report import Report
+
+    scenario = json.loads(_EVERY.read_text())
+    scenario["variants"] = [v for v in scenario["variants"]
+                            if not v["cache"]["policy"].startswith("arc")]
+    (tmp_path / "policies.json").write_text(json.dumps(scenario))
+    monkeypatch.setattr(gate_scenarios, "SCENARIO_DIR", tmp_path)
+    with pytest.raises(CannotRun, match="has no variant for arc"):
+        gate_scenarios.run_scenarios(None, tmp_path / "work", Report(), [])
+    assert not (tmp_path / "work").exists()  # refused before any fixture
+
+
+def test_gate_command_runs_the_scenarios(tmp_path):
+    """`replay.py gate DIR` is the main job: every policy passes on both backends."""
+    report = tmp_path / "report.json"
+    p = _replay("gate", str(tmp_path / "out"), "--scenario", "policies",
+                "--json", str(report))
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(report.read_text())
+    scenario = json.loads(_EVERY.read_text())
+    suffixes = [v["suffix"] for v in scenario["variants"]]
+    assert data["scenarios"] == ["policies" + s for s in suffixes]
+    counters = {(c["check"], c["backend"]) for c in data["checks"]}
+    assert {(f"policy counters{s}", b) for s in suffixes
+            for b in ("engine", "oracle")} <= counters
+    assert all(c["passed"] for c in data["checks"])

@@ -1,5 +1,9 @@
 /*
- * xc.h -- the whole public C boundary of the expert cache.
+ * xc.h -- the public C boundary of the expert cache: everything an
+ * embedding application calls.  xc_test.h adds, on the same library, what
+ * the engine's tests, fault injection and tools call besides (allocation
+ * and thread-start countdowns, the io helpers, the fault injector, the test
+ * hook); no declaration is in both.
  *
  * Ownership and lifetimes
  * -----------------------
@@ -110,36 +114,6 @@ const char *xc_dtype_name(int dtype);
 int xc_dtype_bits(int dtype);
 
 /* ------------------------------------------------------------------ */
-/* Allocation seam                                                      */
-/* ------------------------------------------------------------------ */
-
-/* Every allocation the engine makes goes through one wrapper so that tests
- * can fail the Nth one.  xc_alloc_fail_at(n, persistent): the n-th
- * allocation from now (1 = the next one) fails; with persistent != 0 every
- * allocation after it fails too.  n == 0 disarms.  The counters are
- * process-wide and atomic.  xc_alloc_live() is the number of engine
- * allocations not yet freed; xc_alloc_count() the number made so far. */
-void xc_alloc_fail_at(uint64_t n, int persistent);
-uint64_t xc_alloc_count(void);
-int64_t xc_alloc_live(void);
-/* Number of allocations refused by the armed fault so far. */
-uint64_t xc_alloc_failures(void);
-
-/* Thread-start seam (test control).  Every thread the engine starts (the
- * batch pool's and the read-ahead readers of xc_cache_open) goes through one
- * wrapper with a countdown of its own, separate from the allocation one so
- * that a test names the k-th thread start directly and the allocation
- * counts stay what they were.  xc_thread_fail_at(n, persistent): the n-th
- * thread start from now (1 = the next one) fails with EAGAIN, as
- * pthread_create does at a thread or memory limit; with persistent != 0
- * every start after it fails too.  n == 0 disarms.  xc_thread_count() is
- * the number of starts attempted so far, xc_thread_failures() the number
- * refused by the armed fault.  Process-wide and atomic; none can fail. */
-void xc_thread_fail_at(uint64_t n, int persistent);
-uint64_t xc_thread_count(void);
-uint64_t xc_thread_failures(void);
-
-/* ------------------------------------------------------------------ */
 /* I/O seam                                                             */
 /* ------------------------------------------------------------------ */
 
@@ -170,50 +144,11 @@ typedef struct xc_io {
  * fail. */
 const xc_io *xc_io_default(void);
 
-/* Reads exactly len bytes at offset through io, looping over partial reads
- * and retrying EINTR.  Returns XC_OK, XC_E_SHORT_READ when end of file came
- * first (*got says how many arrived), or XC_E_IO with errno in the message.
- * path is used only for messages and may be NULL.  buf's content after a
- * failure is unspecified. */
-int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
-                    void *buf, size_t len, uint64_t offset, size_t *got);
-
 /* Alignment of O_DIRECT reads: offset, length and buffer address must all
  * be multiples of it.  4096 is the logical block size of every device the
- * project targets; xc_io_open_probed proves it with a real read. */
+ * project targets; the reader proves it with a real read of the first
+ * block of every shard it opens O_DIRECT (xc_st_opts.direct). */
 #define XC_DIRECT_ALIGN 4096
-
-/* Bytes an aligned read of [offset, offset + len) occupies once widened to
- * align (offset rounded down, offset + len rounded up), or 0 if align is not
- * a power of two or the widened range overflows.  Cannot fail otherwise. */
-size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
-
-/* Reads [offset, offset + len) widened to align, so that it may be issued on
- * an O_DIRECT handle: one read of the whole widened range into buf, which
- * must be aligned to align and hold xc_io_aligned_span(offset, len, align)
- * bytes (buf_len says how many it holds).  The widened range may run past
- * the end of the file; that is fine as long as the payload itself arrived.
- * On success *payload_start is where byte `offset` landed in buf (offset
- * modulo align), so the payload is buf[*payload_start, +len).  align 1
- * means no widening.  Returns XC_OK, XC_E_SHORT_READ if the file ends
- * before offset + len, XC_E_IO, or XC_E_MISUSE for a bad align, a
- * misaligned buf or a buf_len too small.  buf's content after a failure is
- * unspecified; *payload_start is written only on success. */
-int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
-                       void *buf, size_t buf_len, uint64_t offset,
-                       size_t len, size_t align, size_t *payload_start);
-
-/* Opens path through io for reading.  With want_direct, opens it O_DIRECT
- * and probes that with one read of XC_DIRECT_ALIGN bytes at offset 0; if
- * the open or the probe is refused, closes that handle, reopens the file
- * buffered and writes the reason into note (never a silent fallback).
- * *direct_active is 1 only when the probe succeeded.  note (may be NULL)
- * gets "" when there is nothing to report.  Returns XC_OK, XC_E_NOT_FOUND
- * when the file does not exist, XC_E_IO for other open errors, XC_E_NOMEM
- * for the probe buffer; no handle is left open after a failure. */
-int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
-                      int64_t *handle, int *direct_active, char *note,
-                      size_t note_len);
 
 /* ------------------------------------------------------------------ */
 /* Safetensors container                                                */
@@ -245,12 +180,12 @@ typedef struct xc_st_opts {
 
 /* Opens a container: one .safetensors file, a folder holding
  * model.safetensors.index.json (or a single .safetensors file), or the index
- * file itself.  Validates every header completely (see DESIGN §3) and, for
- * an index, that each tensor lives in the shard the index names, each named
- * shard exists and total_size matches.  On failure returns the first error
- * found (XC_E_FORMAT_* with the file and byte offset in the message,
- * XC_E_IO, XC_E_NOMEM), writes nothing to *out and leaves no descriptor
- * open.  opts may be NULL. */
+ * file itself.  Validates every header completely (the XC_E_FORMAT_* checks,
+ * in their order) and, for an index, that each tensor lives in the shard the
+ * index names, each named shard exists and total_size matches.  On failure
+ * returns the first error found (XC_E_FORMAT_* with the file and byte offset
+ * in the message, XC_E_IO, XC_E_NOMEM), writes nothing to *out and leaves no
+ * descriptor open.  opts may be NULL. */
 int xc_st_open(const char *path, const xc_st_opts *opts, xc_st **out);
 
 /* Closes every shard and frees the container.  NULL is a no-op. */
@@ -297,7 +232,8 @@ int xc_st_direct_active(const xc_st *st);
 const char *xc_st_direct_note(const xc_st *st);
 
 /* Whether shard i's handle is O_DIRECT (then every read on it must go
- * through xc_io_read_aligned with XC_DIRECT_ALIGN).  0 if out of range. */
+ * be widened to XC_DIRECT_ALIGN: offset, length and buffer address).  0
+ * if out of range. */
 int xc_st_shard_direct(const xc_st *st, size_t i);
 
 /* Writes every tensor name in container order, each followed by one NUL
@@ -306,16 +242,6 @@ int xc_st_shard_direct(const xc_st *st, size_t i);
  * ask the size).  Names never contain U+0000, so the result splits cleanly.
  * Returns XC_OK, or XC_E_MISUSE (nothing written) when buf is too small. */
 int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
-
-/* The same bytes xc_st_names writes (every tensor name in container order,
- * each followed by one NUL byte) without a copy: a pointer to them inside
- * the container, valid until xc_st_close, with their length in *len (always
- * set, the size xc_st_names needs).  NULL when the container does not hold
- * them as one block -- more than one shard, no tensors, tensors whose
- * header order is not their offset order, or a __metadata__ object between
- * two tensor entries -- and then xc_st_names is the way.  Records no
- * error. */
-const char *xc_st_names_block(const xc_st *st, size_t *len);
 
 /* Checks that every shard is still the file the container opened: its path
  * still names the same file (device and inode recorded at open), with the
@@ -337,6 +263,34 @@ uint64_t xc_st_shard_header_bytes(const xc_st *st, size_t i);
  * through the container's io.  XC_E_SHORT_READ / XC_E_IO on failure, with
  * the tensor name, shard and offset in the message. */
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
+
+/* ------------------------------------------------------------------ */
+/* Eviction policies                                                    */
+/* ------------------------------------------------------------------ */
+
+/* The built-in policies a cache (xc_cache_opts.policy) or a replay
+ * (xc_sim_opts.policy) may name, as a table: policy i (0 <= i <
+ * xc_policy_count()) is called xc_policy_name(i) and takes the parameters
+ * xc_policy_param_name(i, j) for j = 0, 1, ... up to the first NULL, each
+ * an unsigned integer defaulting to xc_policy_param_default(i, j).  A spec
+ * is "name" or "name:param=value,..." (docs/CACHE.md "Victim choice").
+ * The table is fixed at build time and the strings are static; none of
+ * these can fail. */
+
+/* Number of built-in policies (at least 1). */
+int xc_policy_count(void);
+
+/* Name of policy i ("lru", "fifo", ...) in table order, or NULL when i is
+ * out of range. */
+const char *xc_policy_name(int i);
+
+/* Name of parameter j of policy i ("sample"), or NULL when i or j is out
+ * of range. */
+const char *xc_policy_param_name(int i, int j);
+
+/* Default value of parameter j of policy i, or 0 when i or j is out of
+ * range (parameter names say which j exist). */
+uint64_t xc_policy_param_default(int i, int j);
 
 /* ------------------------------------------------------------------ */
 /* Expert cache                                                         */
@@ -384,6 +338,10 @@ typedef struct xc_cache_opts {
 /* Slot states (docs/CACHE.md "Slots and budget"). */
 enum { XC_SLOT_EMPTY = 0, XC_SLOT_INFLIGHT = 1, XC_SLOT_READY = 2 };
 
+/* Returns a static, stable name for a slot state ("empty", "inflight",
+ * "ready"), or NULL for a number that is not one.  Cannot fail. */
+const char *xc_slot_state_name(int state);
+
 /* Invariants walked by xc_cache_check(), in the order it checks them; the
  * return value is the number.  INV-KEY-UNIQUE: a key is in at most one slot.
  * INV-INDEX: the key index maps exactly the non-EMPTY slots.  INV-EMPTY: an
@@ -426,6 +384,11 @@ enum {
     XC_INV_QUEUE = 9,
     XC_INV_SPEC = 10,
 };
+
+/* Returns a static, stable name for an invariant number as the comment
+ * above spells it ("INV-KEY-UNIQUE" for XC_INV_KEY_UNIQUE, ...), or NULL
+ * for a number that is not one (0 included).  Cannot fail. */
+const char *xc_invariant_name(int inv);
 
 /* A held reference: data points at the expert's payload (expert_bytes long)
  * inside slot `slot`; generation identifies this publish of the slot. */
@@ -497,17 +460,36 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
  * any other call on c.  NULL is a no-op.  Cannot fail. */
 void xc_cache_close(xc_cache *c);
 
+/* Taking an expert: one operation, two faces
+ * ------------------------------------------
+ * xc_cache_get / xc_cache_release and xc_cache_hold / xc_cache_unhold /
+ * xc_cache_hold_data are the same operation: the same steps (docs/CACHE.md
+ * "get"), the same counters, clock, policy events and trace records, the
+ * same holds.  They differ only in how a held reference crosses the call:
+ *
+ *   - C callers use the struct API, xc_cache_get / xc_cache_release: the
+ *     xc_ref carries the data pointer and length with it.
+ *   - Bindings (cffi, ctypes, any FFI) use the handle API, xc_cache_hold /
+ *     xc_cache_unhold, with xc_cache_hold_data for the bytes: plain
+ *     integers cross an FFI boundary with no struct allocated or converted
+ *     per call.  This is the one fast path for bindings, and the one the
+ *     engine's Python face uses.
+ *
+ * A *handle* is (generation mod 2^31) << 32 | slot, always >= 0; an xc_ref
+ * (from xc_cache_get or xc_cache_stream_next) turned into a handle with
+ * that formula is given back with xc_cache_unhold as well. */
+
 /* Demand access (docs/CACHE.md get steps 1-6): returns a held reference to
- * (layer, expert), loading it if needed and waiting for another thread's
- * read of the same key -- except a stream's reservation that nobody is
- * reading yet, which it reads itself and publishes for that stream (the
- * stream keeps its hold; docs/CACHE.md "Claiming").  XC_E_MISUSE for a key outside the cache (nothing
- * changed); XC_E_ALL_PINNED when no slot can be taken (nothing changed, no
- * counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed (the slot
- * is EMPTY again, the failure counted, the evicted key stays evicted, the
- * message names layer and expert); XC_E_CHANGED, handled the same way and
- * counted as an io error, when the shard was replaced or removed since the
- * container opened it (or, with xc_st_opts.verify, changed in any way; see
+ * (layer, expert), loading it if needed and waiting for another thread's read
+ * of the same key -- except a stream's reservation that nobody is reading yet,
+ * which it reads itself and publishes for that stream (the stream keeps its
+ * hold; docs/CACHE.md "Claiming").  XC_E_MISUSE for a key outside the cache
+ * (nothing changed); XC_E_ALL_PINNED when no slot can be taken (nothing
+ * changed, no counter moved); XC_E_SHORT_READ / XC_E_IO when the read failed
+ * (the slot is EMPTY again, the failure counted, the evicted key stays
+ * evicted, the message names layer and expert); XC_E_CHANGED, handled the same
+ * way and counted as an io error, when the shard was replaced or removed since
+ * the container opened it (or, with xc_st_opts.verify, changed in any way; see
  * faults/README.md).  *out is written only on success. */
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 
@@ -516,28 +498,22 @@ int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
  * with no hold left (a double release).  Does not touch the clock. */
 int xc_cache_release(xc_cache *c, const xc_ref *ref);
 
-/* xc_cache_get and xc_cache_release for a binding that wants plain
- * integers (so cffi's argument conversion stays cheap and no xc_ref is
- * allocated per call).  A *handle* is (generation mod 2^31) << 32 | slot,
- * always >= 0.
- *
- * xc_cache_hold does exactly what xc_cache_get does -- hit, wait or load,
- * with the same counters, clock, policy events and trace records -- and
- * returns the handle of the held reference, or a negative XC_E_* status
- * with the cache left as xc_cache_get leaves it on that failure.
- *
- * xc_cache_unhold gives back one hold taken by xc_cache_hold (or the hold
- * of an xc_ref turned into a handle by the caller with the same formula).
+/* The handle face of xc_cache_get: does exactly what xc_cache_get does --
+ * hit, wait or load, with the same counters, clock, policy events and
+ * trace records -- and returns the handle of the held reference, or a
+ * negative XC_E_* status with the cache left as xc_cache_get leaves it on
+ * that failure. */
+int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);
+
+/* The handle face of xc_cache_release: gives back one hold of handle.
  * XC_E_MISUSE, nothing changed, for a handle outside this cache, a slot
  * republished since (generations compared mod 2^31) or a slot with no hold
- * left.  Does not touch the clock.
- *
- * xc_cache_hold_data returns the first payload byte of a held handle's
- * expert (xc_cache_expert_bytes long, valid until the hold is given back),
- * or NULL, recording XC_E_MISUSE, when the handle holds nothing now.  It
- * changes nothing. */
-int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);
+ * left.  Does not touch the clock. */
 int xc_cache_unhold(xc_cache *c, int64_t handle);
+
+/* The first payload byte of a held handle's expert (xc_cache_expert_bytes
+ * long, valid until the hold is given back), or NULL, recording
+ * XC_E_MISUSE, when the handle holds nothing now.  Changes nothing. */
 const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
 
 /* Batch prefetch (docs/CACHE.md getmany steps 1-3): reserves slots for the
@@ -713,92 +689,6 @@ typedef struct xc_sim_result {
  * XC_E_NOMEM.  Re-entrant: no state survives the call. */
 int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
                const uint8_t *step_start, size_t n, xc_sim_result *out);
-
-
-/* ------------------------------------------------------------------ */
-/* Fault injection under the I/O seam                                   */
-/* ------------------------------------------------------------------ */
-
-/* A fault injector is an xc_io vtable that forwards to an inner vtable and
- * breaks chosen reads.  Tests configure it from Python; it is plain C, so no
- * Python code ever runs inside a read.  Reads are counted per injector from
- * the moment it is armed: the nth pread (1 = the next) that matches the path
- * filter meets the fault; with persistent != 0 every matching pread after it
- * does too. */
-enum {
-    XC_FAULT_NONE = 0,
-    XC_FAULT_PARTIAL = 1, /* return at most arg bytes (a legal partial read) */
-    XC_FAULT_EOF = 2,     /* return 0: the file seems to end here */
-    XC_FAULT_EIO = 3,     /* fail with -EIO */
-    XC_FAULT_EINTR = 4,   /* fail with -EINTR (the read loop must retry) */
-    XC_FAULT_DELAY = 5,   /* sleep arg microseconds, then read normally */
-};
-
-typedef struct xc_fault xc_fault;
-
-/* Creates an injector forwarding to inner (NULL: xc_io_default()), disarmed.
- * XC_E_NOMEM on failure. */
-int xc_fault_open(const xc_io *inner, xc_fault **out);
-
-/* Frees the injector.  Every object opened with its vtable must be closed
- * first.  NULL is a no-op. */
-void xc_fault_close(xc_fault *f);
-
-/* The injector's vtable, for xc_st_opts.io.  Valid until xc_fault_close. */
-const xc_io *xc_fault_io(const xc_fault *f);
-
-/* Arms the fault: kind (XC_FAULT_*), nth matching pread from now (>= 1),
- * transient or persistent, arg (bytes for PARTIAL, microseconds for DELAY),
- * and path_filter: only reads of files whose opened path contains this
- * substring match (NULL or "" = every file).  Replaces any earlier arming
- * and restarts the count.  XC_E_MISUSE for an unknown kind or nth == 0. */
-int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
-                 int64_t arg, const char *path_filter);
-
-/* Disarms; reads pass through unchanged.  Cannot fail. */
-void xc_fault_disarm(xc_fault *f);
-
-/* Matching preads seen since arming, and how many met the fault. */
-uint64_t xc_fault_reads(const xc_fault *f);
-uint64_t xc_fault_fired(const xc_fault *f);
-
-/* Descriptors the injector has open right now (opened minus closed). */
-int64_t xc_fault_open_handles(const xc_fault *f);
-
-/* ===================== TEST HOOKS (xc_testhooks.c) ======================
- * For the test suite only; never call from production code.  Corrupts one
- * field of a live cache (what = XC_TH_*, a and b name slots or variants as
- * documented in xc_testhooks.c), runs xc_cache_check(), restores every
- * field and returns check()'s result: the INV-* number it found (its
- * message in the error record), 0 if none, XC_E_MISUSE for arguments that
- * do not fit this cache or when the hook's mirror of the private cache
- * layout has drifted from xc_cache.c (nothing is written then). */
-enum {
-    XC_TH_SLOT_STATE = 1,
-    XC_TH_SLOT_KEY_RANGE = 2,
-    XC_TH_KEY_TWICE = 3,
-    XC_TH_INDEX = 4,
-    XC_TH_EMPTY_FIELD = 5,
-    XC_TH_INFLIGHT_FIELD = 6,
-    XC_TH_READS = 7,
-    XC_TH_CLOCK = 8,
-    XC_TH_CLOCK_SHARED = 9,
-    XC_TH_COUNTERS = 10,
-    XC_TH_PREFETCH = 11,
-    XC_TH_POLICY_COUNT = 12,
-    XC_TH_POLICY_STATE = 13,
-    XC_TH_QUEUE_DEPTH = 14,
-    XC_TH_QUEUE_SLOT = 15,
-    XC_TH_QUEUE_STATE = 16,
-    XC_TH_QUEUE_TWICE = 17,
-    XC_TH_SPEC = 18,
-    XC_TH_OWNER_STRAY = 19,
-    XC_TH_OWNER_NONE = 20,
-    XC_TH_OWNER_ORPHAN = 21,
-    XC_TH_ORDER = 22,
-};
-int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
-/* ===================== end of TEST HOOKS ================================ */
 
 #ifdef __cplusplus
 }

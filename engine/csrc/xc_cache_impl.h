@@ -1,11 +1,24 @@
 /*
- * xc_cache_impl.h -- the private types of the cache (xc_cache.c); not public.
+ * xc_cache_impl.h -- the private types of the cache and the functions its
+ * files share; not public (xc.h and xc_test.h are the boundary).
  *
- * Only two files include this: xc_cache.c, which owns every field, and
- * xc_testhooks.c, the test-only hook that corrupts one field of a live cache
- * so that xc_cache_check() must name the invariant it guards.  Keeping the
- * types here (rather than a copy in the hook) means the hook can never drift
- * from the real layout.
+ * The cache is one object split along its seams, every file including
+ * this header:
+ *   xc_cache.c   slot life (reserve, publish, hit, victim choice, the
+ *                order list of stamped inserts), get/release, the
+ *                integer-handle fast path, pin/unpin, open/close;
+ *   xc_batch.c   getmany on the batch pool, prefetch on the read-ahead
+ *                ring and its reader threads, drain;
+ *   xc_stream.c  layer streams;
+ *   xc_check.c   counters, snapshots, geometry and xc_cache_check();
+ *   xc_trace.c   the access trace;
+ *   xc_testhooks.c  the test-only hook that corrupts one field of a live
+ *                cache so that xc_cache_check() must name the invariant it
+ *                guards.  Keeping the types here (rather than a copy in the
+ *                hook) means the hook can never drift from the real layout.
+ *
+ * Every function declared below runs with the cache mutex `mu` held unless
+ * its comment says otherwise.
  */
 #ifndef XC_CACHE_IMPL_H
 #define XC_CACHE_IMPL_H
@@ -14,46 +27,50 @@
 #include "xc_load.h"
 #include "xc_policy.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 
 typedef struct slot {
     uint8_t state;        /* XC_SLOT_* */
-    uint8_t mark;         /* unused-prefetch mark */
-    uint8_t spec;         /* speculative load not yet used by a demand hit */
-    uint8_t untold;       /* READY, its insert held back (order list below) */
+    uint8_t unused_prefetch; /* a prefetch load no demand hit used yet */
+    uint8_t unused_spec;  /* a speculative load no demand hit used yet */
+    uint8_t insert_pending; /* READY, its insert held back from the policy
+                             * (order list below) */
     uint32_t key;         /* valid unless EMPTY */
     uint32_t holds, pins;
     uint32_t generation;  /* bumped at each publish */
     uint64_t last_use, insert_tick, freq;
     uint64_t payload_off;
-    /* INFLIGHT only: who owns the read (OWN_*), and for OWN_STREAM /
-     * OWN_CLAIMED the stream and its item */
+    /* INFLIGHT only: who owns the read (OWNER_*), and for OWNER_STREAM /
+     * OWNER_CLAIMED the stream and its item */
     uint8_t owner;
-    struct xc_stream *ost;
-    size_t oidx;
+    struct xc_stream *owner_stream;
+    size_t owner_item;
     uint64_t window;      /* INFLIGHT: the counter window of its reservation */
     /* The order list (xc_cache.oq_*): a stamped read whose insert the
-     * policy has not been told, INFLIGHT or READY and untold, is on it;
-     * onext is the next one in stamp order (-1: the last).  untold: READY,
-     * published, but its insert (and the untold_hits demand hits since)
-     * not yet told to the policy: an earlier stamped read has not ended. */
+     * policy has not been told, INFLIGHT or READY with insert_pending, is
+     * on it; onext is the next one in stamp order (-1: the last).
+     * insert_pending: READY, published, but its insert (and the
+     * pending_hits demand hits since) not yet told to the policy: an
+     * earlier stamped read has not ended. */
     int32_t onext;
-    uint64_t untold_hits;
+    uint64_t pending_hits;
 } slot;
 
-/* Owner of an INFLIGHT slot's read (slot.owner).  OWN_STREAM is the one
+/* Owner of an INFLIGHT slot's read (slot.owner).  OWNER_STREAM is the one
  * reservation nobody is reading yet: any thread that needs the key claims
- * it (stream_claim_read) instead of waiting for the consumer. */
+ * it (xc_stream_claim_read) instead of waiting for the consumer. */
 enum {
-    OWN_NONE = 0,   /* not INFLIGHT */
-    OWN_DEMAND,     /* a get() reading it in its own thread */
-    OWN_BATCH,      /* a getmany()/prefetch() caller reading it */
-    OWN_QUEUED,     /* in the read-ahead ring */
-    OWN_ACTIVE,     /* taken from the ring by a read-ahead reader */
-    OWN_STREAM,     /* a stream's miss, not read yet: claimable */
-    OWN_CLAIMED,    /* a stream's miss being read by whoever claimed it */
+    OWNER_NONE = 0,   /* not INFLIGHT */
+    OWNER_DEMAND,     /* a get() reading it in its own thread */
+    OWNER_BATCH,      /* a getmany()/prefetch() caller reading it */
+    OWNER_QUEUED,     /* in the read-ahead ring */
+    OWNER_ACTIVE,     /* taken from the ring by a read-ahead reader */
+    OWNER_STREAM,     /* a stream's miss, not read yet: claimable */
+    OWNER_CLAIMED,    /* a stream's miss being read by whoever claimed it */
 };
 
 #define SLOT_PROTECTED(s) ((s)->holds != 0 || (s)->pins != 0)
@@ -67,40 +84,48 @@ typedef struct resv {
 } resv;
 
 /* Who asked for a read: decides the publish rule (freq, marks, holds). */
-enum { K_DEMAND = 0, K_PREFETCH = 1, K_SPEC = 2, K_STREAM = 3 };
+enum { KIND_DEMAND = 0, KIND_PREFETCH = 1, KIND_SPEC = 2, KIND_STREAM = 3 };
 
-/* Trace record kinds and outcomes (docs/TRACE_FORMAT.md). */
-enum { TK_GET = 0, TK_PREFETCH = 1, TK_SPEC = 2, TK_STREAM = 3 };
+/* Kind of call a trace record stands for (docs/TRACE_FORMAT.md). */
 enum {
-    TO_HIT = 0, TO_MISS = 1, TO_WAIT_HIT = 2, TO_RESIDENT = 3,
-    TO_INFLIGHT = 4, TO_ISSUED = 5, TO_NO_SLOT = 6, TO_DUPLICATE = 7,
+    TRACE_KIND_GET = 0, TRACE_KIND_PREFETCH = 1, TRACE_KIND_SPEC = 2,
+    TRACE_KIND_STREAM = 3,
+};
+/* What became of the key a trace record names (docs/TRACE_FORMAT.md). */
+enum {
+    TRACE_OUT_HIT = 0, TRACE_OUT_MISS = 1, TRACE_OUT_WAIT_HIT = 2,
+    TRACE_OUT_RESIDENT = 3, TRACE_OUT_INFLIGHT = 4, TRACE_OUT_ISSUED = 5,
+    TRACE_OUT_NO_SLOT = 6, TRACE_OUT_DUPLICATE = 7,
 };
 #define TRACE_MAGIC "XCTRACE1"
 #define TRACE_VERSION 1u
 #define TRACE_HEADER_BYTES 48u
 #define TRACE_RECORD_BYTES 24u
 
-/* One read-ahead read in the ring: slot si, reserved for key, for a
- * prefetch, a speculative prefetch or item idx of stream st. */
+/* One read-ahead read in the ring: slot `slot`, reserved for key, for a
+ * prefetch, a speculative prefetch (kind: KIND_*) or item idx of stream
+ * `stream`. */
 typedef struct aitem {
     int32_t slot;
     uint32_t key;
     int kind;
-    struct xc_stream *st;
+    struct xc_stream *stream;
     size_t idx;
 } aitem;
 
-/* States of one key of a stream (xc_stream.state). */
+/* State of one key of a stream (xc_stream.state). */
 enum {
-    ST_HIT,       /* resident at begin: counted, held, not yet yielded */
-    ST_QUEUED,    /* our miss, its read in the read-ahead ring */
-    ST_LOCAL,     /* our miss, not read yet (ring full / no readers): read
-                   * by next(), or claimed by any get or stream needing it */
-    ST_READING,   /* our miss, claimed: some thread is reading it */
-    ST_FOREIGN,   /* INFLIGHT at begin by another read: resolved by next() */
-    ST_DEFER,     /* no slot at begin: a plain get, last */
-    ST_DONE,      /* our read ended (rc says how), not yet yielded */
-    ST_YIELDED,
+    STREAM_ITEM_HIT,     /* resident at begin: counted, held, not yielded */
+    STREAM_ITEM_QUEUED,  /* our miss, its read in the read-ahead ring */
+    STREAM_ITEM_LOCAL,   /* our miss, not read yet (ring full / no readers):
+                          * read by next(), or claimed by any get or
+                          * stream needing it */
+    STREAM_ITEM_READING, /* our miss, claimed: some thread is reading it */
+    STREAM_ITEM_FOREIGN, /* INFLIGHT at begin by another read: resolved by
+                          * next() */
+    STREAM_ITEM_DEFER,   /* no slot at begin: a plain get, last */
+    STREAM_ITEM_DONE,    /* our read ended (rc says how), not yet yielded */
+    STREAM_ITEM_YIELDED, /* handed to the consumer */
 };
 
 struct xc_stream {
@@ -111,11 +136,11 @@ struct xc_stream {
     int *rc;              /* per item: result of its read */
     xc_error *err;        /* per item: the failed read's error record, copied
                            * from the reading thread (file, byte, cause) */
-    uint8_t *state;       /* per item: ST_* */
-    size_t *done;         /* completion order of ST_DONE items */
+    uint8_t *state;       /* per item: STREAM_ITEM_* */
+    size_t *done;         /* completion order of STREAM_ITEM_DONE items */
     size_t n_done, done_next, hit_next;
-    size_t n_queued;      /* items in the ring or being read (ST_QUEUED,
-                           * ST_READING): end() waits for them */
+    size_t n_queued;      /* items in the ring or being read (QUEUED,
+                           * READING): end() waits for them */
     int plain;            /* below split_min_misses: plain gets in order */
     size_t plain_next;
     struct xc_stream *next_open; /* the cache's open streams, for check() */
@@ -155,7 +180,7 @@ struct xc_cache {
     uint32_t oq_n;
     struct xc_stream *streams; /* open streams (begun, not ended) */
     uint64_t evictions_since_open, requests_since_open;
-    xc_stats st;           /* the derived fields are unused here */
+    xc_stats stats;        /* the derived fields are unused here */
 
     /* read-ahead: a ring of aq_cap items, read by io_threads readers */
     pthread_cond_t aq_work;
@@ -185,5 +210,104 @@ struct xc_cache {
     int n_workers;
     pthread_t *workers;
 };
+
+/* ------------------------------------------------------------------ */
+/* Small helpers every file uses                                        */
+/* ------------------------------------------------------------------ */
+
+/* Monotonic wall time in nanoseconds, for load_ns.  Cannot fail. */
+static inline uint64_t xc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* First byte of slot s in the arena (s < n_slots). */
+static inline uint8_t *xc_slot_mem(const xc_cache *c, int32_t s)
+{
+    return c->arena + (size_t)s * c->ld.stride;
+}
+
+/* Gives s the next tick of the logical clock (mu held). */
+static inline void xc_slot_touch(xc_cache *c, slot *s)
+{
+    s->last_use = ++c->tick;
+}
+
+/* ------------------------------------------------------------------ */
+/* Slot life (xc_cache.c); mu held                                      */
+/* ------------------------------------------------------------------ */
+
+/* Stamps reserved slot si with its publish tick and, when the policy is
+ * told inserts, appends it to the order list. */
+void xc_slot_stamp(xc_cache *c, int32_t si);
+/* docs/CACHE.md "Victim choice": the slot to take, or -1 (nothing
+ * changed). */
+int32_t xc_slot_victim(xc_cache *c);
+/* Takes victim si (neither INFLIGHT nor protected) for key: counts the
+ * eviction of a READY occupant and leaves si INFLIGHT, OWNER_DEMAND. */
+void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key);
+/* Ends the read of INFLIGHT slot si with rc: publishes (kind: KIND_*,
+ * src: XC_SRC_*) or empties it, counting in the window it was reserved
+ * in. */
+void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
+                    uint64_t asked_bytes, uint64_t ns, int kind, int src);
+/* A demand hit on READY slot si: counts, clears the marks, touches and
+ * holds. */
+void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key);
+/* A demand miss up to the reservation: the reserved slot, or -1 (nothing
+ * changed, nothing counted). */
+int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key);
+/* Fills *out with the held reference of READY slot si. */
+void xc_slot_ref(const xc_cache *c, int32_t si, xc_ref *out);
+/* get steps (2)-(6) for a validated key; tkind is the TRACE_KIND_* to
+ * record.  mu is released while waiting or reading. */
+int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
+                  int tkind, xc_ref *out);
+
+/* ------------------------------------------------------------------ */
+/* Batch pool and read-ahead (xc_batch.c)                               */
+/* ------------------------------------------------------------------ */
+
+/* Reads r's key into r's slot, filling r's results; no lock needed (the
+ * slot is INFLIGHT and owned by the caller). */
+void xc_read_one(const xc_cache *c, resv *r);
+/* Appends a read to the read-ahead ring (mu held); 0 when it is full or
+ * there are no readers. */
+int xc_readahead_push(xc_cache *c, int32_t si, uint32_t key, int kind,
+                      struct xc_stream *stream, size_t idx);
+/* Thread bodies of a batch pool worker and a read-ahead reader; arg is the
+ * cache. */
+void *xc_pool_main(void *arg);
+void *xc_readahead_main(void *arg);
+/* Stop and join the first n_started readers / workers (mu and pool_mu not
+ * held); the readers first finish every queued read. */
+void xc_readahead_stop(xc_cache *c, int n_started);
+void xc_pool_stop(xc_cache *c, int n_started);
+
+/* ------------------------------------------------------------------ */
+/* Streams (xc_stream.c); mu held                                       */
+/* ------------------------------------------------------------------ */
+
+/* A stream's read of item idx ended with rc, in the thread that read it. */
+void xc_stream_item_done(xc_cache *c, struct xc_stream *stream, size_t idx,
+                         int rc);
+/* Claims item i of stream (STREAM_ITEM_LOCAL) and reads it in the caller,
+ * mu released for the read. */
+void xc_stream_claim_read(xc_cache *c, struct xc_stream *stream, size_t i);
+
+/* ------------------------------------------------------------------ */
+/* Trace (xc_trace.c)                                                   */
+/* ------------------------------------------------------------------ */
+
+/* Writes the buffered records (mu held, or the cache not shared yet);
+ * XC_E_IO once a write failed. */
+int xc_trace_write(xc_cache *c);
+/* Appends one record (mu held); a no-op without a trace. */
+void xc_trace_put(xc_cache *c, int kind, int outcome, uint32_t key);
+/* Opens the trace file at path and writes its header (open's last step);
+ * XC_E_IO recorded on failure, with no file left behind that it made. */
+int xc_trace_open(xc_cache *c, const char *path);
 
 #endif /* XC_CACHE_IMPL_H */

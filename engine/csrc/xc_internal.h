@@ -1,10 +1,13 @@
 /*
  * xc_internal.h -- helpers shared by the engine's C files; not public.
+ * Every engine file sees the whole boundary: xc.h and, for the seams the
+ * library implements and uses itself (allocation, threads, io helpers),
+ * xc_test.h.
  */
 #ifndef XC_INTERNAL_H
 #define XC_INTERNAL_H
 
-#include "xc.h"
+#include "xc_test.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,7 +31,7 @@ int xc_fail(int code, int64_t offset, int32_t layer, int32_t expert,
  * who reports it. */
 int xc_fail_copy(const xc_error *e);
 
-/* The allocation wrapper (see xc_alloc_fail_at in xc.h).  xc_malloc and
+/* The allocation wrapper (see xc_alloc_fail_at in xc_test.h).  xc_malloc and
  * xc_calloc return NULL when the armed fault fires or the system is out of
  * memory; they do not record an error (the caller knows what it was
  * allocating and says so).  xc_free(NULL) is a no-op.  xc_aligned_alloc
@@ -90,7 +93,7 @@ int xc_st_shard_changed(const xc_st *st, size_t i, char *why, size_t why_len,
 /* Whether st was opened with xc_st_opts.verify.  Cannot fail. */
 int xc_st_verify(const xc_st *st);
 
-/* The thread-start wrapper (see xc_thread_fail_at in xc.h): every thread
+/* The thread-start wrapper (see xc_thread_fail_at in xc_test.h): every thread
  * the engine starts goes through here instead of pthread_create.  Starts
  * fn(arg) with default attributes in *t and returns 0, or returns an error
  * number (EAGAIN when the armed fault fires, else pthread_create's) with no

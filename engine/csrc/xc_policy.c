@@ -19,6 +19,37 @@ static const xc_policy_ops *const table[] = {
 };
 #define N_POLICIES (sizeof table / sizeof table[0])
 
+/* ------------------------------------------------------------------ */
+/* The table, as xc.h exposes it                                        */
+/* ------------------------------------------------------------------ */
+
+int xc_policy_count(void) { return (int)N_POLICIES; }
+
+const char *xc_policy_name(int i)
+{
+    return i >= 0 && (size_t)i < N_POLICIES ? table[i]->name : NULL;
+}
+
+/* Parameter j of policy i, or NULL (param_names is NULL-terminated when
+ * shorter than XC_POLICY_MAX_PARAMS). */
+static const char *param_name(int i, int j)
+{
+    if (i < 0 || (size_t)i >= N_POLICIES || j < 0 ||
+        j >= XC_POLICY_MAX_PARAMS)
+        return NULL;
+    for (int k = 0; k < j; k++)
+        if (table[i]->param_names[k] == NULL)
+            return NULL;
+    return table[i]->param_names[j];
+}
+
+const char *xc_policy_param_name(int i, int j) { return param_name(i, j); }
+
+uint64_t xc_policy_param_default(int i, int j)
+{
+    return param_name(i, j) != NULL ? table[i]->param_default[j] : 0;
+}
+
 void xc_policy_nop(xc_policy *p, uint32_t key) { (void)p; (void)key; }
 int xc_policy_check_nop(const xc_policy *p) { (void)p; return 0; }
 

@@ -34,7 +34,7 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     xc_cache *c = pub;
     slot *saved_slots;
     int32_t *saved_index;
-    xc_stats saved_st;
+    xc_stats saved_stats;
     xc_policy saved_pol;
     aitem saved_aq[2];
     uint32_t saved_reads, saved_count0 = 0;
@@ -60,7 +60,7 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     pthread_mutex_lock(&c->mu);
     memcpy(saved_slots, c->slots, c->n_slots * sizeof *saved_slots);
     memcpy(saved_index, c->index, nk * sizeof *saved_index);
-    saved_st = c->st;
+    saved_stats = c->stats;
     saved_pol = c->pol;
     if (c->pol.count != NULL)
         saved_count0 = c->pol.count[0];
@@ -82,12 +82,14 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
         if (sa < 0) bad = 1; else c->slots[sa].key = c->ld.n_keys;
         break;
     case XC_TH_KEY_TWICE:       /* a, b: READY slots; b gets a's key */
-        if (sa < 0 || sb < 0) bad = 1; else c->slots[sb].key = c->slots[sa].key;
+        if (sa < 0 || sb < 0) bad = 1;
+        else c->slots[sb].key = c->slots[sa].key;
         break;
     case XC_TH_INDEX:           /* a: a READY slot; its key maps nowhere */
         if (sa < 0) bad = 1; else c->index[c->slots[sa].key] = -1;
         break;
-    case XC_TH_EMPTY_FIELD:     /* a: an EMPTY slot; b: 0 holds 1 pins 2 mark 3 spec */
+    case XC_TH_EMPTY_FIELD:     /* a: an EMPTY slot; b: 0 holds 1 pins
+                                 * 2 unused prefetch 3 unused spec */
     case XC_TH_INFLIGHT_FIELD:  /* a: an unheld READY slot, made INFLIGHT */
         if (sa < 0 || b < 0 || b > 3) {
             bad = 1;
@@ -99,13 +101,14 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
         }
         if (b == 0) c->slots[sa].holds = 1;
         else if (b == 1) c->slots[sa].pins = 1;
-        else if (b == 2) c->slots[sa].mark = 1;
-        else c->slots[sa].spec = 1;
+        else if (b == 2) c->slots[sa].unused_prefetch = 1;
+        else c->slots[sa].unused_spec = 1;
         break;
     case XC_TH_READS:
         c->n_reads++;
         break;
-    case XC_TH_CLOCK:           /* a: READY slot; b: 0 future 1 inverted 2 zero */
+    case XC_TH_CLOCK:           /* a: READY slot; b: 0 future 1 inverted
+                                 * 2 zero */
         if (sa < 0 || b < 0 || b > 2) bad = 1;
         else if (b == 0) c->slots[sa].last_use = c->tick + 1;
         else if (b == 1) c->slots[sa].insert_tick = c->slots[sa].last_use + 1;
@@ -120,15 +123,16 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
         }
         break;
     case XC_TH_COUNTERS:        /* b: which of the five relations to break */
-        if (b == 0) c->st.hits++;
-        else if (b == 1) c->st.short_reads++;
-        else if (b == 2) c->st.prefetch_evicted_unused = c->st.evictions + 1;
-        else if (b == 3) c->st.payload_bytes++;
-        else if (b == 4) c->st.payload_bytes += 1000 * c->ld.expert_bytes;
+        if (b == 0) c->stats.hits++;
+        else if (b == 1) c->stats.short_reads++;
+        else if (b == 2)
+            c->stats.prefetch_evicted_unused = c->stats.evictions + 1;
+        else if (b == 3) c->stats.payload_bytes++;
+        else if (b == 4) c->stats.payload_bytes += 1000 * c->ld.expert_bytes;
         else bad = 1;
         break;
     case XC_TH_PREFETCH:
-        c->st.prefetch_loads++;
+        c->stats.prefetch_loads++;
         break;
     case XC_TH_POLICY_COUNT:    /* b: 0 evictions 1 requests */
         if (b == 0) c->evictions_since_open++;
@@ -149,7 +153,7 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
                                  * read; the ring's entry names slot b */
         if (sa < 0 || c->aq_cap < 2) { bad = 1; break; }
         c->slots[sa].state = XC_SLOT_INFLIGHT;
-        c->slots[sa].owner = OWN_QUEUED;
+        c->slots[sa].owner = OWNER_QUEUED;
         c->n_reads++;
         c->aq_head = 0;
         c->aq_n = 1;
@@ -160,7 +164,7 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
                                  * unheld READY slot made the queued read */
         if (sa < 0 || sb < 0 || sa == sb || c->aq_cap < 2) { bad = 1; break; }
         c->slots[sb].state = XC_SLOT_INFLIGHT;
-        c->slots[sb].owner = OWN_QUEUED;
+        c->slots[sb].owner = OWNER_QUEUED;
         c->n_reads++;
         c->aq_head = 0;
         c->aq[0].slot = sa;
@@ -171,7 +175,7 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
                                  * both ring entries name a */
         if (sa < 0 || sb < 0 || sa == sb || c->aq_cap < 2) { bad = 1; break; }
         c->slots[sa].state = c->slots[sb].state = XC_SLOT_INFLIGHT;
-        c->slots[sa].owner = c->slots[sb].owner = OWN_QUEUED;
+        c->slots[sa].owner = c->slots[sb].owner = OWNER_QUEUED;
         c->n_reads += 2;
         c->aq_head = 0;
         c->aq[0].slot = sa;
@@ -180,11 +184,11 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
         c->aq_n = 2;
         break;
     case XC_TH_SPEC:            /* b: 0 spec loads 1 load sources */
-        if (b == 0) c->st.spec_loads++;
-        else c->st.unknown_loads++;
+        if (b == 0) c->stats.spec_loads++;
+        else c->stats.unknown_loads++;
         break;
     case XC_TH_OWNER_STRAY:     /* a: a READY slot that names a read owner */
-        if (sa < 0) bad = 1; else c->slots[sa].owner = OWN_DEMAND;
+        if (sa < 0) bad = 1; else c->slots[sa].owner = OWNER_DEMAND;
         break;
     case XC_TH_OWNER_NONE:      /* a: an unheld READY slot in flight, owned
                                  * by no read */
@@ -193,11 +197,11 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
         c->slots[sa].state = XC_SLOT_INFLIGHT;
         c->n_reads++;
         if (what == XC_TH_OWNER_NONE) {
-            c->slots[sa].owner = OWN_NONE;
+            c->slots[sa].owner = OWNER_NONE;
         } else {
-            c->slots[sa].owner = OWN_STREAM;
-            c->slots[sa].ost = NULL;
-            c->slots[sa].oidx = 0;
+            c->slots[sa].owner = OWNER_STREAM;
+            c->slots[sa].owner_stream = NULL;
+            c->slots[sa].owner_item = 0;
         }
         break;
     case XC_TH_ORDER:           /* a: an unheld READY slot, the order list
@@ -212,10 +216,10 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
             break;
         }
         if (b == 0 || b == 2)
-            c->slots[sa].untold = 1;
+            c->slots[sa].insert_pending = 1;
         if (b == 3 || b == 4 || b == 7) {
             c->slots[sa].state = XC_SLOT_INFLIGHT;
-            c->slots[sa].owner = OWN_DEMAND;
+            c->slots[sa].owner = OWNER_DEMAND;
             c->n_reads++;
         }
         if (b == 7)
@@ -243,7 +247,7 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     pthread_mutex_lock(&c->mu);
     memcpy(c->slots, saved_slots, c->n_slots * sizeof *saved_slots);
     memcpy(c->index, saved_index, nk * sizeof *saved_index);
-    c->st = saved_st;
+    c->stats = saved_stats;
     c->pol = saved_pol;
     if (c->pol.count != NULL)
         c->pol.count[0] = saved_count0;

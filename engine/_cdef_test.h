@@ -1,0 +1,68 @@
+/* cffi declarations of engine/csrc/xc_test.h (test, fault and tool entry
+ * points); contracts are in that header.  Declared after _cdef.h, whose
+ * types they use. */
+
+void xc_alloc_fail_at(uint64_t n, int persistent);
+uint64_t xc_alloc_count(void);
+int64_t xc_alloc_live(void);
+uint64_t xc_alloc_failures(void);
+void xc_thread_fail_at(uint64_t n, int persistent);
+uint64_t xc_thread_count(void);
+uint64_t xc_thread_failures(void);
+
+int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
+                    void *buf, size_t len, uint64_t offset, size_t *got);
+size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
+int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
+                       void *buf, size_t buf_len, uint64_t offset,
+                       size_t len, size_t align, size_t *payload_start);
+int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
+                      int64_t *handle, int *direct_active, char *note,
+                      size_t note_len);
+
+const char *xc_st_names_block(const xc_st *st, size_t *len);
+
+enum {
+    XC_FAULT_NONE = 0,
+    XC_FAULT_PARTIAL = 1,
+    XC_FAULT_EOF = 2,
+    XC_FAULT_EIO = 3,
+    XC_FAULT_EINTR = 4,
+    XC_FAULT_DELAY = 5,
+};
+typedef struct xc_fault xc_fault;
+int xc_fault_open(const xc_io *inner, xc_fault **out);
+void xc_fault_close(xc_fault *f);
+const xc_io *xc_fault_io(const xc_fault *f);
+int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
+                 int64_t arg, const char *path_filter);
+void xc_fault_disarm(xc_fault *f);
+uint64_t xc_fault_reads(const xc_fault *f);
+uint64_t xc_fault_fired(const xc_fault *f);
+int64_t xc_fault_open_handles(const xc_fault *f);
+
+enum {
+    XC_TH_SLOT_STATE = 1,
+    XC_TH_SLOT_KEY_RANGE = 2,
+    XC_TH_KEY_TWICE = 3,
+    XC_TH_INDEX = 4,
+    XC_TH_EMPTY_FIELD = 5,
+    XC_TH_INFLIGHT_FIELD = 6,
+    XC_TH_READS = 7,
+    XC_TH_CLOCK = 8,
+    XC_TH_CLOCK_SHARED = 9,
+    XC_TH_COUNTERS = 10,
+    XC_TH_PREFETCH = 11,
+    XC_TH_POLICY_COUNT = 12,
+    XC_TH_POLICY_STATE = 13,
+    XC_TH_QUEUE_DEPTH = 14,
+    XC_TH_QUEUE_SLOT = 15,
+    XC_TH_QUEUE_STATE = 16,
+    XC_TH_QUEUE_TWICE = 17,
+    XC_TH_SPEC = 18,
+    XC_TH_OWNER_STRAY = 19,
+    XC_TH_OWNER_NONE = 20,
+    XC_TH_OWNER_ORPHAN = 21,
+    XC_TH_ORDER = 22,
+};
+int xc_testhook_break_check(xc_cache *c, int what, int a, int b);

@@ -1,0 +1,380 @@
+/*
+ * xc_batch.c -- reads of many keys at once: getmany() on the batch pool
+ * (the caller reading beside batch_threads - 1 workers), and prefetch() on
+ * the read-ahead ring and its io_threads readers (xc_cache.c explains why
+ * a read-ahead leaves the cache exactly as getmany would).
+ */
+#include "xc_cache_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+void xc_read_one(const xc_cache *c, resv *r)
+{
+    uint64_t t0 = xc_now_ns();
+    r->rc = xc_load_read_src(&c->ld, r->key, xc_slot_mem(c, r->slot),
+                             &r->payload_off, &r->asked_bytes, &r->src);
+    r->ns = xc_now_ns() - t0;
+}
+
+/* How long a batch reader keeps polling for work before it sleeps on a
+ * condition variable, and how long getmany's caller polls for the last
+ * item of its batch.  A 768 KiB page-cache read takes ~30-60 us here; a
+ * condvar wake-up on this 2-vCPU VM took 50-150 us, so a sleeping reader
+ * joined a batch of four after the caller had read most of it (2 threads:
+ * 0.40 of the C pread floor, 1 thread: ~1.0).  Polling for 100 us keeps the
+ * reader hot across back-to-back batches (bench/load_throughput.py,
+ * 2026-11-29) and costs at most that much CPU after the last batch. */
+#define POOL_SPIN_NS 100000u
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls *v without a lock until it equals target (want_equal) or differs
+ * from it (!want_equal), for at most about POOL_SPIN_NS.  Returns 1 if it
+ * did, 0 on timeout.  The acquire load pairs with the release updates. */
+static int spin_until(_Atomic size_t *v, size_t target, int want_equal)
+{
+    uint64_t t0 = 0;
+    for (unsigned i = 1;; i++) {
+        size_t x = atomic_load_explicit(v, memory_order_acquire);
+        if (want_equal ? x == target : x != target)
+            return 1;
+        cpu_relax();
+        if ((i & 63) == 0) {
+            uint64_t t = xc_now_ns();
+            if (t0 == 0)
+                t0 = t;
+            else if (t - t0 > POOL_SPIN_NS)
+                return 0;
+        }
+    }
+}
+
+/* Claims the next item of j (pool_mu held); unlinks j when it has none
+ * left.  Returns NULL when every item is claimed. */
+static resv *claim(xc_cache *c, job *j)
+{
+    resv *r;
+    if (j->next_item == j->n)
+        return NULL;
+    r = &j->items[j->next_item++];
+    atomic_fetch_sub_explicit(&c->pool_unclaimed, 1, memory_order_relaxed);
+    if (j->next_item == j->n) {
+        job **pp = &c->jobs;
+        while (*pp != j)
+            pp = &(*pp)->next;
+        *pp = j->next;
+    }
+    return r;
+}
+
+/* One item of j ended (pool_mu held).  The caller may be polling n_done
+ * without the lock and return as soon as it reaches n, so j is not touched
+ * after the increment. */
+static void done_one(xc_cache *c, job *j)
+{
+    size_t n = j->n;
+    if (atomic_fetch_add_explicit(&j->n_done, 1, memory_order_release) + 1 ==
+        n)
+        pthread_cond_broadcast(&c->pool_done);
+}
+
+void *xc_pool_main(void *arg)
+{
+    xc_cache *c = arg;
+    pthread_mutex_lock(&c->pool_mu);
+    for (;;) {
+        job *j;
+        resv *r;
+        if (c->jobs == NULL && !c->pool_stop) {
+            /* poll a while before sleeping (POOL_SPIN_NS) */
+            pthread_mutex_unlock(&c->pool_mu);
+            spin_until(&c->pool_unclaimed, 0, 0);
+            pthread_mutex_lock(&c->pool_mu);
+        }
+        while (c->jobs == NULL && !c->pool_stop)
+            pthread_cond_wait(&c->pool_work, &c->pool_mu);
+        if (c->jobs == NULL)
+            break; /* stopping, nothing queued */
+        j = c->jobs;
+        r = claim(c, j);
+        pthread_mutex_unlock(&c->pool_mu);
+        xc_read_one(c, r);
+        pthread_mutex_lock(&c->pool_mu);
+        done_one(c, j);
+    }
+    pthread_mutex_unlock(&c->pool_mu);
+    return NULL;
+}
+
+/* Step (2) of getmany: reads every item, the caller reading beside the
+ * workers, and returns when all have ended. */
+static void read_batch(xc_cache *c, resv *items, size_t n)
+{
+    job j;
+    resv *r;
+    if (n == 0)
+        return;
+    if (c->n_workers == 0 || n == 1) {
+        size_t i;
+        for (i = 0; i < n; i++)
+            xc_read_one(c, &items[i]);
+        return;
+    }
+    j.next = NULL;
+    j.items = items;
+    j.n = n;
+    j.next_item = 0;
+    atomic_init(&j.n_done, 0);
+    pthread_mutex_lock(&c->pool_mu);
+    {
+        job **pp = &c->jobs;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = &j;
+    }
+    atomic_fetch_add_explicit(&c->pool_unclaimed, n, memory_order_release);
+    pthread_cond_broadcast(&c->pool_work);
+    while ((r = claim(c, &j)) != NULL) {
+        pthread_mutex_unlock(&c->pool_mu);
+        xc_read_one(c, r);
+        pthread_mutex_lock(&c->pool_mu);
+        done_one(c, &j);
+    }
+    if (atomic_load(&j.n_done) < j.n) {
+        /* a reader still has our last item: poll before sleeping */
+        pthread_mutex_unlock(&c->pool_mu);
+        if (spin_until(&j.n_done, j.n, 1))
+            return; /* done_one touches j no more after its increment,
+                       and its release orders the item's results */
+        pthread_mutex_lock(&c->pool_mu);
+    }
+    while (atomic_load(&j.n_done) < j.n)
+        pthread_cond_wait(&c->pool_done, &c->pool_mu);
+    pthread_mutex_unlock(&c->pool_mu);
+}
+
+/* Appends a read to the read-ahead ring (mu held).  0 when it is full. */
+int xc_readahead_push(xc_cache *c, int32_t si, uint32_t key, int kind,
+                      xc_stream *stream, size_t idx)
+{
+    aitem *it;
+    if (c->n_io == 0 || c->aq_n + c->aq_active >= c->aq_cap)
+        return 0;
+    assert(c->slots[si].state == XC_SLOT_INFLIGHT);
+    it = &c->aq[(c->aq_head + c->aq_n) % c->aq_cap];
+    it->slot = si;
+    it->key = key;
+    it->kind = kind;
+    it->stream = stream;
+    it->idx = idx;
+    c->aq_n++;
+    c->slots[si].owner = OWNER_QUEUED;
+    return 1;
+}
+
+/* A read-ahead reader: dequeue, read without the lock, publish under it.
+ * At stop it finishes everything still queued before leaving, so close
+ * never frees a slot a read is writing into. */
+void *xc_readahead_main(void *arg)
+{
+    xc_cache *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        aitem it;
+        resv r;
+        while (c->aq_n == 0 && !c->aq_stop)
+            pthread_cond_wait(&c->aq_work, &c->mu);
+        if (c->aq_n == 0)
+            break; /* stopping, nothing queued */
+        it = c->aq[c->aq_head];
+        c->aq_head = (c->aq_head + 1) % c->aq_cap;
+        c->aq_n--;
+        c->aq_active++;
+        assert(c->slots[it.slot].owner == OWNER_QUEUED);
+        c->slots[it.slot].owner = OWNER_ACTIVE;
+        pthread_mutex_unlock(&c->mu);
+        r.slot = it.slot;
+        r.key = it.key;
+        xc_read_one(c, &r);
+        pthread_mutex_lock(&c->mu);
+        xc_slot_finish(c, it.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
+                       it.kind, r.src);
+        if (it.stream != NULL) {
+            xc_stream_item_done(c, it.stream, it.idx, r.rc);
+            it.stream->n_queued--;
+        }
+        c->aq_active--;
+        pthread_cond_broadcast(&c->ended);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/*
+ * getmany and prefetch: (1) validate every key, then reserve serially in
+ * the order given, (2) read -- in parallel on the batch pool, or, for an
+ * asynchronous prefetch, on the read-ahead readers (what the ring cannot
+ * take, on the batch pool here and now), (3) publish serially in
+ * reservation order (the readers publish as they complete, with the ticks
+ * stamped in reservation order at the end of (1)) and drop the
+ * protections taken in (1).
+ */
+static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
+                 size_t n, int kind, int async, size_t *out_count)
+{
+    uint32_t *keys = NULL;
+    int32_t *prot = NULL;
+    resv *rv = NULL;
+    size_t i, n_resv = 0, n_prot = 0, n_pub = 0, n_local = 0;
+    int tkind = kind == KIND_SPEC ? TRACE_KIND_SPEC : TRACE_KIND_PREFETCH;
+    uint64_t seq;
+    int rc;
+
+    if (n > 0 && (layers == NULL || experts == NULL))
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "getmany: NULL key arrays");
+    keys = xc_malloc(n * sizeof *keys);
+    prot = xc_malloc(n * sizeof *prot);
+    rv = xc_malloc(n * sizeof *rv);
+    if (!keys || !prot || !rv) {
+        rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
+                     "getmany: no memory for a batch of %zu keys", n);
+        goto out;
+    }
+    /* (1) validate everything before changing anything */
+    for (i = 0; i < n; i++)
+        if ((rc = xc_load_key(&c->ld, layers[i], experts[i], &keys[i])) !=
+            XC_OK)
+            goto out;
+
+    /* (1) reserve, serially, in the order given */
+    pthread_mutex_lock(&c->mu);
+    seq = ++c->batch_seq;
+    for (i = 0; i < n; i++) {
+        uint32_t key = keys[i];
+        int32_t si = c->index[key];
+        if (c->seen[key] == seq) {
+            xc_trace_put(c, tkind, TRACE_OUT_DUPLICATE, key);
+            continue; /* named earlier in this batch */
+        }
+        c->seen[key] = seq;
+        if (si >= 0 && c->slots[si].state == XC_SLOT_READY) {
+            c->slots[si].holds++; /* protected for the rest of this call */
+            xc_slot_touch(c, &c->slots[si]);
+            prot[n_prot++] = si;
+            xc_trace_put(c, tkind, TRACE_OUT_RESIDENT, key);
+            continue;
+        }
+        if (si >= 0) {
+            xc_trace_put(c, tkind, TRACE_OUT_INFLIGHT, key);
+            continue; /* another read of it is under way */
+        }
+        if ((si = xc_slot_victim(c)) < 0) {
+            xc_trace_put(c, tkind, TRACE_OUT_NO_SLOT, key);
+            continue; /* no slot: a short count */
+        }
+        xc_slot_reserve(c, si, key);
+        c->slots[si].owner = OWNER_BATCH;
+        xc_trace_put(c, tkind, TRACE_OUT_ISSUED, key);
+        rv[n_resv].slot = si;
+        rv[n_resv].key = key;
+        n_resv++;
+    }
+    if (kind == KIND_SPEC)
+        c->stats.spec_issued += n_resv;
+    if (async) {
+        /* stamp the publish ticks now, in reservation order, and queue */
+        for (i = 0; i < n_resv; i++) {
+            xc_slot_stamp(c, rv[i].slot);
+            if (!xc_readahead_push(c, rv[i].slot, rv[i].key, kind, NULL, 0)) {
+                c->stats.queue_fallbacks++;
+                rv[n_local++] = rv[i];
+            }
+        }
+        if (n_local < n_resv)
+            pthread_cond_broadcast(&c->aq_work);
+    } else {
+        n_local = n_resv;
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    /* (2) read in parallel what is ours to read */
+    read_batch(c, rv, n_local);
+
+    /* (3) publish, serially, in reservation order */
+    pthread_mutex_lock(&c->mu);
+    for (i = 0; i < n_local; i++) {
+        xc_slot_finish(c, rv[i].slot, rv[i].rc, rv[i].payload_off,
+                       rv[i].asked_bytes, rv[i].ns, kind, rv[i].src);
+        n_pub += rv[i].rc == XC_OK;
+    }
+    for (i = 0; i < n_prot; i++) {
+        assert(c->slots[prot[i]].holds > 0); /* ours, taken in (1) */
+        c->slots[prot[i]].holds--;
+    }
+    if (n_local)
+        pthread_cond_broadcast(&c->ended);
+    pthread_mutex_unlock(&c->mu);
+    if (out_count)
+        *out_count = async ? n_resv : n_pub;
+    rc = XC_OK;
+out:
+    xc_free(keys);
+    xc_free(prot);
+    xc_free(rv);
+    return rc;
+}
+
+int xc_cache_getmany(xc_cache *c, const int32_t *layers,
+                     const int32_t *experts, size_t n, size_t *published)
+{
+    return batch(c, layers, experts, n, KIND_PREFETCH, 0, published);
+}
+
+int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
+                      const int32_t *experts, size_t n, int speculative,
+                      size_t *issued)
+{
+    return batch(c, layers, experts, n,
+                 speculative ? KIND_SPEC : KIND_PREFETCH, c->n_io > 0, issued);
+}
+
+void xc_cache_drain(xc_cache *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->aq_n + c->aq_active > 0)
+        pthread_cond_wait(&c->ended, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void xc_readahead_stop(xc_cache *c, int n_started)
+{
+    int i;
+    pthread_mutex_lock(&c->mu);
+    c->aq_stop = 1;
+    pthread_cond_broadcast(&c->aq_work);
+    pthread_mutex_unlock(&c->mu);
+    for (i = 0; i < n_started; i++)
+        pthread_join(c->io[i], NULL);
+}
+
+void xc_pool_stop(xc_cache *c, int n_started)
+{
+    int i;
+    pthread_mutex_lock(&c->pool_mu);
+    c->pool_stop = 1;
+    pthread_cond_broadcast(&c->pool_work);
+    pthread_mutex_unlock(&c->pool_mu);
+    for (i = 0; i < n_started; i++)
+        pthread_join(c->workers[i], NULL);
+}
+

@@ -1,0 +1,205 @@
+/*
+ * xc_test.h -- the engine's extended C boundary: what its tests, its fault
+ * injection and its tools call, and an embedding application does not.
+ *
+ * xc.h is the public API; this header adds, on the same library (one
+ * shared object, the same status codes and error records):
+ *   - the allocation and thread-start countdowns (fail the Nth one);
+ *   - the io helpers the engine reads with (full, aligned and probed
+ *     reads), for tests that drive them directly;
+ *   - the zero-copy tensor-name block of a container;
+ *   - the fault injector, an xc_io vtable that breaks chosen reads;
+ *   - the test hook that corrupts one field of a live cache so that
+ *     xc_cache_check() must name the invariant it guards.
+ * Everything here keeps the contracts of xc.h ("Ownership and lifetimes",
+ * "Errors", "Threads").
+ */
+#ifndef XC_TEST_H
+#define XC_TEST_H
+
+#include "xc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Allocation and thread-start countdowns                               */
+/* ------------------------------------------------------------------ */
+
+/* Every allocation the engine makes goes through one wrapper so that tests
+ * can fail the Nth one.  xc_alloc_fail_at(n, persistent): the n-th
+ * allocation from now (1 = the next one) fails; with persistent != 0 every
+ * allocation after it fails too.  n == 0 disarms.  The counters are
+ * process-wide and atomic.  xc_alloc_live() is the number of engine
+ * allocations not yet freed; xc_alloc_count() the number made so far. */
+void xc_alloc_fail_at(uint64_t n, int persistent);
+uint64_t xc_alloc_count(void);
+int64_t xc_alloc_live(void);
+/* Number of allocations refused by the armed fault so far. */
+uint64_t xc_alloc_failures(void);
+
+/* Thread-start seam (test control).  Every thread the engine starts (the
+ * batch pool's and the read-ahead readers of xc_cache_open) goes through one
+ * wrapper with a countdown of its own, separate from the allocation one so
+ * that a test names the k-th thread start directly and the allocation
+ * counts stay what they were.  xc_thread_fail_at(n, persistent): the n-th
+ * thread start from now (1 = the next one) fails with EAGAIN, as
+ * pthread_create does at a thread or memory limit; with persistent != 0
+ * every start after it fails too.  n == 0 disarms.  xc_thread_count() is
+ * the number of starts attempted so far, xc_thread_failures() the number
+ * refused by the armed fault.  Process-wide and atomic; none can fail. */
+void xc_thread_fail_at(uint64_t n, int persistent);
+uint64_t xc_thread_count(void);
+uint64_t xc_thread_failures(void);
+
+/* ------------------------------------------------------------------ */
+/* I/O helpers (xc_io.c)                                                */
+/* ------------------------------------------------------------------ */
+
+/* Reads exactly len bytes at offset through io, looping over partial reads
+ * and retrying EINTR.  Returns XC_OK, XC_E_SHORT_READ when end of file came
+ * first (*got says how many arrived), or XC_E_IO with errno in the message.
+ * path is used only for messages and may be NULL.  buf's content after a
+ * failure is unspecified. */
+int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
+                    void *buf, size_t len, uint64_t offset, size_t *got);
+
+/* Bytes an aligned read of [offset, offset + len) occupies once widened to
+ * align (offset rounded down, offset + len rounded up), or 0 if align is not
+ * a power of two or the widened range overflows.  Cannot fail otherwise. */
+size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
+
+/* Reads [offset, offset + len) widened to align, so that it may be issued on
+ * an O_DIRECT handle: one read of the whole widened range into buf, which
+ * must be aligned to align and hold xc_io_aligned_span(offset, len, align)
+ * bytes (buf_len says how many it holds).  The widened range may run past
+ * the end of the file; that is fine as long as the payload itself arrived.
+ * On success *payload_start is where byte `offset` landed in buf (offset
+ * modulo align), so the payload is buf[*payload_start, +len).  align 1
+ * means no widening.  Returns XC_OK, XC_E_SHORT_READ if the file ends
+ * before offset + len, XC_E_IO, or XC_E_MISUSE for a bad align, a
+ * misaligned buf or a buf_len too small.  buf's content after a failure is
+ * unspecified; *payload_start is written only on success. */
+int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
+                       void *buf, size_t buf_len, uint64_t offset,
+                       size_t len, size_t align, size_t *payload_start);
+
+/* Opens path through io for reading.  With want_direct, opens it O_DIRECT
+ * and probes that with one read of XC_DIRECT_ALIGN bytes at offset 0; if
+ * the open or the probe is refused, closes that handle, reopens the file
+ * buffered and writes the reason into note (never a silent fallback).
+ * *direct_active is 1 only when the probe succeeded.  note (may be NULL)
+ * gets "" when there is nothing to report.  Returns XC_OK, XC_E_NOT_FOUND
+ * when the file does not exist, XC_E_IO for other open errors, XC_E_NOMEM
+ * for the probe buffer; no handle is left open after a failure. */
+int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
+                      int64_t *handle, int *direct_active, char *note,
+                      size_t note_len);
+
+/* ------------------------------------------------------------------ */
+/* Tensor names without a copy                                          */
+/* ------------------------------------------------------------------ */
+
+/* The same bytes xc_st_names writes (every tensor name in container order,
+ * each followed by one NUL byte) without a copy: a pointer to them inside
+ * the container, valid until xc_st_close, with their length in *len (always
+ * set, the size xc_st_names needs).  NULL when the container does not hold
+ * them as one block -- more than one shard, no tensors, tensors whose
+ * header order is not their offset order, or a __metadata__ object between
+ * two tensor entries -- and then xc_st_names is the way.  Records no
+ * error. */
+const char *xc_st_names_block(const xc_st *st, size_t *len);
+
+/* ------------------------------------------------------------------ */
+/* Fault injection under the I/O seam (xc_fault.c)                      */
+/* ------------------------------------------------------------------ */
+
+/* A fault injector is an xc_io vtable that forwards to an inner vtable and
+ * breaks chosen reads.  Tests configure it from Python; it is plain C, so no
+ * Python code ever runs inside a read.  Reads are counted per injector from
+ * the moment it is armed: the nth pread (1 = the next) that matches the path
+ * filter meets the fault; with persistent != 0 every matching pread after it
+ * does too. */
+enum {
+    XC_FAULT_NONE = 0,
+    XC_FAULT_PARTIAL = 1, /* return at most arg bytes (a legal partial read) */
+    XC_FAULT_EOF = 2,     /* return 0: the file seems to end here */
+    XC_FAULT_EIO = 3,     /* fail with -EIO */
+    XC_FAULT_EINTR = 4,   /* fail with -EINTR (the read loop must retry) */
+    XC_FAULT_DELAY = 5,   /* sleep arg microseconds, then read normally */
+};
+
+typedef struct xc_fault xc_fault;
+
+/* Creates an injector forwarding to inner (NULL: xc_io_default()), disarmed.
+ * XC_E_NOMEM on failure. */
+int xc_fault_open(const xc_io *inner, xc_fault **out);
+
+/* Frees the injector.  Every object opened with its vtable must be closed
+ * first.  NULL is a no-op. */
+void xc_fault_close(xc_fault *f);
+
+/* The injector's vtable, for xc_st_opts.io.  Valid until xc_fault_close. */
+const xc_io *xc_fault_io(const xc_fault *f);
+
+/* Arms the fault: kind (XC_FAULT_*), nth matching pread from now (>= 1),
+ * transient or persistent, arg (bytes for PARTIAL, microseconds for DELAY),
+ * and path_filter: only reads of files whose opened path contains this
+ * substring match (NULL or "" = every file).  Replaces any earlier arming
+ * and restarts the count.  XC_E_MISUSE for an unknown kind or nth == 0. */
+int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
+                 int64_t arg, const char *path_filter);
+
+/* Disarms; reads pass through unchanged.  Cannot fail. */
+void xc_fault_disarm(xc_fault *f);
+
+/* Matching preads seen since arming, and how many met the fault. */
+uint64_t xc_fault_reads(const xc_fault *f);
+uint64_t xc_fault_fired(const xc_fault *f);
+
+/* Descriptors the injector has open right now (opened minus closed). */
+int64_t xc_fault_open_handles(const xc_fault *f);
+
+/* ------------------------------------------------------------------ */
+/* Test hook (xc_testhooks.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/* For the test suite only; never call from production code.  Corrupts one
+ * field of a live cache (what = XC_TH_*, a and b name slots or variants as
+ * documented in xc_testhooks.c), runs xc_cache_check(), restores every
+ * field and returns check()'s result: the INV-* number it found (its
+ * message in the error record), 0 if none; XC_E_MISUSE, nothing written,
+ * for a NULL cache or arguments that do not fit this cache; XC_E_NOMEM
+ * when it cannot save the fields it would corrupt.  Not safe against the
+ * cache's read-ahead readers: use io_threads = 0 for XC_TH_QUEUE_*. */
+enum {
+    XC_TH_SLOT_STATE = 1,
+    XC_TH_SLOT_KEY_RANGE = 2,
+    XC_TH_KEY_TWICE = 3,
+    XC_TH_INDEX = 4,
+    XC_TH_EMPTY_FIELD = 5,
+    XC_TH_INFLIGHT_FIELD = 6,
+    XC_TH_READS = 7,
+    XC_TH_CLOCK = 8,
+    XC_TH_CLOCK_SHARED = 9,
+    XC_TH_COUNTERS = 10,
+    XC_TH_PREFETCH = 11,
+    XC_TH_POLICY_COUNT = 12,
+    XC_TH_POLICY_STATE = 13,
+    XC_TH_QUEUE_DEPTH = 14,
+    XC_TH_QUEUE_SLOT = 15,
+    XC_TH_QUEUE_STATE = 16,
+    XC_TH_QUEUE_TWICE = 17,
+    XC_TH_SPEC = 18,
+    XC_TH_OWNER_STRAY = 19,
+    XC_TH_OWNER_NONE = 20,
+    XC_TH_OWNER_ORPHAN = 21,
+    XC_TH_ORDER = 22,
+};
+int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XC_TEST_H */

@@ -18,16 +18,7 @@ KEYS = np.array([0, 1, 2, 0, 3, 1], np.uint32)
 
 def engine_table() -> dict[str, dict[str, int]]:
     """The engine's policy table, read through its public C functions."""
-    lib, ffi = _lib.lib(), _lib.ffi()
-    table: dict[str, dict[str, int]] = {}
-    for i in range(lib.xc_policy_count()):
-        params: dict[str, int] = {}
-        j = 0
-        while (p := lib.xc_policy_param_name(i, j)) != ffi.NULL:
-            params[ffi.string(p).decode()] = int(lib.xc_policy_param_default(i, j))
-            j += 1
-        table[ffi.string(lib.xc_policy_name(i)).decode()] = params
-    return table
+    return _lib.policy_table()
 
 
 def engine_accepts(spec: str) -> bool:
@@ -50,6 +41,10 @@ def oracle_accepts(spec: str) -> bool:
 
 def test_same_policies_parameters_and_defaults():
     """Every engine policy is an oracle module with the same parameters and defaults."""
+    assert engine_table() == {"lru": {}, "fifo": {}, "lfu": {},
+                              "lfru": {"sample": 4, "seed": 0},
+                              "hotness": {"period": 256}, "s3fifo": {"small": 10},
+                              "arc": {}}
     assert engine_table() == POLICIES
     assert set(REGISTRY) == set(POLICIES)
     assert set(QUEUE_POLICIES) == {"s3fifo", "arc"}
@@ -60,6 +55,15 @@ def test_the_simulator_lists_every_engine_policy_and_belady():
     from engine.sim import POLICIES as SIM_POLICIES
 
     assert SIM_POLICIES == (*engine_table(), "belady")
+
+
+def test_the_engine_lists_its_table_when_the_name_is_unknown():
+    """The engine's unknown-policy message is built from its table."""
+    with pytest.raises(MisuseError) as e:
+        simulate(KEYS, "nope", 2, mode="plain")
+    assert str(e.value) == ("unknown policy 'nope'; valid: lru, fifo, lfu, "
+                            "lfru:sample=N,seed=N, hotness:period=N, "
+                            "s3fifo:small=N, arc")
 
 
 @pytest.mark.parametrize("spec", [

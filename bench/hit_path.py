@@ -74,7 +74,9 @@ def main():
     c_ns = float(subprocess.run([str(exe), str(shard), "2000000"], check=True,
                                 capture_output=True, text=True).stdout)
 
-    cache = ExpertCache(Container(str(shard)), n_slots=8, top_k=4)
+    k3 = fixtures.preset("k3-mini")
+    cache = ExpertCache(Container(str(shard)), n_slots=8, top_k=k3.top_k,
+                        **k3.cache_layout())
     cache.get(0, 3).release()
     lib, ffi = _lib.lib(), _lib.ffi()
     ptr, ref = cache._ptr, ffi.new("xc_ref *")

@@ -125,7 +125,7 @@ def main() -> None:
     for t in thread_counts:
         cache = ExpertCache(Container(str(path)), n_slots=SLOTS, top_k=TOP_K,
                             expert_template=TEMPLATE, tensors=TENSORS,
-                            n_experts=N_EXPERTS, batch_threads=t)
+                            layers=(0,), n_experts=N_EXPERTS, batch_threads=t)
         best_cache = best_c = 1e9
         for _ in range(args.outer):
             best_cache = min(best_cache, cache_pass(cache, batches))

@@ -16,6 +16,7 @@ other trees with it and checks their sources itself (pins).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -84,6 +85,8 @@ def use(path: str | os.PathLike[str]) -> ModuleType:
     """Load the engine extension at ``path`` and make it the one in use."""
     global _module
     _module = _load(path)
+    for table in (slot_state_names, invariant_names, stats_fields, policy_table):
+        table.cache_clear()  # read again from the build now in use
     return _module
 
 
@@ -129,3 +132,49 @@ def check(rc: int) -> int:
     kind = lib().xc_status_name(rc)
     raise errors.from_status(rc, ffi().string(kind).decode(), msg,
                              offset=offset, layer=layer, expert=expert)
+
+
+# -- tables the C boundary owns: read from it, never retyped ----------------
+
+def _c_names(fn_name: str, first: int) -> dict[int, str]:
+    """Names a C name function gives for first, first + 1, ... until NULL."""
+    f, fn = ffi(), getattr(lib(), fn_name)
+    out: dict[int, str] = {}
+    i = first
+    while (p := fn(i)) != f.NULL:
+        out[i] = f.string(p).decode()
+        i += 1
+    return out
+
+
+@functools.cache
+def slot_state_names() -> dict[int, str]:
+    """Slot state number -> name ("empty", "inflight", "ready"), from C."""
+    return _c_names("xc_slot_state_name", 0)
+
+
+@functools.cache
+def invariant_names() -> dict[int, str]:
+    """check() result number -> its INV-* name, from C."""
+    return _c_names("xc_invariant_name", 1)
+
+
+@functools.cache
+def stats_fields() -> tuple[str, ...]:
+    """The counters of ``xc_stats``, in the struct's order."""
+    return tuple(name for name, _ in ffi().typeof("xc_stats").fields)
+
+
+@functools.cache
+def policy_table() -> dict[str, dict[str, int]]:
+    """Every cache policy of the C table (in its order): parameter -> default."""
+    f, lb = ffi(), lib()
+    table: dict[str, dict[str, int]] = {}
+    for i in range(lb.xc_policy_count()):
+        params: dict[str, int] = {}
+        j = 0
+        while (p := lb.xc_policy_param_name(i, j)) != f.NULL:
+            params[f.string(p).decode()] = int(lb.xc_policy_param_default(i, j))
+            j += 1
+        table[f.string(lb.xc_policy_name(i)).decode()] = params
+    return table

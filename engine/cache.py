@@ -23,11 +23,6 @@ from engine import _lib
 from engine.container import NUMPY_DTYPES
 from engine.errors import EngineError, InvariantError, MisuseError
 
-#: k3-mini's naming (DESIGN.md section 3); the defaults of ExpertCache.
-K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe."
-               "experts.{expert}.{tensor}")
-K3_TENSORS = ("w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
-              "w2.weight_scale", "w3.weight_packed", "w3.weight_scale")
 
 def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
     """The layers and the experts of keys as two int32 arrays (never NULL)."""
@@ -36,19 +31,6 @@ def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
             new("int32_t[]", [k[1] for k in keys] or [0]))
 
 
-_STATES = {0: "empty", 1: "inflight", 2: "ready"}
-_INV_NAMES = {1: "INV-KEY-UNIQUE", 2: "INV-INDEX", 3: "INV-EMPTY",
-              4: "INV-INFLIGHT", 5: "INV-CLOCK", 6: "INV-COUNTERS",
-              7: "INV-PREFETCH", 8: "INV-POLICY", 9: "INV-QUEUE",
-              10: "INV-SPEC"}
-_COUNTERS = ("requests", "hits", "misses", "prefetch_loads",
-             "prefetch_first_uses", "prefetch_evicted_unused", "evictions",
-             "payload_bytes", "io_bytes", "load_failures", "short_reads",
-             "io_errors", "load_ns", "prefetch_unused_resident",
-             "spec_issued", "spec_loads", "spec_used", "spec_evicted_unused",
-             "spec_unused_resident", "page_cache_loads", "device_loads",
-             "unknown_loads", "page_cache_bytes", "device_bytes",
-             "queue_fallbacks")
 #: Counters that depend on timing or on the machine, not on the semantics:
 #: everything else must match between the synchronous and asynchronous paths.
 TIMING_COUNTERS = ("load_ns", "page_cache_loads", "device_loads",
@@ -237,13 +219,20 @@ class Stream:
 
 
 class ExpertCache:
-    """Slots of experts streamed from a container (see docs/CACHE.md)."""
+    """Slots of experts streamed from a container (see docs/CACHE.md).
+
+    The expert layout is the caller's: ``expert_template`` names a tensor
+    from ``{layer}``, ``{expert}`` and ``{tensor}``; ``tensors`` are the
+    ``{tensor}`` parts of one expert in slot order; ``layers`` are the MoE
+    layer ids (ascending) and ``n_experts`` the experts per layer.  The
+    engine knows no model's names; a fixture's spec gives them with
+    ``fixtures.preset(name).cache_layout()``.
+    """
 
     def __init__(self, container: Any, *, n_slots: int | None = None,
                  budget_bytes: int | None = None, top_k: int,
-                 policy: str = "lru", expert_template: str = K3_TEMPLATE,
-                 tensors: Sequence[str] = K3_TENSORS,
-                 layers: Sequence[int] = (0,), n_experts: int = 24,
+                 expert_template: str, tensors: Sequence[str],
+                 layers: Sequence[int], n_experts: int, policy: str = "lru",
                  chunk_bytes: int = 0, batch_threads: int = 2,
                  io_threads: int = 0, io_depth: int = 0,
                  split_min_misses: int = 1, lock_memory: bool = False,
@@ -365,7 +354,8 @@ class ExpertCache:
         """This window's counters plus the derived adjusted hits and rates."""
         s = _lib.ffi().new("xc_stats *")
         self._lib.xc_cache_stats(self._ptr, s)
-        d: dict[str, float] = {k: int(getattr(s, k)) for k in _COUNTERS}
+        d: dict[str, float] = {k: int(getattr(s, k))
+                                   for k in _lib.stats_fields()}
         d["spec_adjusted_hits"] = d["hits"] - d["spec_used"]
         req = d["requests"]
         d["adjusted_hits_aggregate"] = max(d["hits"] - d["prefetch_loads"], 0)
@@ -385,7 +375,7 @@ class ExpertCache:
         """Walk every structure; raise InvariantError naming the first broken INV."""
         n = self._lib.xc_cache_check(self._ptr)
         if n:
-            inv = _INV_NAMES.get(n, f"INV-{n}")
+            inv = _lib.invariant_names().get(n, f"INV-{n}")
             raise InvariantError(_lib.last_error()[4], inv=inv, number=n)
 
     def slots(self) -> list[dict[str, Any]]:
@@ -398,7 +388,7 @@ class ExpertCache:
             _lib.check(self._lib.xc_cache_slot(self._ptr, i, st, la, ex, ho, pi,
                                                mk))
             key = None if st[0] == 0 else (int(la[0]), int(ex[0]))
-            out.append({"state": _STATES[st[0]], "key": key,
+            out.append({"state": _lib.slot_state_names()[st[0]], "key": key,
                         "holds": int(ho[0]), "pins": int(pi[0]),
                         "unused_mark": bool(mk[0])})
         return out

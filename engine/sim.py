@@ -18,8 +18,9 @@ from engine import _lib
 __all__ = ["MODES", "POLICIES", "simulate", "trace_arrays"]
 
 MODES = ("plain", "step")
-#: Every policy the simulator runs: the cache's policies, then Belady.
-POLICIES = ("lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc", "belady")
+#: Every policy the simulator runs: the C table's cache policies in its
+#: order, then Belady.
+POLICIES: tuple[str, ...] = (*_lib.policy_table(), "belady")
 
 
 def trace_arrays(data: Any, n_experts: int | None = None,

@@ -23,7 +23,6 @@ from typing import Any
 import engine
 import fixtures
 from engine import alloc
-from engine.cache import K3_TEMPLATE, K3_TENSORS
 from faults.io import Fault, IOFaults
 from oracle.cache import COUNTERS, CacheModel
 
@@ -171,12 +170,14 @@ def primed_baseline(faults: IOFaults | None, path: Path) -> Baseline:
 
 # -- the k3-mini cache harness ----------------------------------------------
 
+#: k3-mini's spec (docs/DESIGN.md §3): the layout the harness opens.
+K3 = fixtures.preset("k3-mini")
+
+
 def k3_expected(expert: int, layer: int = 0) -> bytes:
     """k3-mini expert (layer, expert)'s whole payload, from the generator."""
-    return b"".join(
-        fixtures.expected_bytes(
-            "k3-mini", K3_TEMPLATE.format(layer=layer, expert=expert, tensor=t))
-        for t in K3_TENSORS)
+    return b"".join(fixtures.expected_bytes("k3-mini", name)
+                    for name in K3.expert_names(layer, expert))
 
 
 @dataclass
@@ -200,9 +201,10 @@ class K3Harness:
         """Open container, cache and model and warm both."""
         self.container = engine.Container(str(self.shard), io=self.faults)
         self.cache = engine.ExpertCache(self.container, n_slots=self.n_slots,
-                                        top_k=4, batch_threads=self.batch_threads)
-        self.model = CacheModel([0], 24, 4, expert_bytes=1632,
-                                n_slots=self.n_slots)
+                                        top_k=K3.top_k, **K3.cache_layout(),
+                                        batch_threads=self.batch_threads)
+        self.model = CacheModel(K3.layers, K3.n_experts, K3.top_k,
+                                expert_bytes=K3.expert_nbytes, n_slots=self.n_slots)
         for key in self.warm:
             self.cache.get(*key).release()
             self.model.release(self.model.get(*key))

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from oracle.errors import AllPinned, Budget, IOFailure, Misuse, NotFound, ShortRead
-from oracle.policies import QUEUE_POLICIES, make_queue_policy
+from oracle.policies import POLICIES, choose_victim, make_queue_policy, parse_policy
+from oracle.policies.lfru import lfru_sample, splitmix64
 
 __all__ = [
     "EMPTY", "INFLIGHT", "READY", "ALIGN_BYTES", "POLICIES", "COUNTERS",
@@ -36,15 +37,6 @@ __all__ = [
 
 EMPTY, INFLIGHT, READY = "EMPTY", "INFLIGHT", "READY"
 ALIGN_BYTES = 4096
-_MASK64 = (1 << 64) - 1
-
-#: Every policy and its parameters with their defaults (docs/CACHE.md).
-POLICIES: dict[str, dict[str, int]] = {
-    "lru": {}, "fifo": {}, "lfu": {},
-    "lfru": {"sample": 4, "seed": 0},
-    "hotness": {"period": 256},
-    **QUEUE_POLICIES,
-}
 
 #: The counters of one window, in the order of docs/CACHE.md.
 COUNTERS = (
@@ -61,87 +53,6 @@ SPEC_COUNTERS = ("spec_issued", "spec_loads", "spec_used", "spec_evicted_unused"
 def stride_bytes(expert_bytes: int, align: int = ALIGN_BYTES) -> int:
     """Slot stride: ``round_up(expert_bytes + 2 * align, align)``."""
     return -(-(expert_bytes + 2 * align) // align) * align
-
-
-def splitmix64(x: int) -> int:
-    """The standard splitmix64 finaliser of ``x + golden gamma``, mod 2**64."""
-    z = (x + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def lfru_sample(seed: int, n_evictions: int, sample: int, m: int) -> list[int]:
-    """Positions into the ascending candidate list that LFRU considers.
-
-    All of ``0 .. m-1`` when ``sample >= m``; else ``h(seed, e*s + i) % m`` for
-    ``i = 0 .. s-1`` (repeats allowed), ``h(seed, x) = splitmix64((seed << 32) ^ x)``.
-    """
-    if sample >= m:
-        return list(range(m))
-    base = (seed << 32) & _MASK64
-    return [splitmix64(base ^ ((n_evictions * sample + i) & _MASK64)) % m
-            for i in range(sample)]
-
-
-def parse_policy(spec: str) -> tuple[str, dict[str, int]]:
-    """Parse ``name:key=value,...`` into the name and its full parameter map.
-
-    An unknown policy or parameter, or a bad value, is ``Misuse`` whose message
-    lists the valid ones.
-    """
-    name, _, rest = spec.partition(":")
-    if name not in POLICIES:
-        raise Misuse(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
-    params = dict(POLICIES[name])
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if key not in params or not eq:
-            valid = ", ".join(params) or "none"
-            raise Misuse(f"bad parameter {item!r} for {name}; valid: {valid}")
-        try:
-            params[key] = int(value, 0)
-        except ValueError:
-            raise Misuse(f"parameter {key} of {name} is not an integer: {value!r}"
-                         ) from None
-    if params.get("sample", 1) < 1 or params.get("period", 1) < 1:
-        raise Misuse(f"{name}: sample and period must be at least 1")
-    if not 0 <= params.get("seed", 0) <= _MASK64:
-        raise Misuse(f"{name}: seed must be an unsigned 64-bit integer")
-    if not 0 <= params.get("small", 0) <= 100:
-        raise Misuse(f"policy {name}: small is a percentage 0..100")
-    return name, params
-
-
-def choose_victim(policy: str, params: Mapping[str, int], cands: np.ndarray,
-                  last_use: np.ndarray, insert_tick: np.ndarray, freq: np.ndarray,
-                  hot: np.ndarray, n_evictions: int) -> int:
-    """The policy's ``to_evict``: the victim slot among ``cands``; pure.
-
-    ``cands`` are the candidate slot numbers in ascending order (not empty);
-    the other arrays are indexed by slot (``hot`` holds each slot's key's
-    hotness count); ``n_evictions`` is the number of policy evictions so far.
-    The queue policies (``s3fifo``, ``arc``) need their own state and are
-    chosen by :mod:`oracle.policies` instead (``Misuse`` here).
-    """
-    if policy == "lru":
-        return int(cands[np.argmin(last_use[cands])])
-    if policy == "fifo":
-        return int(cands[np.argmin(insert_tick[cands])])
-    if policy == "lfru":
-        picked = lfru_sample(params["seed"], n_evictions, params["sample"], len(cands))
-        cands = cands[picked]
-        primary = freq
-    elif policy == "lfu":
-        primary = freq
-    elif policy == "hotness":
-        primary = hot
-    elif policy in QUEUE_POLICIES:
-        raise Misuse(f"{policy} keeps queues: use oracle.policies, not choose_victim")
-    else:
-        raise Misuse(f"unknown policy {policy!r}")
-    # Ties on the primary end in last_use, which is unique.
-    return int(cands[np.lexsort((last_use[cands], primary[cands]))[0]])
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The policy table: one X(name) per policy, each defined in its own
+ * xc_policy_<name>.c as xc_policy_<name>_ops.  Its order is the order
+ * xc_policy_name lists them in and the "valid:" message shows.  Adding a
+ * policy is its file plus one entry here. */
+#define XC_POLICY_TABLE(X) \
+    X(lru) X(fifo) X(lfu) X(lfru) X(hotness) X(s3fifo) X(arc)
+
+#define XC_POLICY_DECLARE(n) extern const xc_policy_ops xc_policy_##n##_ops;
+XC_POLICY_TABLE(XC_POLICY_DECLARE)
+#undef XC_POLICY_DECLARE
+
 static const xc_policy_ops *const table[] = {
-    &xc_policy_lru_ops, &xc_policy_fifo_ops, &xc_policy_lfu_ops,
-    &xc_policy_lfru_ops, &xc_policy_hotness_ops, &xc_policy_s3fifo_ops,
-    &xc_policy_arc_ops,
+#define XC_POLICY_ENTRY(n) &xc_policy_##n##_ops,
+    XC_POLICY_TABLE(XC_POLICY_ENTRY)
+#undef XC_POLICY_ENTRY
 };
 #define N_POLICIES (sizeof table / sizeof table[0])
 
@@ -68,12 +79,39 @@ void xc_pq_remove_at(uint32_t *q, size_t *n, size_t i)
     (*n)--;
 }
 
+/* Appends s to buf (capacity cap, always NUL-terminated), cutting it short
+ * when full. */
+static void append(char *buf, size_t cap, const char *s)
+{
+    size_t used = strlen(buf);
+    if (used + 1 < cap)
+        strncat(buf, s, cap - used - 1);
+}
+
+/* Every policy of the table as a spec template, in table order:
+ * "lru, fifo, lfu, lfru:sample=N,seed=N, ...". */
+static void valid_specs(char *buf, size_t cap)
+{
+    size_t i, j;
+    buf[0] = '\0';
+    for (i = 0; i < N_POLICIES; i++) {
+        if (i)
+            append(buf, cap, ", ");
+        append(buf, cap, table[i]->name);
+        for (j = 0; j < XC_POLICY_MAX_PARAMS && table[i]->param_names[j]; j++) {
+            append(buf, cap, j ? "," : ":");
+            append(buf, cap, table[i]->param_names[j]);
+            append(buf, cap, "=N");
+        }
+    }
+}
+
 static int bad_name(const char *spec, size_t len)
 {
-    return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                   "unknown policy '%.*s'; valid: lru, fifo, lfu, "
-                   "lfru:sample=N,seed=N, hotness:period=N, s3fifo:small=N, arc",
-                   (int)len, spec);
+    char valid[256];
+    valid_specs(valid, sizeof valid);
+    return xc_fail(XC_E_MISUSE, -1, -1, -1, "unknown policy '%.*s'; valid: %s",
+                   (int)len, spec, valid);
 }
 
 static int bad_param(const xc_policy_ops *ops, const char *what, size_t len)

@@ -8,9 +8,13 @@
  * the simulator can link these same files and replay a trace to the live
  * counters exactly (docs/CACHE.md "Victim choice").
  *
- * Adding a policy: copy xc_policy_fifo.c (the simplest), fill the slots you
- * need, add its ops to the table in xc_policy.c.  `to_evict` must
- * be pure: choosing a victim changes nothing; evicting does (on_evict).
+ * Adding a policy touches four places: its own file (copy
+ * xc_policy_fifo.c, the simplest, and fill the slots you need), one X(name)
+ * in XC_POLICY_TABLE (xc_policy.c), the oracle's module
+ * oracle/policies/<name>.py written from the docs, and its row in
+ * docs/CACHE.md.  Python takes names and parameters from the table.
+ * `to_evict` must be pure: choosing a victim changes nothing; evicting does
+ * (on_evict).
  * All callbacks run with the cache lock held and must not fail.
  *
  * The order of events for one access is fixed, live and simulated alike:
@@ -128,9 +132,5 @@ int xc_policy_check_nop(const xc_policy *p);
  * position of key in q[0..n-1] or n; remove_at closes the gap. */
 size_t xc_pq_find(const uint32_t *q, size_t n, uint32_t key);
 void xc_pq_remove_at(uint32_t *q, size_t *n, size_t i);
-
-extern const xc_policy_ops xc_policy_lru_ops, xc_policy_fifo_ops,
-    xc_policy_lfu_ops, xc_policy_lfru_ops, xc_policy_hotness_ops,
-    xc_policy_s3fifo_ops, xc_policy_arc_ops;
 
 #endif /* XC_POLICY_H */

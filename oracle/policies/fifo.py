@@ -1,0 +1,18 @@
+"""FIFO (docs/CACHE.md "Victim choice"): the candidate published first goes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+NAME = "fifo"
+#: Parameters in the C table's order, with their defaults (none).
+PARAMS: dict[str, int] = {}
+
+
+def victim(params: Mapping[str, int], cands: np.ndarray, last_use: np.ndarray,
+           insert_tick: np.ndarray, freq: np.ndarray, hot: np.ndarray,
+           n_evictions: int) -> int:
+    """The candidate slot with the smallest ``insert_tick`` (ticks are unique)."""
+    return int(cands[np.argmin(insert_tick[cands])])

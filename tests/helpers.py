@@ -36,12 +36,16 @@ from hypothesis.stateful import rule
 import engine
 import fixtures
 from engine import _lib
-from engine.cache import K3_TEMPLATE, K3_TENSORS
 from faults.kinds import kind_of
 from oracle import safetensors as ost
 from oracle.traces import Trace, load_trace
 
-__all__ = ["K3_TEMPLATE", "K3_TENSORS"]  # re-exported: tests take them from here
+#: k3-mini's spec (docs/DESIGN.md §3), its naming, and its expert layout as
+#: ExpertCache takes it: the one place tests take them from.
+K3_SPEC = fixtures.preset("k3-mini")
+K3_TEMPLATE: str = K3_SPEC.expert_template
+K3_TENSORS: tuple[str, ...] = tuple(p for p, _, _ in K3_SPEC.expert_tensors)
+K3_LAYOUT: dict = K3_SPEC.cache_layout()
 
 # -- the repository ---------------------------------------------------------------
 

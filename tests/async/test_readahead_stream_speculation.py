@@ -24,6 +24,7 @@ from engine.cache import TIMING_COUNTERS
 from faults.io import Fault, IOFaults
 from oracle.cache import CacheModel
 from tests.helpers import (
+    K3_LAYOUT,
     expert_bytes,
     load_preset,
     open_container,
@@ -171,7 +172,7 @@ def _close_made_caches():
 
 
 def make(path: Path, io_threads: int, chunk_bytes: int = 0, **kw: Any) -> Any:
-    c = engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                            io_threads=io_threads, chunk_bytes=chunk_bytes, **kw)
     c._io_threads = io_threads
     _OPENED.append(c)
@@ -234,7 +235,7 @@ def test_speculative_counters_worked_example(k3_shard, truth):
 def test_get_of_an_inflight_key_waits_for_that_read(faulty, truth):
     """prefetch returns at once; get waits for the slow read and gets exact bytes."""
     cont, f = faulty
-    c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1)
+    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1)
     f.arm(Fault("delay", nth=1, persistent=True, arg=DELAY_US))
     t0 = time.perf_counter()
     assert c.prefetch([(0, 5)]) == 1
@@ -254,7 +255,7 @@ def test_get_of_an_inflight_key_waits_for_that_read(faulty, truth):
 def test_full_queue_reads_in_the_caller(faulty, truth):
     """io_depth 1: one read queued, three read by the caller, none dropped."""
     cont, f = faulty
-    c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                            io_depth=1)
     f.arm(Fault("delay", nth=1, persistent=True, arg=50_000))
     assert c.prefetch(KEYS[:4]) == 4
@@ -276,7 +277,7 @@ def test_close_with_reads_in_flight_is_clean(k3_shard, policy):
     live = _lib.lib().xc_alloc_live()
     with IOFaults() as f:
         cont = FaultContainer(k3_shard, f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=2,
+        c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=2,
                                io_depth=8, policy=policy)
         f.arm(Fault("delay", nth=1, persistent=True, arg=20_000))
         assert c.prefetch(KEYS[:6]) == 6
@@ -290,7 +291,7 @@ def test_close_with_reads_in_flight_is_clean(k3_shard, policy):
 def test_stream_yields_residents_first_then_completion_order(faulty, truth):
     """Residents in the order given, then the fast local read, then the slow one."""
     cont, f = faulty
-    c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                            io_depth=1)
     c.get(0, 1).release()
     c.get(0, 2).release()
@@ -398,7 +399,7 @@ def mixtral(n_slots: int, policy: str, io: Any = None,
     """(preset, container, cache, model) of mixtral-mini with n_slots slots."""
     p = load_preset("mixtral-mini")
     cont = engine.Container(p.path, io=io)
-    c = engine.ExpertCache(cont, n_slots=n_slots, policy=policy,
+    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=n_slots, policy=policy,
                            **p.cache_kwargs(), **kw)
     model = CacheModel(p.layers, p.n_experts, p.top_k, expert_bytes=p.expert_bytes,
                        n_slots=n_slots, policy=policy)
@@ -437,10 +438,11 @@ def test_drained_prefetch_equals_getmany_whatever_the_completion_order(policy):
                        n_slots=3, policy=policy)
     with IOFaults() as f:
         cont = engine.Container(p.path, io=f)
-        c = engine.ExpertCache(cont, n_slots=3, policy=policy, io_threads=1,
+        c = engine.ExpertCache(cont, **K3_LAYOUT,
+                               n_slots=3, policy=policy, io_threads=1,
                                io_depth=1, **p.cache_kwargs())
         sync_cont = open_preset(p)
-        sync = engine.ExpertCache(sync_cont, n_slots=3, policy=policy,
+        sync = engine.ExpertCache(sync_cont, **K3_LAYOUT, n_slots=3, policy=policy,
                                   **p.cache_kwargs())
         f.arm(Fault("delay", nth=1, arg=DELAY_US, path_filter="00001-of-00003"))
         assert c.prefetch(keys) == 2
@@ -480,7 +482,7 @@ def test_drained_prefetch_equals_getmany_in_reverse_completion_order(policy, fai
         p, cont, c, model = mixtral(4, policy, io=f_slow, io_threads=3)
         with IOFaults() as sf:
             sync_cont = engine.Container(p.path, io=sf)
-            sync = engine.ExpertCache(sync_cont, n_slots=4, policy=policy,
+            sync = engine.ExpertCache(sync_cont, **K3_LAYOUT, n_slots=4, policy=policy,
                                       **p.cache_kwargs())
             if fail is not None:
                 for inj in (f_err, sf):
@@ -640,7 +642,7 @@ def test_stream_of_a_queue_policy_inserts_after_all_reservations(k3_shard, io_th
     policies only.
     """
     policy = "s3fifo:small=40"
-    c = engine.ExpertCache(open_container(k3_shard), n_slots=5, top_k=4,
+    c = engine.ExpertCache(open_container(k3_shard), **K3_LAYOUT, n_slots=5, top_k=4,
                            io_threads=io_threads, policy=policy)
     model = CacheModel([0], 24, 4, expert_bytes=1632, n_slots=5, policy=policy)
     gets = CacheModel([0], 24, 4, expert_bytes=1632, n_slots=5, policy=policy)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import engine
-from tests.helpers import expert_bytes, open_container
+from tests.helpers import K3_LAYOUT, expert_bytes, open_container
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def truth(k3_shard: Path) -> list[bytes]:
 
 
 def make(path: Path, io_threads: int = 0, **kw: Any) -> engine.ExpertCache:
-    return engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    return engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                               io_threads=io_threads, **kw)
 
 
@@ -132,7 +132,7 @@ def test_prefetch_straddling_reset_stats_publishes_without_mark(k3_shard,
     from faults.io import Fault, IOFaults
     with IOFaults() as f:
         cont = engine.Container(str(k3_shard), io=f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1)
+        c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1)
         f.arm(Fault("delay", nth=1, persistent=True, arg=100_000))
         assert c.prefetch([(0, 4), (0, 5)]) == 2
         c.reset_stats()
@@ -161,7 +161,7 @@ def test_stream_goes_on_after_a_failed_read_and_raises_it_last(k3_shard, truth,
     from faults.io import Fault, IOFaults
     with IOFaults() as f:
         cont = engine.Container(str(k3_shard), io=f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4,
+        c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,
                                io_threads=io_threads)
         f.arm(Fault("eio", nth=1))  # the first read, (0, 1)'s, fails
         got = []
@@ -211,7 +211,7 @@ def test_stream_error_names_file_and_byte_like_get(k3_shard, io_threads):
     from faults.io import Fault, IOFaults
     with IOFaults() as f:
         cont = engine.Container(str(k3_shard), io=f)
-        c = engine.ExpertCache(cont, n_slots=8, top_k=4,
+        c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,
                                io_threads=io_threads)
         f.arm(Fault("eof", nth=1))
         with pytest.raises(engine.ShortReadError) as ei:

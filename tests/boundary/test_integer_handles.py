@@ -9,12 +9,13 @@ import pytest
 import fixtures
 from engine import Container, ExpertCache, _lib
 from engine.errors import MisuseError
+from tests.helpers import K3_LAYOUT
 
 
 @pytest.fixture()
 def cache(tmp_path: Path):
     fixtures.generate("k3-mini", tmp_path / "k3")
-    c = ExpertCache(Container(str(tmp_path / "k3")), n_slots=8, top_k=4)
+    c = ExpertCache(Container(str(tmp_path / "k3")), **K3_LAYOUT, n_slots=8, top_k=4)
     yield c
     c.close()
 

@@ -17,7 +17,7 @@ import pytest
 import engine
 from engine import _lib
 from engine.sim import simulate
-from tests.helpers import DATA_START, raised
+from tests.helpers import DATA_START, K3_LAYOUT, raised
 
 W1 = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
 
@@ -49,14 +49,14 @@ def test_bad_cache_options(cont, kw, message):
     """Each bad option is MisuseError with its own sentence."""
     opts = {"n_slots": 8, "top_k": 4, **kw}
     with pytest.raises(engine.MisuseError) as ei:
-        engine.ExpertCache(cont, **opts)
+        engine.ExpertCache(cont, **K3_LAYOUT, **opts)
     assert str(ei.value) == message and ei.value.kind == "misuse"
 
 
 def test_budget_too_large_for_the_machine(cont):
     """A budget of 2**62 bytes is BudgetError naming the slot count and stride."""
     with pytest.raises(engine.BudgetError) as ei:
-        engine.ExpertCache(cont, budget_bytes=2**62, top_k=4)
+        engine.ExpertCache(cont, **K3_LAYOUT, budget_bytes=2**62, top_k=4)
     assert str(ei.value) == (f"cache budget of {2**62 // 12288} slots of 12288 "
                              "bytes is too large for this machine")
 
@@ -64,7 +64,8 @@ def test_budget_too_large_for_the_machine(cont):
 def test_template_naming_a_missing_layer(cont):
     """A layer the container lacks is NotFoundError naming layer, expert, tensor."""
     with pytest.raises(engine.NotFoundError) as ei:
-        engine.ExpertCache(cont, n_slots=8, top_k=4, layers=(0, 1))
+        engine.ExpertCache(cont, **{**K3_LAYOUT, "layers": (0, 1)}, n_slots=8,
+                           top_k=4)
     e = ei.value
     assert (e.layer, e.expert) == (1, 0)
     assert str(e) == ("layer 1 expert 0: tensor 'w1.weight_packed' (" +
@@ -75,8 +76,9 @@ def test_template_naming_a_missing_layer(cont):
 def test_template_too_long_for_a_name(cont):
     """A template expanding past the name buffer is MisuseError at (0, 0)."""
     with pytest.raises(engine.MisuseError) as ei:
-        engine.ExpertCache(cont, n_slots=8, top_k=4,
-                           expert_template="x" * 5000 + "{layer}")
+        engine.ExpertCache(cont, **{**K3_LAYOUT,
+                                    "expert_template": "x" * 5000 + "{layer}"},
+                           n_slots=8, top_k=4)
     assert (ei.value.layer, ei.value.expert) == (0, 0)
     assert str(ei.value).startswith("layer 0 expert 0: tensor name from "
                                     "template 'xxxx")
@@ -110,7 +112,7 @@ def test_experts_must_share_one_layout(tmp_path, a, b, text):
     path = _two_experts(tmp_path / "m.safetensors", a, b)
     with engine.Container(path) as c, pytest.raises(engine.MisuseError) as ei:
         engine.ExpertCache(c, n_slots=3, top_k=1, n_experts=2, tensors=("t",),
-                           expert_template="e.{layer}.{expert}.{tensor}")
+                           layers=(0,), expert_template="e.{layer}.{expert}.{tensor}")
     assert (ei.value.layer, ei.value.expert) == (0, 1)
     assert str(ei.value) == (f"layer 0 expert 1: tensor 'e.0.1.t' has {text}; "
                              "every expert must share one layout")
@@ -121,7 +123,7 @@ def test_experts_must_share_one_layout(tmp_path, a, b, text):
 def test_cache_calls_with_bad_arguments(cont):
     """Bad refs, NULL arrays, indexes out of range: MisuseError, nothing changes."""
     ffi, lib = _lib.ffi(), _lib.lib()
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4)
     ex = cache.get(0, 3)
     p = cache._ptr
     ref = ffi.new("xc_ref *")
@@ -283,7 +285,8 @@ def test_simulator_plain_mode_needs_no_step_flags():
 def test_trace_file_that_cannot_be_written_fails_the_open(cont):
     """/dev/full takes the open but not the header: EngineIOError naming errno 28."""
     with pytest.raises(engine.EngineIOError) as ei:
-        engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path="/dev/full")
+        engine.ExpertCache(cont, **K3_LAYOUT,
+                           n_slots=8, top_k=4, trace_path="/dev/full")
     assert str(ei.value) == ("cache open: cannot write trace file /dev/full: "
                              "No space left on device (errno 28)")
 
@@ -292,7 +295,8 @@ def test_trace_write_failure_stops_recording_and_is_reported(cont):
     """A trace into a pipe whose reader left: EPIPE reported, the cache serves on."""
     r, w = os.pipe()
     try:
-        cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_ring_records=2,
+        cache = engine.ExpertCache(cont, **K3_LAYOUT,
+                                   n_slots=8, top_k=4, trace_ring_records=2,
                                    trace_path=f"/proc/self/fd/{w}")
         os.close(r)
         cache.get(0, 1).release()

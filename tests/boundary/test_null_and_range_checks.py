@@ -16,8 +16,7 @@ import pytest
 
 import engine
 from engine import _lib
-from engine.cache import K3_TEMPLATE, K3_TENSORS
-from tests.helpers import raised
+from tests.helpers import K3_LAYOUT, K3_TEMPLATE, K3_TENSORS, raised
 
 MISUSE = engine.MisuseError
 
@@ -120,7 +119,7 @@ def test_open_refuses_a_slot_count_past_the_address_space(cont):
 def test_release_refuses_null_negative_and_stale_references(cont):
     """NULL, negative slot, EMPTY slot, moved pointer, spent hold: all MISUSE."""
     ffi, lib = _lib.ffi(), _lib.lib()
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, batch_threads=1)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, batch_threads=1)
     p = cache._ptr
     real = ffi.new("xc_ref *")
     assert lib.xc_cache_get(p, 0, 5, real) == 0
@@ -159,7 +158,7 @@ def test_release_refuses_null_negative_and_stale_references(cont):
 def test_handles_refuse_negative_and_stale_values(cont):
     """unhold of a negative, foreign or spent handle is MISUSE; hold_data NULL."""
     ffi, lib = _lib.ffi(), _lib.lib()
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, batch_threads=1)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, batch_threads=1)
     p = cache._ptr
     h = lib.xc_cache_hold(p, 0, 2)
     assert h >= 0
@@ -176,7 +175,7 @@ def test_handles_refuse_negative_and_stale_values(cont):
 def test_batch_calls_refuse_one_null_array_and_accept_a_null_count(cont):
     """getmany/prefetch: one NULL array is MISUSE; a NULL count pointer is allowed."""
     ffi, lib = _lib.ffi(), _lib.lib()
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, batch_threads=1)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, batch_threads=1)
     p = cache._ptr
     layers = ffi.new("int32_t[]", [0, 0])
     experts = ffi.new("int32_t[]", [7, 8])
@@ -196,7 +195,7 @@ def test_batch_calls_refuse_one_null_array_and_accept_a_null_count(cont):
 def test_stream_begin_refuses_a_null_out_or_array(cont):
     """stream_begin: NULL out or one NULL array is MISUSE; zero keys need none."""
     ffi, lib = _lib.ffi(), _lib.lib()
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, batch_threads=1)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, batch_threads=1)
     p = cache._ptr
     layers = ffi.new("int32_t[]", [0])
     experts = ffi.new("int32_t[]", [1])

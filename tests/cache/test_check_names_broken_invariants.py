@@ -15,6 +15,7 @@ import pytest
 
 import engine
 from engine import _lib
+from tests.helpers import K3_LAYOUT
 
 KEY_BASE = 0  # layer 0: key == expert
 
@@ -22,7 +23,7 @@ KEY_BASE = 0  # layer 0: key == expert
 def open_cache(k3_shard: Path, policy: str = "lru") -> engine.ExpertCache:
     """A cache of 8 slots with experts 0, 1, 2 resident and released."""
     cont = engine.Container(str(k3_shard))
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, policy=policy)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, policy=policy)
     for e in (0, 1, 2):
         cache.get(0, e).release()
     return cache

@@ -15,6 +15,7 @@ from engine import AllPinnedError, BudgetError, MisuseError, NotFoundError
 from tests.helpers import (
     DATA_START,
     FILE_BYTES,
+    K3_LAYOUT,
     SHAPES,
     expert_bytes,
     open_container,
@@ -28,7 +29,7 @@ STRIDE = 12288  # round_up(1632 + 8192, 4096), docs/CACHE.md
 def make(path, **kw):
     kw.setdefault("n_slots", 8)
     kw.setdefault("top_k", 4)
-    c = engine.ExpertCache(open_container(path), **kw)
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, **kw)
     c.check()
     return c
 

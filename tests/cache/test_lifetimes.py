@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 import engine
-from tests.helpers import expert_bytes, open_container
+from tests.helpers import K3_LAYOUT, expert_bytes, open_container
 
 
 def test_container_close_is_refused_while_a_cache_is_open(k3_shard):
     """Container.close() with an open cache raises MisuseError and frees nothing."""
     cont = engine.Container(str(k3_shard))
-    c = engine.ExpertCache(cont, n_slots=8, top_k=4)
+    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4)
     with pytest.raises(engine.MisuseError, match="1 cache"):
         cont.close()
     with c.get(0, 3) as x:  # the container is still there
@@ -25,12 +25,12 @@ def test_container_close_is_refused_while_a_cache_is_open(k3_shard):
     cont.close()
     cont.close()  # idempotent
     with pytest.raises(engine.MisuseError, match="closed"):
-        engine.ExpertCache(cont, n_slots=8, top_k=4)
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4)
 
 
 def test_every_method_of_a_closed_cache_is_misuse(k3_shard):
     """After close(), methods and held experts raise MisuseError, never crash."""
-    c = engine.ExpertCache(open_container(k3_shard), n_slots=8, top_k=4)
+    c = engine.ExpertCache(open_container(k3_shard), **K3_LAYOUT, n_slots=8, top_k=4)
     x = c.get(0, 3)
     c.close()
     c.close()  # idempotent

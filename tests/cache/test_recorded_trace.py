@@ -16,7 +16,7 @@ import pytest
 import engine
 from oracle.sim import simulate, simulate_with_model
 from oracle.traces import TraceFormatError, load_engine_trace, read_engine_trace
-from tests.helpers import open_container
+from tests.helpers import K3_LAYOUT, open_container
 
 POLICIES = ["lru", "fifo", "lfu", "hotness:period=16", "lfru:sample=3,seed=7"]
 
@@ -51,7 +51,7 @@ def test_replay_gives_the_engine_counters(k3_shard, tmp_path, policy, io_threads
     """Oracle replay of the recorded trace equals the live counters exactly."""
     path = k3_shard
     tr = tmp_path / "run.xctrace"
-    c = engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                            policy=policy, io_threads=io_threads,
                            trace_path=tr, trace_ring_records=7)
     decode(c, steps(1, 150), use_stream)
@@ -71,7 +71,7 @@ def test_header_and_records(k3_shard, tmp_path):
     """Header fields, one record per access and per prefetch key, outcomes named."""
     path = k3_shard
     tr = tmp_path / "t.xctrace"
-    c = engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                            trace_path=tr)
     c.set_step(5)
     c.get(0, 3).release()          # miss
@@ -89,7 +89,7 @@ def test_header_and_records(k3_shard, tmp_path):
     assert tr.stat().st_size == 48 + 5 * 24
     # same container, same fingerprint
     tr2 = tmp_path / "u.xctrace"
-    engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                        trace_path=tr2).close()
     assert read_engine_trace(tr2)[0].fingerprint == header.fingerprint
 
@@ -111,7 +111,7 @@ def test_unwritable_trace_path_is_an_io_error(k3_shard, tmp_path):
     """A trace file that cannot be created fails the open, nothing leaked."""
     path = k3_shard
     with pytest.raises(engine.EngineIOError):
-        engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+        engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                            trace_path=tmp_path / "no" / "such" / "dir" / "t")
 
 
@@ -124,7 +124,7 @@ def test_policy_lab_reads_an_engine_trace(k3_shard, tmp_path):
 
     path = k3_shard
     tr = tmp_path / "run.bin"  # the magic, not the extension, decides
-    c = engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                            trace_path=tr)
     decode(c, steps(2, 60), use_stream=False)
     live = c.stats()

@@ -17,7 +17,7 @@ import pytest
 
 import engine
 from engine import AllPinnedError, MisuseError, NotFoundError
-from tests.helpers import expert_bytes, open_container
+from tests.helpers import K3_LAYOUT, expert_bytes, open_container
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 N_THREADS = 8
@@ -28,7 +28,7 @@ def test_threads_hammer_one_cache(k3_shard):
     """Random concurrent calls never serve a wrong byte or break an invariant."""
     path = k3_shard
     truth = [expert_bytes(path, e) for e in range(24)]
-    c = engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
                            batch_threads=3, policy="lfu", io_threads=2,
                            io_depth=4)
     errors: list[str] = []

@@ -15,7 +15,7 @@ import engine
 from engine import alloc
 from faults.loops import Baseline, Run, alloc_hooks, countdown
 from oracle.traces import read_engine_trace
-from tests.helpers import open_container
+from tests.helpers import K3_LAYOUT, open_container
 
 HEADER = 48
 RECORD = 24
@@ -37,7 +37,7 @@ def test_open_publishes_the_trace_and_leaves_no_temporary(cont, tmp_path):
     d = tmp_path / "traces"
     d.mkdir()
     trace = d / "t.xctrace"
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                                trace_path=trace)
     assert names(d) == ["t.xctrace"]
     assert trace.stat().st_size == HEADER
@@ -52,9 +52,9 @@ def test_an_earlier_trace_is_replaced_only_by_a_successful_open(cont, tmp_path):
     trace = tmp_path / "t.xctrace"
     trace.write_bytes(b"x" * 1000)
     with pytest.raises(engine.MisuseError):
-        engine.ExpertCache(cont, n_slots=8, top_k=0, trace_path=trace)
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=0, trace_path=trace)
     assert trace.read_bytes() == b"x" * 1000
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=trace)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=trace)
     assert trace.stat().st_size == HEADER
     cache.close()
     header, records = read_engine_trace(trace)
@@ -67,7 +67,7 @@ def test_a_trace_path_that_is_a_directory_fails_the_open(cont, tmp_path):
     target.mkdir()
     base = Baseline.now()
     with pytest.raises(engine.EngineIOError) as info:
-        engine.ExpertCache(cont, n_slots=8, top_k=4, batch_threads=2,
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, batch_threads=2,
                            io_threads=2, trace_path=target)
     assert str(info.value) == (
         f"cache open: cannot write trace file {target}: "
@@ -75,7 +75,7 @@ def test_a_trace_path_that_is_a_directory_fails_the_open(cont, tmp_path):
     assert names(tmp_path) == ["a_directory"]
     assert names(target) == []
     base.assert_back("rename failure")
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4)
     with cache.get(0, 1) as e:
         assert e.data.nbytes == 1632
     cache.close()
@@ -100,7 +100,7 @@ def test_a_header_that_cannot_be_written_removes_the_file_it_created(cont,
     trace = tmp_path / "t.xctrace"
     base = Baseline.now()
     with file_size_limit(10), pytest.raises(engine.EngineIOError) as info:
-        engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                            trace_path=trace)
     assert str(info.value) == (
         f"cache open: cannot write trace file {trace}: "
@@ -114,7 +114,7 @@ def test_a_header_that_cannot_be_written_keeps_an_earlier_file(cont, tmp_path):
     trace = tmp_path / "t.xctrace"
     trace.write_bytes(b"x" * 100)
     with file_size_limit(10), pytest.raises(engine.EngineIOError):
-        engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=trace)
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=trace)
     data = trace.read_bytes()
     assert len(data) == 100
     assert data[:8] == b"XCTRACE1"  # the header's first 10 bytes went in
@@ -135,7 +135,7 @@ def test_a_fifo_is_written_in_place(cont, tmp_path):
 
     reader = threading.Thread(target=drain)
     reader.start()
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=fifo)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=fifo)
     for e in (1, 2, 1):
         cache.get(0, e).release()
     cache.close()
@@ -156,7 +156,7 @@ def test_a_symlinked_trace_path_writes_the_link_target(cont, tmp_path):
     target.write_bytes(b"old" * 10)
     link = tmp_path / "latest.xctrace"
     link.symlink_to(target)
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=link)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=link)
     cache.get(0, 3).release()
     cache.close()
     assert link.is_symlink()
@@ -174,7 +174,7 @@ def test_a_dangling_relative_symlink_creates_its_target(cont, tmp_path):
     runs.mkdir()
     link = tmp_path / "latest.xctrace"
     link.symlink_to(os.path.join("runs", "run2.xctrace"))
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=link)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=link)
     cache.close()
     assert link.is_symlink()
     assert (runs / "run2.xctrace").stat().st_size == HEADER
@@ -190,7 +190,7 @@ def test_a_failed_open_through_a_symlink_leaves_target_and_link(cont, tmp_path):
     link = tmp_path / "latest.xctrace"
     link.symlink_to(target)
     with pytest.raises(engine.MisuseError):
-        engine.ExpertCache(cont, n_slots=8, top_k=0, trace_path=link)
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=0, trace_path=link)
     assert link.is_symlink() and target.read_bytes() == b"keep me"
     assert sorted(p.name for p in runs.iterdir()) == ["run1.xctrace"]
 
@@ -200,7 +200,7 @@ def test_a_trace_name_at_the_length_limit_opens(cont, tmp_path):
     name = "t" * 242 + ".xctrace"
     assert len(name) == 250
     trace = tmp_path / name
-    cache = engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=trace)
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=trace)
     cache.get(0, 1).release()
     cache.close()
     assert trace.stat().st_size == HEADER + RECORD
@@ -213,7 +213,7 @@ def test_a_symlink_loop_fails_the_open_naming_eloop(cont, tmp_path):
     a.symlink_to(b)
     b.symlink_to(a)
     with pytest.raises(engine.EngineIOError) as info:
-        engine.ExpertCache(cont, n_slots=8, top_k=4, trace_path=a)
+        engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=a)
     assert str(info.value) == (
         f"cache open: cannot write trace file {a}: "
         f"{os.strerror(errno.ELOOP)} (errno {errno.ELOOP})")
@@ -230,7 +230,7 @@ def test_a_thread_start_failure_leaves_no_trace_file(cont, tmp_path,
     alloc.fail_thread_start(1)
     try:
         with pytest.raises(engine.OutOfMemoryError):
-            engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+            engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                                trace_path=trace)
     finally:
         alloc.disarm_thread_start()
@@ -248,7 +248,7 @@ def test_allocation_countdown_over_a_symlinked_trace_open(cont, tmp_path):
     base = Baseline.now()
 
     def op() -> engine.ExpertCache:
-        return engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=1,
+        return engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                                   trace_path=link)
 
     def check(run: Run) -> None:

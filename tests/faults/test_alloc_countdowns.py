@@ -13,6 +13,7 @@ from faults.loops import (
     countdown,
     k3_expected,
 )
+from tests.helpers import K3_LAYOUT
 
 OOM = (engine.OutOfMemoryError,)
 
@@ -56,7 +57,7 @@ def test_cache_open_countdown(k3_shard, threads, persistent):
     base = Baseline.now()
 
     def op() -> engine.ExpertCache:
-        return engine.ExpertCache(container, n_slots=8, top_k=4,
+        return engine.ExpertCache(container, **K3_LAYOUT, n_slots=8, top_k=4,
                                   batch_threads=threads)
 
     def check(run: Run) -> None:
@@ -128,7 +129,7 @@ def test_cache_open_nomem_message_after_cleanup(k3_shard):
         arm, disarm = alloc_hooks()
         arm(n)
         try:
-            engine.ExpertCache(container, n_slots=8, top_k=4,
+            engine.ExpertCache(container, **K3_LAYOUT, n_slots=8, top_k=4,
                                batch_threads=1).close()
         except engine.OutOfMemoryError as e:
             seen.append(str(e))

@@ -20,6 +20,7 @@ from engine import _lib, alloc
 from engine.sim import simulate
 from faults.io import Fault, IOFaults
 from faults.loops import Baseline, Run, alloc_hooks, countdown, k3_expected
+from tests.helpers import K3_LAYOUT
 
 OOM = (engine.OutOfMemoryError,)
 
@@ -53,7 +54,7 @@ def test_cache_open_with_policy_state(k3_shard, policy, persistent):
     cont = engine.Container(str(k3_shard))
 
     def op() -> engine.ExpertCache:
-        return engine.ExpertCache(cont, n_slots=8, top_k=4, policy=policy,
+        return engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, policy=policy,
                                   batch_threads=1)
 
     def after(run: Run) -> None:
@@ -74,7 +75,7 @@ def test_cache_open_with_trace_and_readers(k3_shard, tmp_path):
     trace = tmp_path / "t.xctrace"
 
     def op() -> engine.ExpertCache:
-        return engine.ExpertCache(cont, n_slots=8, top_k=4, io_threads=2,
+        return engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=2,
                                   io_depth=4, batch_threads=2,
                                   trace_path=trace, trace_ring_records=16)
 
@@ -119,7 +120,7 @@ def test_stream_begin(k3_shard, io_threads):
     arm0, disarm0 = alloc_hooks()
 
     def arm(n: int) -> None:
-        cache = engine.ExpertCache(cont, n_slots=8, top_k=4,
+        cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,
                                    io_threads=io_threads, split_min_misses=1)
         cache.get(0, 0).release()
         box["cache"] = cache

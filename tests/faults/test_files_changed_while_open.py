@@ -13,7 +13,7 @@ from faults.io import Fault, IOFaults
 from faults.loops import Baseline, k3_expected
 from oracle.cache import COUNTERS, CacheModel
 from oracle.errors import ShortRead
-from tests.helpers import DATA_START, EXPERT_BYTES, FILE_BYTES
+from tests.helpers import DATA_START, EXPERT_BYTES, FILE_BYTES, K3_LAYOUT
 
 CUT = DATA_START + EXPERT_BYTES * 20  # 53,248: expert 20's payload
 
@@ -28,7 +28,8 @@ def test_truncated_shard_publishes_nothing(k3_copy, threads):
     assert CUT == 53248
     base = Baseline.now()
     c = engine.Container(str(k3_copy))
-    cache = engine.ExpertCache(c, n_slots=8, top_k=4, batch_threads=threads)
+    cache = engine.ExpertCache(c, **K3_LAYOUT,
+                               n_slots=8, top_k=4, batch_threads=threads)
     model = CacheModel([0], 24, 4, expert_bytes=1632, n_slots=8)
     cache.get(0, 0).release()
     model.release(model.get(0, 0))
@@ -73,7 +74,7 @@ def test_truncated_shard_publishes_nothing(k3_copy, threads):
 def test_shrunk_in_place_is_a_short_read_naming_file_and_position(k3_copy):
     """ftruncate while open: a read past the new end is a ShortReadError at its byte."""
     with engine.Container(str(k3_copy)) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         corrupt.shrink_in_place(k3_copy, DATA_START + 5 * EXPERT_BYTES + 100)
         with pytest.raises(engine.ShortReadError) as info:
             cache.get(0, 5)
@@ -94,7 +95,7 @@ def test_replaced_file_keeps_serving_the_old_inode(k3_copy):
     """Renamed over while open: reads keep the old inode; verify_unchanged says so."""
     base = Baseline.now()
     with engine.Container(str(k3_copy)) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         c.verify_unchanged()
         new = corrupt.replace_same_size(k3_copy)
         at = DATA_START + 6 * EXPERT_BYTES
@@ -114,7 +115,8 @@ def test_replaced_file_keeps_serving_the_old_inode(k3_copy):
 def test_replaced_file_fails_loads_under_verify(k3_copy, threads):
     """verify=True: a load after a replacement fails FileChangedError, unpublished."""
     with engine.Container(str(k3_copy), verify=True) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4, batch_threads=threads)
+        cache = engine.ExpertCache(c, **K3_LAYOUT,
+                                   n_slots=8, top_k=4, batch_threads=threads)
         model = CacheModel([0], 24, 4, expert_bytes=1632, n_slots=8)
         cache.get(0, 0).release()
         model.release(model.get(0, 0))
@@ -143,7 +145,7 @@ def test_failed_read_of_a_replaced_file_is_changed(k3_copy):
     """A read failing after the path was replaced is FileChangedError, not short."""
     with IOFaults() as faults:
         with engine.Container(str(k3_copy), io=faults) as c:
-            cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+            cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
             corrupt.replace_same_size(k3_copy)
             faults.arm(Fault("eof", nth=1))
             with pytest.raises(engine.FileChangedError) as info:
@@ -159,7 +161,7 @@ def test_failed_read_of_a_replaced_file_is_changed(k3_copy):
 def test_removed_file_is_reported(k3_copy):
     """Unlinked while open: reads still work; verify_unchanged says it was removed."""
     with engine.Container(str(k3_copy)) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         os.remove(k3_copy)
         with cache.get(0, 2) as x:
             assert x.data.tobytes() == k3_expected(2)
@@ -172,7 +174,7 @@ def test_removed_file_is_reported(k3_copy):
 def test_rewritten_in_place_is_caught_by_verify(k3_copy, tmp_path):
     """Same inode and size, new bytes and mtime: verify=True refuses to publish them."""
     with engine.Container(str(k3_copy), verify=True) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         other = tmp_path / "other"
         shutil.copyfile(k3_copy, other)
         with open(k3_copy, "r+b") as f:

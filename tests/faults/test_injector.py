@@ -6,6 +6,7 @@ import pytest
 
 from engine import _lib
 from faults.io import Fault, IOFaults
+from tests.helpers import K3_LAYOUT
 
 
 def _read(faults: IOFaults, path: str, length: int, offset: int = 0):
@@ -121,7 +122,7 @@ def test_a_delayed_read_keeps_its_slot_in_flight_until_it_lands(k3_shard):
     shard = k3_shard
     with IOFaults() as f:
         c = engine.Container(str(shard), io=f)
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4, io_threads=1)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1)
         f.arm(Fault("delay", nth=1, arg=50_000))  # 50 ms on the reader
         assert cache.prefetch([(0, 7)]) == 1  # queued, not yet read
         with cache.get(0, 7) as ex:  # waits for that read, then a hit

@@ -12,7 +12,7 @@ import pytest
 import engine
 from faults.io import Fault, IOFaults
 from faults.loops import k3_expected
-from tests.helpers import write_reversed_k3_mini
+from tests.helpers import K3_LAYOUT, write_reversed_k3_mini
 
 W1 = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
 
@@ -60,7 +60,7 @@ def test_direct_expert_read_fault(k3_shard, faults, kind, exc, message):
     """A widened O_DIRECT load failing: its kind, the aligned offset, no slot."""
     with engine.Container(str(k3_shard), direct=True, io=faults) as c:
         assert c.direct_active
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         faults.arm(Fault(kind, nth=1, persistent=True))
         with pytest.raises(exc) as ei:
             cache.get(0, 5)
@@ -82,7 +82,7 @@ def test_direct_expert_read_fault(k3_shard, faults, kind, exc, message):
 def test_direct_partial_read_cannot_continue_unaligned(k3_shard, faults):
     """Under O_DIRECT a 100-byte partial read leaves an unaligned rest: EINVAL."""
     with engine.Container(str(k3_shard), direct=True, io=faults) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         faults.arm(Fault("partial", nth=1, arg=100))
         with pytest.raises(engine.EngineIOError) as ei:
             cache.get(0, 5)
@@ -124,7 +124,7 @@ def test_chunked_load_fault_names_the_chunk(k3_shard, faults, kind, nth, exc,
                                             offset):
     """With 512-byte chunks the nth chunk's fault is reported at that chunk's byte."""
     with engine.Container(str(k3_shard), io=faults) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4, chunk_bytes=512)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4, chunk_bytes=512)
         faults.arm(Fault(kind, nth=nth))
         with pytest.raises(exc) as ei:
             cache.get(0, 3)
@@ -142,7 +142,7 @@ def test_chunked_load_fault_names_the_chunk(k3_shard, faults, kind, nth, exc,
 def test_chunked_load_completes_partial_reads(k3_shard, faults):
     """Partial reads of 100 bytes inside chunks are continued: the payload is exact."""
     with engine.Container(str(k3_shard), io=faults) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4, chunk_bytes=512)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4, chunk_bytes=512)
         faults.arm(Fault("partial", nth=1, persistent=True, arg=100))
         with cache.get(0, 7) as ex:
             assert ex.data.tobytes() == k3_expected(7)
@@ -157,7 +157,7 @@ def test_per_tensor_load_fault(tmp_path, faults):
     """An expert stored tensor by tensor: the third tensor's EIO fails the load."""
     path = write_reversed_k3_mini(tmp_path)
     with engine.Container(str(path), io=faults) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4)
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         assert not cache.contiguous(0, 2)
         faults.arm(Fault("eio", nth=3))
         with pytest.raises(engine.EngineIOError) as ei:
@@ -174,7 +174,7 @@ def test_per_tensor_load_fault(tmp_path, faults):
 def test_read_ahead_failure_is_counted_not_published(k3_shard, faults):
     """A read-ahead read failing on a reader thread: counted, slot empty."""
     with engine.Container(str(k3_shard), io=faults) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4, io_threads=1,
+        cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
                                    io_depth=4)
         faults.arm(Fault("eio", nth=1))
         assert cache.prefetch([(0, 8), (0, 9)]) == 2  # started
@@ -192,7 +192,8 @@ def test_read_ahead_failure_is_counted_not_published(k3_shard, faults):
 def test_stream_reports_the_failed_key(k3_shard, faults, io_threads):
     """A stream whose first read fails yields the others, then raises for that key."""
     with engine.Container(str(k3_shard), io=faults) as c:
-        cache = engine.ExpertCache(c, n_slots=8, top_k=4, io_threads=io_threads)
+        cache = engine.ExpertCache(c, **K3_LAYOUT,
+                                   n_slots=8, top_k=4, io_threads=io_threads)
         cache.get(0, 0).release()
         faults.arm(Fault("eio", nth=1))
         got = []

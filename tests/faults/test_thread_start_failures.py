@@ -10,6 +10,7 @@ import pytest
 import engine
 from engine import alloc
 from faults.loops import Baseline, Run, countdown, k3_expected, n_threads, thread_hooks
+from tests.helpers import K3_LAYOUT
 
 OOM = (engine.OutOfMemoryError,)
 EAGAIN_TEXT = f"{os.strerror(errno.EAGAIN)} (errno {errno.EAGAIN})"
@@ -33,7 +34,7 @@ def start_failure(k: int, workers: int, readers: int) -> str:
 def open_cache(container: engine.Container, batch_threads: int, io_threads: int,
                **kw: object) -> engine.ExpertCache:
     """A k3-mini cache of 8 slots with the given pools."""
-    return engine.ExpertCache(container, n_slots=8, top_k=4,
+    return engine.ExpertCache(container, **K3_LAYOUT, n_slots=8, top_k=4,
                               batch_threads=batch_threads,
                               io_threads=io_threads, **kw)
 

@@ -14,7 +14,7 @@ import engine
 from engine.sim import simulate
 from oracle.traces import Trace
 from tests import helpers as k3
-from tests.helpers import real_trace
+from tests.helpers import K3_LAYOUT, real_trace
 
 POLICIES = ["lru", "fifo", "lfu", "lfru:sample=3,seed=7", "hotness:period=16",
             "s3fifo", "s3fifo:small=40", "arc"]
@@ -37,7 +37,8 @@ def mini_trace(n: int = 1500) -> Trace:
 
 def replay_live(container, trace: Trace, policy: str, slots: int, mode: str) -> dict:
     """Drive the live cache: get + release per access, or hold each step."""
-    cache = engine.ExpertCache(container, n_slots=slots, top_k=2, policy=policy,
+    cache = engine.ExpertCache(container, **K3_LAYOUT,
+                               n_slots=slots, top_k=2, policy=policy,
                                batch_threads=1)
     held: list = []
     prev = None

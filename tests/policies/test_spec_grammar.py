@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import engine
+from tests.helpers import K3_LAYOUT
 
 LFRU_VALID = "valid parameters: sample, seed (as key=unsigned integer)"
 
@@ -22,13 +23,14 @@ def container(k3_shard):
 def test_each_malformed_parameter_is_named(container, param):
     """An empty, overlong, non-numeric, or misspelt parameter names itself."""
     with pytest.raises(engine.MisuseError) as ei:
-        engine.ExpertCache(container, n_slots=8, top_k=4, policy=f"lfru:{param}")
+        engine.ExpertCache(container, **K3_LAYOUT,
+                           n_slots=8, top_k=4, policy=f"lfru:{param}")
     assert str(ei.value) == f"policy lfru: bad parameter '{param}'; {LFRU_VALID}"
 
 
 def test_a_zero_hotness_period_is_refused(container):
     """Halving every 0 requests makes no sense: the period must be at least 1."""
     with pytest.raises(engine.MisuseError) as ei:
-        engine.ExpertCache(container, n_slots=8, top_k=4,
+        engine.ExpertCache(container, **K3_LAYOUT, n_slots=8, top_k=4,
                            policy="hotness:period=0")
     assert str(ei.value) == "policy hotness: period must be at least 1"

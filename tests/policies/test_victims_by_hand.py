@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import engine
-from tests.helpers import expert_bytes, open_container
+from tests.helpers import K3_LAYOUT, expert_bytes, open_container
 
 TRACE = [0, 1, 2, 0, 0, 1, 3, 4, 0, 2, 4]
 
@@ -52,7 +52,7 @@ EXPECTED = {
 def test_victim_sequence(k3_shard, policy):
     """The keys evicted, in order, are the hand-computed ones."""
     path = k3_shard
-    c = engine.ExpertCache(open_container(path), n_slots=3, top_k=2,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=3, top_k=2,
                            policy=policy)
     victims = []
     for e in TRACE:
@@ -70,7 +70,7 @@ def test_victim_sequence(k3_shard, policy):
 def test_lfu_evicts_an_unconsumed_prefetch_first(k3_shard):
     """A batch publish starts at freq 0, below any demand-loaded expert."""
     path = k3_shard
-    c = engine.ExpertCache(open_container(path), n_slots=3, top_k=2,
+    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=3, top_k=2,
                            policy="lfu")
     for e in (0, 1):
         c.get(0, e).release()

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from engine import Container, ExpertCache  # noqa: E402
 from oracle.traces import load_trace  # noqa: E402
 
-TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT.parent / "shared" / "traces")
+TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 EXPERT_BYTES = 128 * 1024
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"
 N_SLOTS, IO_THREADS = 64, 2

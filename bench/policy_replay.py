@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from engine.sim import simulate  # noqa: E402
 from oracle.traces import load_trace, write_oracle_general  # noqa: E402
 
-TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT.parent / "shared" / "traces")
+TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 TARGET, ROUNDS, SIZES = 10_000_000, 3, (128, 256, 512)
 
 

@@ -3,7 +3,7 @@
 Every access is a demand ``get`` of the cache model (docs/CACHE.md): a hit
 touches and bumps ``freq``; a miss takes the lowest EMPTY slot, else the
 victim that :func:`oracle.cache.choose_victim` picks (the very function the
-cache model uses, so the two cannot drift; ``tests/test_oracle_sim.py``
+cache model uses, so the two cannot drift; ``tests/oracle/test_simulator.py``
 also replays traces through :class:`oracle.cache.CacheModel` itself and
 compares), publishes with ``freq = 1`` and touches.
 

@@ -1,6 +1,6 @@
 """Routing traces and their files: the ``Trace`` type, readers and writers.
 
-The formats are those of ../shared/traces/README.md; what is computed from a
+The formats are those of fixtures/traces/README.md; what is computed from a
 trace (reuse distances, overlap, miss-ratio curves) is :mod:`oracle.trace_stats`.
 
 A trace is a sequence of accesses ``(token, layer, expert)``: tokens in

@@ -36,7 +36,6 @@ from faults.io import Fault, IOFaults
 from oracle.cache import CacheModel
 from tests.helpers import (
     COMPARED_STATS,
-    K3_LAYOUT,
     QUEUE_POLICIES,
     SANITIZED,
     AgreementRules,
@@ -81,8 +80,7 @@ class ReadAheadAgreement(AgreementRules, RuleBasedStateMachine):
         self.injectors = [self.f_slow, self.f_err]  # closed in this order
         self.cont = engine.Container(self.p.path, io=self.f_slow)
         self.cache = engine.ExpertCache(
-            self.cont, **K3_LAYOUT,
-           n_slots=n_slots, policy=policy, io_threads=io_threads,
+            self.cont, n_slots=n_slots, policy=policy, io_threads=io_threads,
             io_depth=io_depth, batch_threads=batch_threads, **self.p.cache_kwargs())
         self.model = CacheModel(self.p.layers, self.p.n_experts, self.p.top_k,
                                 expert_bytes=self.p.expert_bytes, n_slots=n_slots,

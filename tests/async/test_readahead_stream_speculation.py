@@ -172,8 +172,9 @@ def _close_made_caches():
 
 
 def make(path: Path, io_threads: int, chunk_bytes: int = 0, **kw: Any) -> Any:
-    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
-                           io_threads=io_threads, chunk_bytes=chunk_bytes, **kw)
+    c = engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+                           io_threads=io_threads, chunk_bytes=chunk_bytes,
+                           **{**K3_LAYOUT, **kw})
     c._io_threads = io_threads
     _OPENED.append(c)
     return c
@@ -399,7 +400,7 @@ def mixtral(n_slots: int, policy: str, io: Any = None,
     """(preset, container, cache, model) of mixtral-mini with n_slots slots."""
     p = load_preset("mixtral-mini")
     cont = engine.Container(p.path, io=io)
-    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=n_slots, policy=policy,
+    c = engine.ExpertCache(cont, n_slots=n_slots, policy=policy,
                            **p.cache_kwargs(), **kw)
     model = CacheModel(p.layers, p.n_experts, p.top_k, expert_bytes=p.expert_bytes,
                        n_slots=n_slots, policy=policy)
@@ -438,11 +439,10 @@ def test_drained_prefetch_equals_getmany_whatever_the_completion_order(policy):
                        n_slots=3, policy=policy)
     with IOFaults() as f:
         cont = engine.Container(p.path, io=f)
-        c = engine.ExpertCache(cont, **K3_LAYOUT,
-                               n_slots=3, policy=policy, io_threads=1,
+        c = engine.ExpertCache(cont, n_slots=3, policy=policy, io_threads=1,
                                io_depth=1, **p.cache_kwargs())
         sync_cont = open_preset(p)
-        sync = engine.ExpertCache(sync_cont, **K3_LAYOUT, n_slots=3, policy=policy,
+        sync = engine.ExpertCache(sync_cont, n_slots=3, policy=policy,
                                   **p.cache_kwargs())
         f.arm(Fault("delay", nth=1, arg=DELAY_US, path_filter="00001-of-00003"))
         assert c.prefetch(keys) == 2
@@ -482,7 +482,7 @@ def test_drained_prefetch_equals_getmany_in_reverse_completion_order(policy, fai
         p, cont, c, model = mixtral(4, policy, io=f_slow, io_threads=3)
         with IOFaults() as sf:
             sync_cont = engine.Container(p.path, io=sf)
-            sync = engine.ExpertCache(sync_cont, **K3_LAYOUT, n_slots=4, policy=policy,
+            sync = engine.ExpertCache(sync_cont, n_slots=4, policy=policy,
                                       **p.cache_kwargs())
             if fail is not None:
                 for inj in (f_err, sf):

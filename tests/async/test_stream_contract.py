@@ -26,8 +26,9 @@ def truth(k3_shard: Path) -> list[bytes]:
 
 
 def make(path: Path, io_threads: int = 0, **kw: Any) -> engine.ExpertCache:
-    return engine.ExpertCache(open_container(path), **K3_LAYOUT, n_slots=8, top_k=4,
-                              io_threads=io_threads, **kw)
+    return engine.ExpertCache(open_container(path), n_slots=8, top_k=4,
+                              io_threads=io_threads,
+                              **{**K3_LAYOUT, **kw})
 
 
 def in_thread(fn: Any, timeout: float = 10.0) -> list[Any]:

@@ -47,9 +47,9 @@ def cont(k3_shard: Path):
 ])
 def test_bad_cache_options(cont, kw, message):
     """Each bad option is MisuseError with its own sentence."""
-    opts = {"n_slots": 8, "top_k": 4, **kw}
+    opts = {"n_slots": 8, "top_k": 4, **K3_LAYOUT, **kw}
     with pytest.raises(engine.MisuseError) as ei:
-        engine.ExpertCache(cont, **K3_LAYOUT, **opts)
+        engine.ExpertCache(cont, **opts)
     assert str(ei.value) == message and ei.value.kind == "misuse"
 
 

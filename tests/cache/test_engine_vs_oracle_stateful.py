@@ -31,7 +31,6 @@ from oracle.cache import CacheModel
 from oracle.errors import Misuse
 from tests.helpers import (
     COMPARED_STATS,
-    K3_LAYOUT,
     QUEUE_POLICIES,
     S3FIFO_VARIANTS,
     SANITIZED,
@@ -75,7 +74,7 @@ class CacheAgreement(AgreementRules, RuleBasedStateMachine):
                             "n_slots")
         self.pool = self._key_pool(n_slots)
         self.cache = engine.ExpertCache(
-            open_preset(self.p), **K3_LAYOUT, n_slots=n_slots, policy=policy,
+            open_preset(self.p), n_slots=n_slots, policy=policy,
             chunk_bytes=chunk_bytes, batch_threads=batch_threads,
             **self.p.cache_kwargs())
         self.model = CacheModel(self.p.layers, self.p.n_experts, self.p.top_k,

@@ -19,7 +19,7 @@ import engine
 from engine import MisuseError
 from oracle.cache import CacheModel
 from oracle.errors import OracleError
-from tests.helpers import K3_LAYOUT, Preset, family, load_preset, open_preset
+from tests.helpers import Preset, family, load_preset, open_preset
 
 ALIGN = 4096
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
@@ -86,7 +86,7 @@ class Side:
         self.container = open_preset(p, direct=direct)
         active = self.container.direct_active
         self.cache = engine.ExpertCache(
-            self.container, **K3_LAYOUT, n_slots=n_slots, policy=policy,
+            self.container, n_slots=n_slots, policy=policy,
             batch_threads=batch_threads, chunk_bytes=chunk_bytes,
             **p.cache_kwargs())
         self.model = CacheModel(
@@ -180,8 +180,7 @@ def test_direct_io_bytes_golden():
     cont = open_preset(p, direct=True)
     if not cont.direct_active:  # pragma: no cover - filesystem without O_DIRECT
         pytest.skip(f"O_DIRECT unavailable: {cont.direct_note}")
-    c = engine.ExpertCache(cont, **K3_LAYOUT,
-                           n_slots=8, chunk_bytes=4096, **p.cache_kwargs())
+    c = engine.ExpertCache(cont, n_slots=8, chunk_bytes=4096, **p.cache_kwargs())
     for key in p.keys:
         with c.get(*key) as x:
             assert bytes(x.data) == p.payload[key], p.who(bytes(x.data))
@@ -208,5 +207,4 @@ def test_direct_refuses_what_it_cannot_read(preset, chunk, needle):
     if not cont.direct_active:  # pragma: no cover - filesystem without O_DIRECT
         pytest.skip(f"O_DIRECT unavailable: {cont.direct_note}")
     with pytest.raises(MisuseError, match=needle):
-        engine.ExpertCache(cont, **K3_LAYOUT,
-                           n_slots=8, chunk_bytes=chunk, **p.cache_kwargs())
+        engine.ExpertCache(cont, n_slots=8, chunk_bytes=chunk, **p.cache_kwargs())

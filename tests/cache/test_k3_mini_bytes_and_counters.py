@@ -29,7 +29,7 @@ STRIDE = 12288  # round_up(1632 + 8192, 4096), docs/CACHE.md
 def make(path, **kw):
     kw.setdefault("n_slots", 8)
     kw.setdefault("top_k", 4)
-    c = engine.ExpertCache(open_container(path), **K3_LAYOUT, **kw)
+    c = engine.ExpertCache(open_container(path), **{**K3_LAYOUT, **kw})
     c.check()
     return c
 

@@ -11,7 +11,7 @@ import pytest
 
 import fixtures
 from engine import Container, ExpertCache
-from tests.helpers import K3_LAYOUT, load_preset, open_preset
+from tests.helpers import load_preset, open_preset
 
 
 def _expected(spec: fixtures.Spec, layer: int, expert: int) -> bytes:
@@ -54,7 +54,7 @@ def test_every_expert_of_a_multi_shard_preset_loads_exactly(tmp_path, preset,
 def test_expert_split_across_shards_is_read_per_tensor():
     """mixtral-mini's experts (1, 1) and (2, 4) straddle a shard boundary and load."""
     p = load_preset("mixtral-mini")
-    c = ExpertCache(open_preset(p), **K3_LAYOUT, n_slots=3, **p.cache_kwargs())
+    c = ExpertCache(open_preset(p), n_slots=3, **p.cache_kwargs())
     split = [k for k in p.keys if not c.contiguous(*k)]
     assert split == [(1, 1), (2, 4)]  # found by oracle.safetensors' shard table
     for key in p.keys:

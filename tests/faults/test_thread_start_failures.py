@@ -34,9 +34,10 @@ def start_failure(k: int, workers: int, readers: int) -> str:
 def open_cache(container: engine.Container, batch_threads: int, io_threads: int,
                **kw: object) -> engine.ExpertCache:
     """A k3-mini cache of 8 slots with the given pools."""
-    return engine.ExpertCache(container, **K3_LAYOUT, n_slots=8, top_k=4,
+    return engine.ExpertCache(container, n_slots=8, top_k=4,
                               batch_threads=batch_threads,
-                              io_threads=io_threads, **kw)
+                              io_threads=io_threads,
+                              **{**K3_LAYOUT, **kw})
 
 
 def assert_usable(container: engine.Container) -> None:

@@ -1,4 +1,4 @@
-"""How one fuzz input becomes a container on disk (the fuzz target and the tests share it).
+"""How one fuzz input becomes a container on disk (shared by the target and tests).
 
 An input is one mode byte and a body; ``data[0] % 3`` picks the mode:
 
@@ -25,8 +25,17 @@ import os
 import struct
 from pathlib import Path
 
-__all__ = ["MODE_RAW", "MODE_HEADER", "MODE_INDEX", "INDEX_NAME", "SHARDS",
-           "shard_bytes", "valid_index", "materialise", "implied_length"]
+__all__ = [
+    "MODE_RAW",
+    "MODE_HEADER",
+    "MODE_INDEX",
+    "INDEX_NAME",
+    "SHARDS",
+    "shard_bytes",
+    "valid_index",
+    "materialise",
+    "implied_length",
+]
 
 MODE_RAW, MODE_HEADER, MODE_INDEX = 0, 1, 2
 INDEX_NAME = "model.safetensors.index.json"
@@ -35,8 +44,10 @@ MAX_IMPLIED_BYTES = 1 << 40
 
 #: The fixed shards of index mode: file name -> [(name, dtype, shape)].
 SHARDS: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {
-    "model-00001-of-00002.safetensors": [("a.weight", "F32", (2, 3)),
-                                         ("b.bias", "U8", (5,))],
+    "model-00001-of-00002.safetensors": [
+        ("a.weight", "F32", (2, 3)),
+        ("b.bias", "U8", (5,)),
+    ],
     "model-00002-of-00002.safetensors": [("c.weight", "BF16", (4,))],
 }
 _BITS = {"F32": 32, "U8": 8, "BF16": 16}
@@ -49,8 +60,11 @@ def shard_bytes(tensors: list[tuple[str, str, tuple[int, ...]]]) -> bytes:
         n = _BITS[dtype] // 8
         for d in shape:
             n *= d
-        entries[name] = {"dtype": dtype, "shape": list(shape),
-                         "data_offsets": [begin, begin + n]}
+        entries[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [begin, begin + n],
+        }
         begin += n
     text = json.dumps(entries).encode()
     text += b" " * (-(8 + len(text)) % 8)
@@ -67,8 +81,7 @@ def valid_index() -> bytes:
                 n *= d
             total += n
             wmap[name] = shard
-    return json.dumps({"metadata": {"total_size": total},
-                       "weight_map": wmap}).encode()
+    return json.dumps({"metadata": {"total_size": total}, "weight_map": wmap}).encode()
 
 
 def implied_length(body: bytes) -> int | None:
@@ -79,7 +92,7 @@ def implied_length(body: bytes) -> int | None:
     if n > len(body) - 8:
         return None
     try:
-        doc = json.loads(body[8:8 + n].decode("utf-8"))
+        doc = json.loads(body[8 : 8 + n].decode("utf-8"))
     except (ValueError, RecursionError):
         return None
     if not isinstance(doc, dict):
@@ -87,14 +100,17 @@ def implied_length(body: bytes) -> int | None:
     end = 0
     for entry in doc.values():
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (isinstance(offsets, list) and len(offsets) == 2
-                and all(type(v) is int and v >= 0 for v in offsets)):
+        if (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(v) is int and v >= 0 for v in offsets)
+        ):
             end = max(end, offsets[1])
     return 8 + n + end
 
 
 def materialise(data: bytes, folder: str | os.PathLike[str]) -> Path:
-    """Write input ``data`` into ``folder`` (existing, empty) and return the path to open."""
+    """Write input ``data`` into the empty ``folder``; return the path to open."""
     folder = Path(folder)
     mode, body = (data[0] % 3, data[1:]) if data else (MODE_RAW, b"")
     if mode == MODE_INDEX:

@@ -17,14 +17,22 @@ This table of exceptions is the one place both the header fuzz suite
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-__all__ = ["Verdict", "engine_verdict", "oracle_verdict", "official_verdict",
-           "ORACLE_KIND_DIFFERENCES", "ORACLE_SAME_OFFSET",
-           "OFFICIAL_DIFFERENCES", "official_difference", "compare_oracle",
-           "compare_official"]
+__all__ = [
+    "Verdict",
+    "engine_verdict",
+    "oracle_verdict",
+    "official_verdict",
+    "ORACLE_KIND_DIFFERENCES",
+    "ORACLE_SAME_OFFSET",
+    "OFFICIAL_DIFFERENCES",
+    "official_difference",
+    "compare_oracle",
+    "compare_official",
+]
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -34,7 +42,7 @@ Row = tuple[str, str, tuple[int, ...], str, int, int]
 
 @dataclass
 class Verdict:
-    """A reader's verdict: ``kind`` None means accepted (then ``table`` holds the tensors)."""
+    """A reader's verdict: ``kind`` None means accepted, ``table`` the tensors."""
 
     kind: str | None = None
     offset: int | None = None
@@ -52,32 +60,37 @@ class Verdict:
 
 #: (engine kind, oracle kind) pairs the two readers may name for one file;
 #: faults/README.md "Known disagreements between engine and oracle on kinds".
-ORACLE_KIND_DIFFERENCES: frozenset[tuple[str, str]] = frozenset({
-    # 1. check-major (engine) vs tensor by tensor (oracle): a moved end.
-    ("offsets", "size"),
-    # 2. one JSON pass (engine) vs parse first (oracle): an early problem
-    # before a later syntax error.
-    ("dtype", "json"), ("schema", "json"), ("duplicate", "json"),
-})
+ORACLE_KIND_DIFFERENCES: frozenset[tuple[str, str]] = frozenset(
+    {
+        # 1. check-major (engine) vs tensor by tensor (oracle): a moved end.
+        ("offsets", "size"),
+        # 2. one JSON pass (engine) vs parse first (oracle): an early problem
+        # before a later syntax error.
+        ("dtype", "json"),
+        ("schema", "json"),
+        ("duplicate", "json"),
+    }
+)
 
 #: Kinds whose offset both readers compute by the same rule (docs/DESIGN.md
 #: §3's table and oracle/safetensors.py's docstring): the rest follow each
 #: reader's own documented convention (faults/corrupt.py's docstring).
 ORACLE_SAME_OFFSET: frozenset[str] = frozenset(
-    {"too_short", "header_too_large", "not_utf8", "length"})
+    {"too_short", "header_too_large", "not_utf8", "length"}
+)
 
 #: Where the engine refuses what the official reader accepts, by
 #: docs/DESIGN.md §3 (step 5 and the table's step 7): (kind, a phrase of the
 #: engine's message) -> the rule.
 OFFICIAL_DIFFERENCES: dict[tuple[str, str], str] = {
     ("duplicate", ""): "DESIGN §3 step 5: no name twice, no __metadata__ key "
-                       "twice (the official reader keeps the last)",
+    "twice (the official reader keeps the last)",
     ("schema", "U+0000"): "DESIGN §3 step 5: names must not contain U+0000",
     ("schema", "more than 8"): "DESIGN §3 step 5: a shape of at most 8 integers",
     ("schema", "exceeds the limit"): "DESIGN §3 step 5: data_offsets below 2^48",
     ("overflow", "48-bit"): "DESIGN §3 step 7: every dimension fits in 48 bits",
     ("overflow", ""): "DESIGN §3 step 7: element count times bits fits in 64 "
-                      "bits (the official reader's usize arithmetic differs)",
+    "bits (the official reader's usize arithmetic differs)",
 }
 
 
@@ -87,29 +100,34 @@ OFFICIAL_DIFFERENCES: dict[tuple[str, str], str] = {
 #: then its entry goes).  name -> predicate on (engine, other reader).
 OPEN_FINDINGS: dict[str, Callable[[Verdict, Verdict], bool]] = {
     # the oracle lacks DESIGN §3's 48-bit limit on dimensions and offsets
-    "oracle-48-bit-limit": lambda m, o: ("48-bit" in m.message
-                                         or "exceeds the limit" in m.message),
+    "oracle-48-bit-limit": lambda m, o: (
+        "48-bit" in m.message or "exceeds the limit" in m.message
+    ),
     # the oracle lacks DESIGN §3's limit of 8 dimensions
     "oracle-8-dims": lambda m, o: "more than 8" in m.message,
     # the oracle accepts a name holding U+0000 (DESIGN §3 step 5 refuses it)
     "oracle-nul-name": lambda m, o: "U+0000" in m.message,
     # the oracle accepts a __metadata__ key twice (DESIGN §3 step 5: duplicate)
-    "oracle-metadata-duplicate": lambda m, o: (m.kind == "duplicate"
-                                               and "__metadata__ key" in m.message),
+    "oracle-metadata-duplicate": lambda m, o: (
+        m.kind == "duplicate" and "__metadata__ key" in m.message
+    ),
     # the oracle keeps the last of a field given twice in an entry (DESIGN
     # §3 step 5: each field once, the engine says schema)
-    "oracle-field-twice": lambda m, o: "appears twice" in m.message
-                                        and "field" in m.message,
+    "oracle-field-twice": lambda m, o: (
+        "appears twice" in m.message and "field" in m.message
+    ),
     # the oracle requires index metadata.total_size; DESIGN §3 makes it optional
     "oracle-index-total-size": lambda m, o: (
-        m.accepted and o.kind == "index" and "total_size is missing" in o.message),
+        m.accepted and o.kind == "index" and "total_size is missing" in o.message
+    ),
     # a malformed index: the engine says json / not_utf8, the oracle index
-    "index-json-kind": lambda m, o: (m.kind in ("json", "not_utf8")
-                                     and o.kind == "index"
-                                     and INDEX_NAME in m.message),
+    "index-json-kind": lambda m, o: (
+        m.kind in ("json", "not_utf8") and o.kind == "index" and INDEX_NAME in m.message
+    ),
     # issue 15 item 9: a number out of double range in an ignored field
-    "item-9-number-range": lambda m, o: (m.accepted and o.kind == "official"
-                                         and "number out of range" in o.message),
+    "item-9-number-range": lambda m, o: (
+        m.accepted and o.kind == "official" and "number out of range" in o.message
+    ),
 }
 
 
@@ -131,6 +149,7 @@ def official_difference(v: Verdict) -> str | None:
 
 # -- the readers ------------------------------------------------------------
 
+
 def engine_verdict(path: str | os.PathLike[str]) -> Verdict:
     """The C reader's verdict (``engine.Container``)."""
     import engine
@@ -138,8 +157,10 @@ def engine_verdict(path: str | os.PathLike[str]) -> Verdict:
     try:
         with engine.Container(path) as c:
             names = [os.path.basename(s) for s in c.shards]
-            rows = [(t.name, t.dtype, t.shape, names[t.shard], t.offset, t.nbytes)
-                    for t in c.tensors()]
+            rows = [
+                (t.name, t.dtype, t.shape, names[t.shard], t.offset, t.nbytes)
+                for t in c.tensors()
+            ]
             return Verdict(table=sorted(rows), metadata=dict(c.metadata))
     except engine.FormatError as e:
         off = None if e.offset is None or e.offset < 0 else e.offset
@@ -154,8 +175,10 @@ def oracle_verdict(path: str | os.PathLike[str]) -> Verdict:
         c = open_container(path)
     except OracleFormatError as e:
         return Verdict(kind=e.kind, offset=e.offset, message=str(e))
-    rows = [(t.name, t.dtype, t.shape, os.path.basename(t.shard), t.offset, t.nbytes)
-            for t in c.tensors()]
+    rows = [
+        (t.name, t.dtype, t.shape, os.path.basename(t.shard), t.offset, t.nbytes)
+        for t in c.tensors()
+    ]
     return Verdict(table=sorted(rows), metadata=dict(c.metadata))
 
 
@@ -176,14 +199,19 @@ def official_verdict(path: str | os.PathLike[str]) -> Verdict:
 
 # -- the comparisons --------------------------------------------------------
 
+
 def compare_oracle(path: str | os.PathLike[str]) -> Verdict:
-    """Assert the engine and the oracle agree on ``path``; return the engine's verdict."""
+    """Assert the engine and the oracle agree on ``path``; return the engine's."""
     mine, theirs = engine_verdict(path), oracle_verdict(path)
-    where = f"{Path(path)}: engine {mine.kind}@{mine.offset} {mine.message!r}, " \
-            f"oracle {theirs.kind}@{theirs.offset} {theirs.message!r}"
+    where = (
+        f"{Path(path)}: engine {mine.kind}@{mine.offset} {mine.message!r}, "
+        f"oracle {theirs.kind}@{theirs.offset} {theirs.message!r}"
+    )
     if mine.accepted != theirs.accepted or (
-            not mine.accepted and mine.kind != theirs.kind
-            and (mine.kind, theirs.kind) not in ORACLE_KIND_DIFFERENCES):
+        not mine.accepted
+        and mine.kind != theirs.kind
+        and (mine.kind, theirs.kind) not in ORACLE_KIND_DIFFERENCES
+    ):
         if open_finding(mine, theirs):
             return mine
     assert mine.accepted == theirs.accepted, "accept/refuse differs: " + where
@@ -193,7 +221,8 @@ def compare_oracle(path: str | os.PathLike[str]) -> Verdict:
         return mine
     if mine.kind != theirs.kind:
         assert (mine.kind, theirs.kind) in ORACLE_KIND_DIFFERENCES, (
-            "kinds differ: " + where)
+            "kinds differ: " + where
+        )
     elif mine.kind in ORACLE_SAME_OFFSET:
         assert mine.offset == theirs.offset, "offsets differ: " + where
     return mine
@@ -212,7 +241,9 @@ def compare_official(path: str | os.PathLike[str], mine: Verdict) -> str:
         if found:
             return found
     if mine.accepted:
-        assert theirs.accepted, "the engine accepts what the official reader refuses: " + where
+        assert theirs.accepted, (
+            "the engine accepts what the official reader refuses: " + where
+        )
         got = [(n, d, s) for n, d, s, *_ in mine.table]
         want = [(n, d, s) for n, d, s, *_ in theirs.table]
         assert got == want, "tensor tables differ: " + where
@@ -221,5 +252,7 @@ def compare_official(path: str | os.PathLike[str], mine: Verdict) -> str:
     if not theirs.accepted:
         return "refused"
     rule = official_difference(mine)
-    assert rule is not None, "the engine refuses what the official reader accepts: " + where
+    assert rule is not None, (
+        "the engine refuses what the official reader accepts: " + where
+    )
     return rule

@@ -15,7 +15,7 @@ import struct
 import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from faults.fuzz import inputs
@@ -37,7 +37,7 @@ DTYPES = sorted(DTYPE_BITS)
 
 
 def check(data: bytes, official: bool = True) -> str:
-    """Materialise one input and compare the readers; return the engine's kind or 'ok'."""
+    """Materialise one input, compare the readers; the engine's kind or 'ok'."""
     with tempfile.TemporaryDirectory() as d:
         path = inputs.materialise(data, d)
         mine = compare_oracle(path)
@@ -47,6 +47,7 @@ def check(data: bytes, official: bool = True) -> str:
 
 
 # -- JSON pieces, written by hand so that duplicates and odd numbers survive --
+
 
 def jstr(s: str) -> str:
     """A JSON string literal for s (non-ASCII kept as is)."""
@@ -59,25 +60,59 @@ def jobj(members: list[tuple[str, str]], sep: tuple[str, str]) -> str:
     return "{" + item.join(f"{k}{colon}{v}" for k, v in members) + "}"
 
 
-names = st.text(st.characters(codec="utf-8", exclude_characters="\0"),
-                min_size=1, max_size=10)
+names = st.text(
+    st.characters(codec="utf-8", exclude_characters="\0"), min_size=1, max_size=10
+)
 seps = st.sampled_from([(",", ":"), (", ", ": "), (" ,\n", " :\t")])
 odd_numbers = st.sampled_from(
-    ["0", "-0", "1e999", "-1e999", "1.5", "1e2", "18446744073709551615",
-     "18446744073709551616", "281474976710656", "281474976710655", "-1",
-     "0.0", "1E+2", "99999999999999999999999999"])
+    [
+        "0",
+        "-0",
+        "1e999",
+        "-1e999",
+        "1.5",
+        "1e2",
+        "18446744073709551615",
+        "18446744073709551616",
+        "281474976710656",
+        "281474976710655",
+        "-1",
+        "0.0",
+        "1E+2",
+        "99999999999999999999999999",
+    ]
+)
 odd_values = st.one_of(
-    odd_numbers, st.sampled_from(['null', 'true', '[]', '{}', '"x"', '[1,[2]]',
-                                  '{"a":{"b":[null]}}', '"\\u0000"', '"\\ud800"',
-                                  '"\\ud83d\\ude00"']))
+    odd_numbers,
+    st.sampled_from(
+        [
+            "null",
+            "true",
+            "[]",
+            "{}",
+            '"x"',
+            "[1,[2]]",
+            '{"a":{"b":[null]}}',
+            '"\\u0000"',
+            '"\\ud800"',
+            '"\\ud83d\\ude00"',
+        ]
+    ),
+)
 
 
 @st.composite
 def headers(draw) -> tuple[list[tuple[str, str]], int]:
-    """A valid header's members (key text, value text) in document order, and the data length."""
-    tensors = draw(st.lists(st.tuples(names, st.sampled_from(DTYPES),
-                                      st.lists(st.integers(0, 5), max_size=3)),
-                            max_size=6, unique_by=lambda t: t[0]))
+    """A valid header's (key text, value text) members in order, and its data length."""
+    tensors = draw(
+        st.lists(
+            st.tuples(
+                names, st.sampled_from(DTYPES), st.lists(st.integers(0, 5), max_size=3)
+            ),
+            max_size=6,
+            unique_by=lambda t: t[0],
+        )
+    )
     # lay the data out in an order of its own, not the document's
     order = draw(st.permutations(range(len(tensors))))
     offsets, at = {}, 0
@@ -94,9 +129,11 @@ def headers(draw) -> tuple[list[tuple[str, str]], int]:
     sep = draw(seps)
     members = []
     for i, (name, dtype, shape) in enumerate(tensors):
-        fields = [('"dtype"', jstr(dtype)),
-                  ('"shape"', json.dumps(shape)),
-                  ('"data_offsets"', json.dumps(list(offsets[i])))]
+        fields = [
+            ('"dtype"', jstr(dtype)),
+            ('"shape"', json.dumps(shape)),
+            ('"data_offsets"', json.dumps(list(offsets[i]))),
+        ]
         if draw(st.booleans()):
             fields.append((jstr(draw(names)), draw(odd_values)))
         fields = draw(st.permutations(fields))
@@ -104,43 +141,80 @@ def headers(draw) -> tuple[list[tuple[str, str]], int]:
     if draw(st.booleans()):
         meta = draw(st.dictionaries(names, names, max_size=3))
         where = draw(st.integers(0, len(members)))
-        members.insert(where, ('"__metadata__"',
-                               jobj([(jstr(k), jstr(v)) for k, v in meta.items()],
-                                    sep)))
+        members.insert(
+            where,
+            (
+                '"__metadata__"',
+                jobj([(jstr(k), jstr(v)) for k, v in meta.items()], sep),
+            ),
+        )
     return members, at
 
 
-def file_bytes(members: list[tuple[str, str]], data_len: int, sep=(",", ":"),
-               pad: str = "") -> bytes:
+def file_bytes(
+    members: list[tuple[str, str]], data_len: int, sep=(",", ":"), pad: str = ""
+) -> bytes:
     """A whole safetensors file: N, the header and data_len bytes of data."""
     text = (jobj(members, sep) + pad).encode("utf-8")
-    return struct.pack("<Q", len(text)) + text + bytes(range(256)) * (data_len // 256) \
+    return (
+        struct.pack("<Q", len(text))
+        + text
+        + bytes(range(256)) * (data_len // 256)
         + bytes(range(data_len % 256))
+    )
 
 
 @given(h=headers(), pad=st.sampled_from(["", " ", "   \n\t", "\r\n"]))
 def test_generated_valid_headers_are_accepted_by_all_three(h, pad):
     """A generated valid header: all three readers accept, with equal tables."""
     members, data_len = h
-    assert check(bytes([inputs.MODE_RAW]) + file_bytes(members, data_len, pad=pad)) == "ok"
+    assert (
+        check(bytes([inputs.MODE_RAW]) + file_bytes(members, data_len, pad=pad)) == "ok"
+    )
 
 
 # -- field mutations --------------------------------------------------------
 
-FIELD_EDITS = ["offsets+1", "offsets-1", "offsets_swap", "offsets3", "dtype_num",
-               "dtype_bad", "dtype_lower", "shape_neg", "shape_float", "shape_9",
-               "shape_2^48", "shape_big", "dup_name", "dup_field", "meta_num",
-               "meta_null", "meta_dup", "drop_field", "value", "name_nul",
-               "name_surrogate", "top_array", "trailing", "cut_json"]
+FIELD_EDITS = [
+    "offsets+1",
+    "offsets-1",
+    "offsets_swap",
+    "offsets3",
+    "dtype_num",
+    "dtype_bad",
+    "dtype_lower",
+    "shape_neg",
+    "shape_float",
+    "shape_9",
+    "shape_2^48",
+    "shape_big",
+    "dup_name",
+    "dup_field",
+    "meta_num",
+    "meta_null",
+    "meta_dup",
+    "drop_field",
+    "value",
+    "name_nul",
+    "name_surrogate",
+    "top_array",
+    "trailing",
+    "cut_json",
+]
 
 
-def edit(members: list[tuple[str, str]], what: str, i: int, v: str) -> list[tuple[str, str]]:
+def edit(
+    members: list[tuple[str, str]], what: str, i: int, v: str
+) -> list[tuple[str, str]]:
     """One field mutation of entry i (taken modulo the entries) with value text v."""
     tens = [k for k, (key, _) in enumerate(members) if key != '"__metadata__"']
     m = list(members)
     if what in ("meta_num", "meta_null", "meta_dup"):
-        val = {"meta_num": '{"a":' + v + "}", "meta_null": "null",
-               "meta_dup": '{"a":"1","a":"2"}'}[what]
+        val = {
+            "meta_num": '{"a":' + v + "}",
+            "meta_null": "null",
+            "meta_dup": '{"a":"1","a":"2"}',
+        }[what]
         return [('"__metadata__"', val)] + [x for x in m if x[0] != '"__metadata__"']
     if what == "top_array":
         return [("", "[" + ",".join(val for _, val in m) + "]")]
@@ -200,10 +274,15 @@ def edit(members: list[tuple[str, str]], what: str, i: int, v: str) -> list[tupl
     return m
 
 
-@given(h=headers(), what=st.sampled_from(FIELD_EDITS), i=st.integers(0, 10),
-       v=odd_values, mode=st.sampled_from([inputs.MODE_RAW, inputs.MODE_HEADER]))
+@given(
+    h=headers(),
+    what=st.sampled_from(FIELD_EDITS),
+    i=st.integers(0, 10),
+    v=odd_values,
+    mode=st.sampled_from([inputs.MODE_RAW, inputs.MODE_HEADER]),
+)
 def test_field_mutations_get_the_same_verdict(h, what, i, v, mode):
-    """Offsets, dtypes, shapes, names, metadata, numbers, JSON structure: readers agree."""
+    """Offsets, dtypes, shapes, names, metadata, numbers, JSON: the readers agree."""
     members, data_len = h
     mutated = edit(members, what, i, v)
     if mutated and mutated[0][0] == "":  # the top level is not an object
@@ -216,16 +295,25 @@ def test_field_mutations_get_the_same_verdict(h, what, i, v, mode):
 
 # -- byte mutations ---------------------------------------------------------
 
-byte_edits = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete"]),
-                                st.floats(0, 1, exclude_max=True),
-                                st.sampled_from(b' "{}[],:0123456789-.eE\\u\x00\xff\xc3')),
-                      min_size=1, max_size=4)
+byte_edits = st.lists(
+    st.tuples(
+        st.sampled_from(["flip", "set", "insert", "delete"]),
+        st.floats(0, 1, exclude_max=True),
+        st.sampled_from(b' "{}[],:0123456789-.eE\\u\x00\xff\xc3'),
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
-@given(h=headers(), edits=byte_edits, n_delta=st.sampled_from([0, 0, 0, -1, 1, 2**27]),
-       tail=st.sampled_from([0, 0, -1, 1]))
+@given(
+    h=headers(),
+    edits=byte_edits,
+    n_delta=st.sampled_from([0, 0, 0, -1, 1, 2**27]),
+    tail=st.sampled_from([0, 0, -1, 1]),
+)
 def test_byte_mutations_get_the_same_verdict(h, edits, n_delta, tail):
-    """Bytes flipped, set, inserted or deleted in the JSON, N moved, data cut or extended."""
+    """Bytes flipped, set, inserted or deleted in the JSON, N moved, data resized."""
     members, data_len = h
     raw = bytearray(file_bytes(members, 0))
     text = raw[8:]
@@ -252,12 +340,16 @@ INDEX_EDITS = {
     "drop": lambda d: d["weight_map"].pop("b.bias") and d,
     "stray": lambda d: d["weight_map"].update({"z": SHARD_A}) or d,
     "remap": lambda d: d["weight_map"].update({"c.weight": SHARD_A}) or d,
-    "missing_shard": lambda d: d["weight_map"].update({"c.weight": "gone.safetensors"}) or d,
+    "missing_shard": lambda d: (
+        d["weight_map"].update({"c.weight": "gone.safetensors"}) or d
+    ),
     "dotdot": lambda d: d["weight_map"].update({"c.weight": "../" + SHARD_B}) or d,
     "empty_name": lambda d: d["weight_map"].update({"c.weight": ""}) or d,
     "self": lambda d: d["weight_map"].update({"c.weight": inputs.INDEX_NAME}) or d,
     "value_num": lambda d: d["weight_map"].update({"c.weight": 3}) or d,
-    "total+1": lambda d: d["metadata"].update(total_size=d["metadata"]["total_size"] + 1) or d,
+    "total+1": lambda d: (
+        d["metadata"].update(total_size=d["metadata"]["total_size"] + 1) or d
+    ),
     "total_neg": lambda d: d["metadata"].update(total_size=-1) or d,
     "total_float": lambda d: d["metadata"].update(total_size=34.0) or d,
     "total_str": lambda d: d["metadata"].update(total_size="34") or d,
@@ -277,13 +369,14 @@ def test_index_edits_get_the_same_verdict(what):
     doc = json.loads(inputs.valid_index())
     raw = json.dumps(INDEX_EDITS[what](doc)).encode()
     kind = check(bytes([inputs.MODE_INDEX]) + raw)
-    assert (kind == "ok") == (what in ("valid", "extra", "meta_null", "no_meta",
-                                       "no_total"))
+    assert (kind == "ok") == (
+        what in ("valid", "extra", "meta_null", "no_meta", "no_total")
+    )
 
 
 @given(edits=byte_edits)
 def test_index_byte_mutations_get_the_same_verdict(edits):
-    """Bytes flipped, set, inserted or deleted in a valid index: engine and oracle agree."""
+    """Bytes flipped, set, inserted or deleted in a valid index: the readers agree."""
     text = bytearray(inputs.valid_index())
     for op, where, b in edits:
         j = int(where * len(text))
@@ -299,15 +392,18 @@ def test_index_byte_mutations_get_the_same_verdict(edits):
 
 
 def test_each_documented_official_difference_is_reached(tmp_path):
-    """Every entry of OFFICIAL_DIFFERENCES explains a real refusal the official reader accepts."""
+    """Each OFFICIAL_DIFFERENCES entry explains a refusal the official reader takes."""
     t = '{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
     cases = {
         ("duplicate", ""): [('"a"', t), ('"a"', t)],
         ("schema", "U+0000"): [('"a\\u0000"', t)],
-        ("schema", "more than 8"): [('"a"', '{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],'
-                                          '"data_offsets":[0,1]}')],
-        ("overflow", "48-bit"): [('"a"', '{"dtype":"U8","shape":[281474976710656,0],'
-                                        '"data_offsets":[0,0]}'), ('"b"', t)],
+        ("schema", "more than 8"): [
+            ('"a"', '{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}')
+        ],
+        ("overflow", "48-bit"): [
+            ('"a"', '{"dtype":"U8","shape":[281474976710656,0],"data_offsets":[0,0]}'),
+            ('"b"', t),
+        ],
     }
     seen = set()
     for (kind, phrase), members in cases.items():
@@ -323,14 +419,26 @@ def test_each_documented_official_difference_is_reached(tmp_path):
 
 _T = '{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
 FINDING_CASES = {
-    "oracle-48-bit-limit": (inputs.MODE_RAW, [('"a"', '{"dtype":"U8","shape":[281474976710656,0],'
-                                                      '"data_offsets":[0,0]}'), ('"b"', _T)], 1),
-    "oracle-8-dims": (inputs.MODE_RAW, [('"a"', '{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],'
-                                                '"data_offsets":[0,1]}')], 1),
+    "oracle-48-bit-limit": (
+        inputs.MODE_RAW,
+        [
+            ('"a"', '{"dtype":"U8","shape":[281474976710656,0],"data_offsets":[0,0]}'),
+            ('"b"', _T),
+        ],
+        1,
+    ),
+    "oracle-8-dims": (
+        inputs.MODE_RAW,
+        [('"a"', '{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}')],
+        1,
+    ),
     "oracle-nul-name": (inputs.MODE_RAW, [('"a\\u0000"', _T)], 1),
     "oracle-field-twice": (inputs.MODE_RAW, [('"a"', _T[:-1] + ',"dtype":"U8"}')], 1),
-    "oracle-metadata-duplicate": (inputs.MODE_RAW, [('"__metadata__"', '{"k":"1","k":"2"}'),
-                                                    ('"a"', _T)], 1),
+    "oracle-metadata-duplicate": (
+        inputs.MODE_RAW,
+        [('"__metadata__"', '{"k":"1","k":"2"}'), ('"a"', _T)],
+        1,
+    ),
     "oracle-index-total-size": (inputs.MODE_INDEX, None, 0),
     "index-json-kind": (inputs.MODE_INDEX, None, 1),
     "item-9-number-range": (inputs.MODE_RAW, [('"a"', _T[:-1] + ',"x":1e999}')], 1),
@@ -355,11 +463,15 @@ def test_every_open_finding_has_a_case():
 
 
 @pytest.mark.parametrize("name", sorted(FINDING_CASES))
-@pytest.mark.xfail(strict=True, reason="open finding of the fuzz suite (faults/README.md, "
-                                       "Fuzzing): an XPASS means it was resolved")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open finding of the fuzz suite (faults/README.md, "
+    "Fuzzing): an XPASS means it was resolved",
+)
 def test_open_finding_is_resolved(name, tmp_path):
     """With OPEN_FINDINGS ignored, the readers agree on the finding's input."""
     from faults.fuzz import verdicts
+
     saved = dict(verdicts.OPEN_FINDINGS)
     verdicts.OPEN_FINDINGS.clear()
     try:

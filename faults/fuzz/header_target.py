@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """The coverage-guided fuzz target: bytes -> a container on disk -> the C reader.
 
 Run through ``python -m faults.fuzz run`` (which builds the instrumented

@@ -442,6 +442,7 @@ FINDING_CASES = {
     ),
     "oracle-index-total-size": (inputs.MODE_INDEX, None, 0),
     "index-json-kind": (inputs.MODE_INDEX, None, 1),
+    "index-shard-name-too-long": (inputs.MODE_INDEX, None, 2),
     "item-9-number-range": (inputs.MODE_RAW, [('"a"', _T[:-1] + ',"x":1e999}')], 1),
 }
 
@@ -453,6 +454,9 @@ def finding_input(name: str) -> bytes:
         doc = json.loads(inputs.valid_index())
         if n == 0:
             del doc["metadata"]["total_size"]
+            return bytes([mode]) + json.dumps(doc).encode()
+        if n == 2:
+            doc["weight_map"]["c.weight"] = "x" * 300 + ".safetensors"
             return bytes([mode]) + json.dumps(doc).encode()
         return bytes([mode]) + json.dumps(doc).encode()[:-1]
     return bytes([mode]) + file_bytes(members, n)

@@ -1,0 +1,177 @@
+"""``python -m faults.fuzz build|run``: the coverage-guided header fuzzer.
+
+``build`` compiles the engine with clang, ``-fsanitize=address,fuzzer-no-link``
+(libFuzzer's coverage hooks, ASan) into ``--out`` (default
+``build/fuzz/``); ``run --seconds S`` builds if needed and fuzzes
+``faults/fuzz/header_target.py`` for S seconds, starting from the corpus in
+``faults/fuzz/corpus/``.  New inputs go to ``--work`` (default
+``build/fuzz/new/``), never into the repository's corpus; ``--merge`` then
+adds to the corpus only the ones that reach new coverage.  Findings are
+saved as ``build/fuzz/crash-*``.  Needs clang and atheris
+(``pip install atheris``, in the ``dev`` extra).  ``seed`` rewrites the
+corpus' seed inputs (``seed-*``: every preset's headers, a valid index).
+Exit status: libFuzzer's
+(0 no finding, non-zero a finding), 2 when it cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path(__file__).resolve().parent / "corpus"
+TARGET = Path(__file__).resolve().parent / "header_target.py"
+SANITIZE = "address,fuzzer-no-link"
+
+
+def build(out: Path) -> Path:
+    """Compile the instrumented engine into ``out``; return the .so path."""
+    if shutil.which("clang") is None:
+        raise SystemExit("fuzz: clang is needed (Debian: apt-get install -y clang)")
+    env = dict(
+        os.environ, CC="clang", LDSHARED="clang -shared -pthread", XC_SANITIZE=SANITIZE
+    )
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "engine" / "_build.py"), "--out", str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout + res.stderr)
+        raise SystemExit("fuzz: the instrumented build failed")
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
+def runtime() -> str:
+    """atheris' ASan + libFuzzer runtime, to preload into the interpreter."""
+    try:
+        import atheris
+    except ImportError:
+        raise SystemExit("fuzz: atheris is needed (pip install atheris)") from None
+    return str(Path(atheris.path()) / "asan_with_fuzzer.so")
+
+
+def run(ns: argparse.Namespace) -> int:
+    """Build, then fuzz for ns.seconds; return libFuzzer's exit status."""
+    out = Path(ns.out).resolve()
+    so = build(out)
+    work = Path(ns.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(
+        os.environ,
+        XC_ENGINE_LIB=str(so),
+        LD_PRELOAD=runtime(),
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:"
+        "alloc_dealloc_mismatch=0:allocator_may_return_null=1",
+        PYTHONPATH=str(ROOT),
+    )
+    cmd = [
+        sys.executable,
+        str(TARGET),
+        str(work),
+        str(CORPUS),
+        f"-max_total_time={ns.seconds}",
+        f"-artifact_prefix={out}/",
+        f"-max_len={ns.max_len}",
+        "-timeout=10",
+        "-rss_limit_mb=4096",
+        f"-jobs={ns.jobs}",
+        f"-workers={ns.jobs}",
+    ] + ns.libfuzzer
+    if ns.jobs <= 1:
+        cmd = [c for c in cmd if not c.startswith(("-jobs", "-workers"))]
+    rc = subprocess.run(cmd, env=env, cwd=ROOT).returncode
+    if rc == 0 and ns.merge:
+        rc = subprocess.run(
+            [
+                sys.executable,
+                str(TARGET),
+                "-merge=1",
+                f"-max_len={ns.max_len}",
+                str(CORPUS),
+                str(work),
+            ],
+            env=env,
+            cwd=ROOT,
+        ).returncode
+    return rc
+
+
+def seed(corpus: Path) -> list[Path]:
+    """Write the seeds into ``corpus``: every preset's shard headers, a valid index."""
+    from faults.fuzz import inputs
+    from fixtures.layout import plan
+    from fixtures.presets import PRESETS, preset
+
+    corpus.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in PRESETS:
+        files = plan(preset(name)).files
+        if name == "huge-sparse":  # 2.9 MB of headers: its smallest one
+            files = [min(files, key=lambda f: len(f.header))]
+        for f in files:
+            p = corpus / f"seed-{name}-{f.name.split('.')[0]}"
+            p.write_bytes(bytes([inputs.MODE_HEADER]) + f.header)
+            written.append(p)
+    p = corpus / "seed-index"
+    p.write_bytes(bytes([inputs.MODE_INDEX]) + inputs.valid_index())
+    written.append(p)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(
+        prog="python -m faults.fuzz",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile the instrumented engine")
+    sub.add_parser("seed", help="write the seed inputs into faults/fuzz/corpus")
+    r = sub.add_parser("run", help="build, then fuzz the header reader")
+    for p in (b, r):
+        p.add_argument(
+            "--out",
+            default=str(ROOT / "build" / "fuzz"),
+            help="build and findings folder (default build/fuzz)",
+        )
+    r.add_argument("--seconds", type=int, default=300, help="how long (default 300)")
+    r.add_argument(
+        "--work",
+        default=str(ROOT / "build" / "fuzz" / "new"),
+        help="where new inputs go (default build/fuzz/new)",
+    )
+    r.add_argument(
+        "--max-len",
+        type=int,
+        default=65536,
+        help="largest input tried, bytes (default 65536)",
+    )
+    r.add_argument("--jobs", type=int, default=1, help="parallel fuzzers (default 1)")
+    r.add_argument(
+        "--merge",
+        action="store_true",
+        help="afterwards, add inputs with new coverage to the corpus",
+    )
+    r.add_argument("libfuzzer", nargs="*", help="more libFuzzer flags (after --)")
+    ns = ap.parse_args(argv)
+    if ns.cmd == "seed":
+        for p in seed(CORPUS):
+            print(p.relative_to(ROOT))
+        return 0
+    if ns.cmd == "build":
+        print(build(Path(ns.out).resolve()))
+        return 0
+    return run(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""An independent safetensors reader, written from DESIGN §3.
+"""An independent safetensors reader, written from docs/DESIGN.md §3.
 
 A file is an 8-byte little-endian u64 ``N``, ``N`` bytes of UTF-8 JSON, then
 the data buffer. The checks run in the fixed order below and the first that
@@ -13,28 +13,35 @@ fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
                           ``NaN``/``Infinity`` and lone surrogate escapes; this
                           reader does not, because JSON does not.
  6. entries, in document order, each checked for
-    ``duplicate`` (a name seen before, ``__metadata__`` included), then
-    ``schema`` (the top level is not an object; an entry is not an object
-    with a string ``dtype``, a ``shape`` list of unsigned ints and a
-    ``data_offsets`` list of two unsigned ints; ``__metadata__`` is not null
-    or an object of strings), then ``dtype`` (an unknown dtype name).
+    ``duplicate`` (a name seen before, ``__metadata__`` included, or a key
+    given twice inside ``__metadata__``), then ``schema`` (the top level is
+    not an object; a name holds U+0000; an entry is not an object with a
+    string ``dtype``, a ``shape`` list of at most 8 unsigned ints and a
+    ``data_offsets`` list of two ints below 2**48, each field given once;
+    ``__metadata__`` is not null or an object of strings), then ``dtype``
+    (an unknown dtype name).
     Unknown extra keys in an entry are ignored, as the official reader does.
     Offset 8 (the header start): the JSON is not located further.
  7. tensors sorted by ``(begin, end)``, each checked for
     ``offsets`` (begin is not the previous end, first begin is not 0, or
-    end < begin; offset: data start + expected begin), ``overflow`` (element
-    count or element count x bits above 2**64 - 1), ``bits`` (element count x
+    end < begin; offset: data start + expected begin), ``overflow`` (a
+    dimension of 2**48 or more, or the element count or element count x bits
+    above 2**64 - 1), ``bits`` (element count x
     bits not a multiple of 8), ``size`` (end - begin is not the computed size);
     the last three at data start + begin.
  8. ``length``            data start + last end differs from the file length
                           (offset: the smaller of the two).
 
 A folder is read through ``model.safetensors.index.json`` (or is a single
-``*.safetensors`` file); an index is checked with kind ``index`` (offset
-``None``): it parses as JSON with ``weight_map`` (name -> shard file name) and
-``metadata.total_size``; every named shard exists in the folder; each shard
+``*.safetensors`` file). An index file is UTF-8 (``not_utf8``, offset: the
+first bad byte of the index) and strict JSON (``json``, offset: where the
+parser stopped); then it is checked with kind ``index`` (offset ``None``): an
+object with ``weight_map`` (name -> shard file name) and ``metadata`` null or
+an object whose ``total_size``, if present, is an unsigned int; every named
+shard exists in the folder; each shard
 is valid; every mapped tensor is in the shard the map names and every tensor
-of a shard is mapped to that shard; ``total_size`` is the sum of tensor bytes.
+of a shard is mapped to that shard; ``total_size``, if given, is the sum of
+tensor bytes.
 Stray files in the folder are ignored; several shards and no index is an error.
 """
 
@@ -65,6 +72,8 @@ DTYPE_BITS: dict[str, int] = {
 MAX_HEADER_BYTES = 100_000_000
 INDEX_NAME = "model.safetensors.index.json"
 _U64_MAX = 2**64 - 1
+_LIMIT_48 = 2**48
+_MAX_DIMS = 8
 _HEADER_START = 8
 
 
@@ -172,17 +181,29 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
         if name in seen:
             raise OracleFormatError("duplicate", _HEADER_START, path, repr(name))
         seen.add(name)
+        if "\0" in name:
+            raise OracleFormatError("schema", _HEADER_START, path,
+                                    f"name {name!r} holds U+0000")
         if name == "__metadata__":
             if entry is not None and not _str_map(entry):
                 raise OracleFormatError("schema", _HEADER_START, path,
                                         "__metadata__ is not a map of strings")
-            metadata = {} if entry is None else dict(entry["\0pairs"])
+            pairs = [] if entry is None else entry["\0pairs"]
+            keys = [k for k, _ in pairs]
+            if len(set(keys)) != len(keys):
+                raise OracleFormatError("duplicate", _HEADER_START, path,
+                                        "a __metadata__ key is given twice")
+            metadata = dict(pairs)
             continue
-        fields = dict(entry["\0pairs"]) if isinstance(entry, dict) else None
-        if (fields is None or not isinstance(fields.get("dtype"), str)
+        pairs = entry["\0pairs"] if isinstance(entry, dict) else None
+        fields = dict(pairs) if pairs is not None else None
+        if (fields is None or len(fields) != len(pairs)
+                or not isinstance(fields.get("dtype"), str)
                 or not _uint_list(fields.get("shape"))
+                or len(fields["shape"]) > _MAX_DIMS
                 or not _uint_list(fields.get("data_offsets"))
-                or len(fields["data_offsets"]) != 2):
+                or len(fields["data_offsets"]) != 2
+                or any(v >= _LIMIT_48 for v in fields["data_offsets"])):
             raise OracleFormatError("schema", _HEADER_START, path,
                                     f"entry {name!r} is malformed")
         if fields["dtype"] not in DTYPE_BITS:
@@ -202,7 +223,8 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
         for dim in shape:
             n_elements *= dim
         n_bits = n_elements * DTYPE_BITS[dtype]
-        if n_elements > _U64_MAX or n_bits > _U64_MAX:
+        if (any(dim >= _LIMIT_48 for dim in shape) or n_elements > _U64_MAX
+                or n_bits > _U64_MAX):
             raise OracleFormatError("overflow", data_start + begin, path, repr(name))
         if n_bits % 8:
             raise OracleFormatError("bits", data_start + begin, path,
@@ -239,10 +261,18 @@ def _index_error(path: Path, detail: str) -> OracleFormatError:
 
 def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     """Validate an index and its shards: tensors, shard and index metadata."""
+    raw = index.read_bytes()
     try:
-        doc = _strict_json(index.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, _JsonError) as exc:
-        raise _index_error(index, f"not JSON: {exc}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OracleFormatError("not_utf8", exc.start, str(index),
+                                "the index is not UTF-8") from None
+    try:
+        doc = _strict_json(text)
+    except _JsonError as exc:
+        pos = exc.args[1] if len(exc.args) > 1 else -1
+        offset = len(text[:pos].encode("utf-8")) if pos >= 0 else 0
+        raise OracleFormatError("json", offset, str(index), str(exc.args[0])) from None
     top = dict(doc["\0pairs"]) if isinstance(doc, dict) else {}
     wmap, meta = top.get("weight_map"), top.get("metadata")
     if not _str_map(wmap):
@@ -250,15 +280,22 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     pairs = wmap["\0pairs"]
     if len({name for name, _ in pairs}) != len(pairs):
         raise _index_error(index, "a tensor is named twice in weight_map")
-    meta_fields = dict(meta["\0pairs"]) if isinstance(meta, dict) else None
-    if meta_fields is None or not _is_uint(meta_fields.get("total_size")):
-        raise _index_error(index, "metadata.total_size is missing or not an integer")
+    if meta is not None and not isinstance(meta, dict):
+        raise _index_error(index, "metadata is neither null nor an object")
+    meta_fields = dict(meta["\0pairs"]) if isinstance(meta, dict) else {}
+    if "total_size" in meta_fields and not _is_uint(meta_fields["total_size"]):
+        raise _index_error(index, "metadata.total_size is not an unsigned integer")
     folder = index.parent
     shard_names = sorted({shard for _, shard in pairs})
     for shard in shard_names:
         if shard in ("", ".", "..") or "/" in shard or "\\" in shard:
             raise _index_error(index, f"shard {shard!r} is not a file name")
-        if not (folder / shard).is_file():
+        try:
+            exists = (folder / shard).is_file()
+        except OSError as exc:  # e.g. a name too long for the file system
+            raise _index_error(index, f"shard {shard!r} cannot be looked up: "
+                               f"{exc.strerror}") from None
+        if not exists:
             raise _index_error(index, f"shard {shard!r} does not exist")
     tensors: list[TensorInfo] = []
     metadata: dict[str, str] = {}
@@ -281,7 +318,7 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
         stray = sorted(set(found) - {name for name, _ in pairs})
         raise _index_error(index, f"tensors not in weight_map: {stray[:3]}")
     total = sum(t.nbytes for t in tensors)
-    if meta_fields["total_size"] != total:
+    if "total_size" in meta_fields and meta_fields["total_size"] != total:
         raise _index_error(index, f"total_size {meta_fields['total_size']} != {total}")
     index_meta = {k: v for k, v in meta_fields.items()}
     return tensors, metadata, index_meta
@@ -290,7 +327,7 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
 class Container:
     """A validated safetensors container: one file, a folder, or an index.
 
-    Opening validates everything (DESIGN §3) and raises ``OracleFormatError``
+    Opening validates everything (docs/DESIGN.md §3) and raises ``OracleFormatError``
     on the first failed check; afterwards the tensor table is fixed.
     """
 

@@ -176,7 +176,7 @@ _S1, _S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors
 
 @pytest.mark.parametrize("doc", [
     {"metadata": {"total_size": 51}, "weight_map": {"x": _S1, "y": _S1, "z": _S2}},
-    {"metadata": {}, "weight_map": {"x": _S1, "y": _S1, "z": _S2}},
+    {"metadata": {"total_size": -1}, "weight_map": {"x": _S1, "y": _S1, "z": _S2}},
     {"metadata": {"total_size": 52}, "weight_map": {"x": _S1, "y": _S2, "z": _S2}},
     {"metadata": {"total_size": 52}, "weight_map": {"x": _S1, "z": _S2}},
     {"metadata": {"total_size": 52},
@@ -185,7 +185,7 @@ _S1, _S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors
      "weight_map": {"x": _S1, "y": _S1, "z": "model-00003-of-00003.safetensors"}},
     {"metadata": {"total_size": 52}, "weight_map": {"x": _S1, "y": _S1, "z": "../z"}},
     {"metadata": {"total_size": 52}, "weight_map": [1]},
-], ids=["total_size", "no_total_size", "wrong_shard", "unmapped", "missing_tensor",
+], ids=["total_size", "negative_total_size", "wrong_shard", "unmapped", "missing_tensor",
         "missing_shard", "not_a_name", "schema"])
 def test_index_violations(tmp_path, doc):
     """Every broken promise of an index is an ``index`` error."""
@@ -193,6 +193,14 @@ def test_index_violations(tmp_path, doc):
     with pytest.raises(OracleFormatError) as info:
         open_container(tmp_path)
     assert info.value.kind == "index" and info.value.offset is None
+
+
+@pytest.mark.parametrize("metadata", [None, {}, {"format": "pt"}])
+def test_index_total_size_is_optional(tmp_path, metadata):
+    """An index whose metadata is null or lacks total_size opens (docs/DESIGN.md §3)."""
+    _sharded(tmp_path, {"metadata": metadata,
+                        "weight_map": {"x": _S1, "y": _S1, "z": _S2}})
+    assert sorted(t.name for t in open_container(tmp_path).tensors()) == ["x", "y", "z"]
 
 
 def test_broken_shard_reports_its_own_kind_and_path(tmp_path):

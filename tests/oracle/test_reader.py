@@ -185,8 +185,8 @@ _S1, _S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors
      "weight_map": {"x": _S1, "y": _S1, "z": "model-00003-of-00003.safetensors"}},
     {"metadata": {"total_size": 52}, "weight_map": {"x": _S1, "y": _S1, "z": "../z"}},
     {"metadata": {"total_size": 52}, "weight_map": [1]},
-], ids=["total_size", "negative_total_size", "wrong_shard", "unmapped", "missing_tensor",
-        "missing_shard", "not_a_name", "schema"])
+], ids=["total_size", "negative_total_size", "wrong_shard", "unmapped",
+        "missing_tensor", "missing_shard", "not_a_name", "schema"])
 def test_index_violations(tmp_path, doc):
     """Every broken promise of an index is an ``index`` error."""
     _sharded(tmp_path, doc)

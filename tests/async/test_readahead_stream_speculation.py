@@ -238,13 +238,11 @@ def test_get_of_an_inflight_key_waits_for_that_read(faulty, truth):
     cont, f = faulty
     c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1)
     f.arm(Fault("delay", nth=1, persistent=True, arg=DELAY_US))
-    t0 = time.perf_counter()
     assert c.prefetch([(0, 5)]) == 1
-    assert time.perf_counter() - t0 < DELAY_US / 2e6
-    assert c.slots()[0]["state"] == "inflight"
+    assert c.slots()[0]["state"] == "inflight"  # returned before its read ended
     c.check()
     with c.get(0, 5) as x:
-        assert time.perf_counter() - t0 >= DELAY_US / 1e6 * 0.9
+        assert c.slots()[0]["state"] == "ready"
         assert bytes(x.data) == truth[5]
     s = c.stats()
     assert (s["requests"], s["hits"], s["misses"], s["prefetch_loads"],

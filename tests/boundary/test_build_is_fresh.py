@@ -9,7 +9,6 @@ sources are never edited.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -97,13 +96,9 @@ def test_without_the_sources_there_is_nothing_to_compare(tmp_path):
     assert _lib.stale_reason("0" * 64, tree, "x.so") is None
 
 
-def test_the_check_is_cheap():
-    """Recomputing the digest at import costs a few milliseconds, not a build."""
-    mod = _lib.module()
-    t0 = time.perf_counter()
-    for _ in range(5):
-        _lib.check_fresh(mod)
-    assert (time.perf_counter() - t0) / 5 < 0.05
+def test_the_check_passes_on_the_build_in_use():
+    """The build the suite runs was made from these sources: the check is silent."""
+    assert _lib.check_fresh(_lib.module()) is None
 
 
 def test_the_release_switch_adds_ndebug(monkeypatch):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 
 import numpy as np
 import pytest
@@ -193,11 +192,10 @@ def write_real_scale(path) -> int:
 
 
 def test_real_scale_header_opens_and_finds_names(tmp_path):
-    """211,968 entries open in well under 10 s and every lookup lands."""
+    """211,968 entries open and every lookup lands."""
     p = tmp_path / "big.safetensors"
     n = write_real_scale(p)
     assert n == 211_968 and 28_000_000 < p.stat().st_size < 30_000_000
-    t0 = time.perf_counter()
     with engine.Container(str(p)) as c:
         names = list(c)
         assert len(c) == n and len(names) == n
@@ -211,4 +209,3 @@ def test_real_scale_header_opens_and_finds_names(tmp_path):
         for i in range(0, n, 997):
             assert c.info(names[i]).offset - c.info(names[0]).offset == i
         assert stem.format(92, 0, "w1.weight_packed") not in c
-    assert time.perf_counter() - t0 < 10

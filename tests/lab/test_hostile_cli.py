@@ -209,3 +209,19 @@ def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
     assert err.endswith(f"replay.py lab: interrupted; {out} left as it was\n")
     assert _group_members(pgid) == []
     assert sorted(x.name for x in out.iterdir()) == []
+
+
+def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while --export-csv writes: exit 130 and no half-written CSV."""
+    import oracle.traces
+
+    def half(trace: object, path: str) -> None:
+        Path(path).write_text("sequence,token\n0,")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(oracle.traces, "write_csv", half)
+    export = tmp_path / "trace.csv"
+    assert main(["lab", MIXTRAL, str(tmp_path / "out"), "--export-csv",
+                 str(export), "--quiet", "--executor", "thread"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]

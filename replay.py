@@ -16,8 +16,10 @@ command parses its own options (``python replay.py COMMAND --help``).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -62,8 +64,27 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command ``argv`` names (default: the gate); return the exit status."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    """Run the command ``argv`` names (default: the gate); return the exit status.
+
+    Ctrl-C is exit 130 with one line, never a traceback.  Run as a program
+    (``argv`` None), it ends the process at once when a thread is still
+    busy (a worker in a C call, a scenario the watchdog gave up on), so the
+    process never waits on it.
+    """
+    try:
+        rc = _dispatch(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:
+        print("replay.py: interrupted", file=sys.stderr)
+        rc = 130
+    if argv is None and threading.active_count() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
+def _dispatch(args: list[str]) -> int:
+    """Run the command ``args`` names; return the exit status."""
     first = args[0] if args else ""
     if first == "gate":
         from fixtures.gate.cli import run  # noqa: PLC0415

@@ -40,8 +40,14 @@ __all__ = [
     "read_engine_trace", "load_engine_trace", "ENGINE_TRACE_KINDS",
     "ENGINE_TRACE_OUTCOMES", "load_text_dump", "load_int32",
     "load_csv", "write_csv", "write_oracle_general", "read_oracle_general",
-    "ORACLE_GENERAL_DTYPE", "read_trace", "FORMATS",
+    "ORACLE_GENERAL_DTYPE", "read_trace", "FORMATS", "MAX_LAYERS", "MAX_EXPERTS",
 ]
+
+
+#: The largest layer count and experts per layer a trace may have: every key
+#: ``layer * n_experts + expert`` then fits the simulator's 32-bit keys.
+MAX_LAYERS = 1 << 12
+MAX_EXPERTS = 1 << 19
 
 
 class TraceFormatError(ValueError):
@@ -113,6 +119,17 @@ class Trace:
         return starts
 
 
+def _check_ids(path: str, number: int, layer: int, experts: Iterable[int]) -> None:
+    """Refuse a layer or expert id beyond the limits, naming the line."""
+    if layer >= MAX_LAYERS:
+        raise TraceFormatError(path, number, f"layer {layer} is beyond the "
+                               f"limit of {MAX_LAYERS} layers")
+    for e in experts:
+        if e >= MAX_EXPERTS:
+            raise TraceFormatError(path, number, f"expert id {e} is beyond the "
+                                   f"limit of {MAX_EXPERTS} experts per layer")
+
+
 def _uint(value: object) -> bool:
     return type(value) is int and value >= 0
 
@@ -159,6 +176,7 @@ def load_trace(path: str | os.PathLike, n_layers: int | None = None,
             if not _expert_list(obj.get("experts")):
                 raise TraceFormatError(path, number,
                                        "experts must be distinct unsigned ints")
+            _check_ids(path, number, obj["layer"], obj["experts"])
             where = (obj["problem_id"], obj["token_idx"], obj["layer"])
             if where in steps:
                 raise TraceFormatError(path, number, f"repeats {fields} = {where}")
@@ -173,6 +191,7 @@ def load_trace(path: str | os.PathLike, n_layers: int | None = None,
                 raise TraceFormatError(path, number, f"repeats tok {obj['tok']}")
             seen_tokens.add(obj["tok"])
             for layer, experts in enumerate(layers):
+                _check_ids(path, number, layer, experts)
                 steps[(0, obj["tok"], layer)] = experts
     if not steps:
         raise TraceFormatError(path, 0, "no records")
@@ -375,6 +394,7 @@ def load_text_dump(path: str | os.PathLike, top_k: int | None = None,
                 elif pos == prev[0] and layer <= prev[1]:
                     raise TraceFormatError(path, number, f"layer {layer} after "
                                            f"layer {prev[1]} of the same token")
+            _check_ids(path, number, layer, ids)
             prev = (pos, layer)
             for e in ids:
                 seq.append(s)
@@ -405,6 +425,10 @@ def load_int32(path: str | os.PathLike, top_k: int, n_layers: int,
     bad = np.flatnonzero((ids < 0).any(axis=1))
     if len(bad):
         raise TraceFormatError(path, int(bad[0]) + 1, "negative expert id")
+    big = np.flatnonzero((ids >= MAX_EXPERTS).any(axis=1))
+    if len(big):
+        row = ids[int(big[0])]
+        _check_ids(path, int(big[0]) + 1, 0, row.tolist())
     dup = np.flatnonzero((np.sort(ids, axis=1)[:, 1:] ==
                           np.sort(ids, axis=1)[:, :-1]).any(axis=1))
     if len(dup):
@@ -446,6 +470,7 @@ def load_csv(path: str | os.PathLike, n_layers: int | None = None,
             if len(fields) not in (4, 5) or None in fields:
                 raise TraceFormatError(path, number, "needs unsigned integers "
                                        "sequence,token,layer,expert[,key]")
+            _check_ids(path, number, fields[2], [fields[3]])
             seq.append(fields[0])
             tok.append(fields[1])
             lay.append(fields[2])

@@ -1,0 +1,227 @@
+"""The lab under mistaken and hostile use: every bad option or trace line is exit 2
+with one line naming it, before any sweep; the result files are one atomic set; no
+matplotlib is a note; Ctrl-C ends the lab and its workers with exit 130."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.lab import cli as lab_cli
+from fixtures.lab import summary
+from replay import main
+from tests.helpers import ROOT, TRACES_DIR
+
+MIXTRAL = str(TRACES_DIR / "mixtral8x7b_humaneval.jsonl")
+OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
+LINE = ('{"problem_id": 0, "layer": 0, "experts": [%s, 5], "token_idx": 9}\n')
+
+
+def _trace_with(tmp: Path, expert: int, ext: str = "jsonl") -> Path:
+    """A small trace whose fourth record names ``expert`` (line 4; CSV line 5)."""
+    p = tmp / f"id{expert}.{ext}"
+    if ext == "jsonl":
+        head = Path(MIXTRAL).read_text().splitlines(keepends=True)[:3]
+        p.write_text("".join(head) + LINE % expert)
+    elif ext == "txt":
+        p.write_text(f"0 0 1 2\n1 0 2 3\n2 0 3 4\n3 0 {expert} 5\n")
+    else:
+        p.write_text("sequence,token,layer,expert,key\n0,0,0,1,1\n0,1,0,2,2\n"
+                     f"0,2,0,3,3\n0,3,0,{expert},{expert}\n")
+    return p
+
+
+def _matrix(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """The bad-input matrix: argv after ``lab`` and the error line it must print."""
+    out = str(tmp / "out")
+    opts = ["--quiet", "--executor", "thread"]
+    rows: dict[str, tuple[list[str], str]] = {
+        "--fractions inf": ([MIXTRAL, out, "--fractions", "inf"],
+                            "--fractions: inf is not a fraction above 0"),
+        "--fractions 0": ([MIXTRAL, out, "--fractions", "0"],
+                          "--fractions: 0 is not a fraction above 0"),
+        "--fractions -0.5": ([MIXTRAL, out, "--fractions=-0.5"],
+                             "--fractions: -0.5 is not a fraction above 0"),
+        "--fractions ,": ([MIXTRAL, out, "--fractions", ","],
+                          "--fractions: no fraction in ','"),
+        "--slots 0": ([MIXTRAL, out, "--slots", "0"],
+                      "--slots: 0 is not a size (at least 1 slot)"),
+        "--slots x": ([MIXTRAL, out, "--slots", "4,x"],
+                      "--slots: 'x' is not a whole number of slots"),
+        "--workers 0": ([MIXTRAL, out, "--workers", "0"],
+                        "--workers: 0 workers; at least 1"),
+        "--policies ,": ([MIXTRAL, out, "--policies", ","],
+                         "--policies: no policy named in ','"),
+        "--top-k 0": ([MIXTRAL, out, "--top-k", "0"],
+                      "--top-k: 0 experts per call; at least 1"),
+        "--top-k 9": ([MIXTRAL, out, "--top-k", "9"],
+                      "--top-k: 9 experts per call, but the trace has 8 "
+                      "experts per layer"),
+        "--experts 0": ([MIXTRAL, out, "--experts", "0"],
+                        "--experts: 0 is outside 1..524288"),
+        "--layers 99999": ([MIXTRAL, out, "--layers", "99999"],
+                           "--layers: 99999 is outside 1..4096"),
+    }
+    for name, expert in (("2**70", 2**70), ("10**12", 10**12)):
+        for ext in ("jsonl", "txt", "csv"):
+            t = _trace_with(tmp, expert, ext)
+            line = 5 if ext == "csv" else 4  # the CSV's header is line 1
+            rows[f"expert id {name} in {ext}"] = (
+                [str(t), out], f"{t}:{line}: expert id {expert} is beyond the limit "
+                               "of 524288 experts per layer")
+    unwritable = tmp / "a-file"
+    unwritable.write_text("x")
+    rows["unwritable OUTDIR"] = (
+        [MIXTRAL, str(unwritable / "out")],
+        f"OUTDIR {unwritable / 'out'}: cannot write there (Not a directory)")
+    return {k: (["lab", *argv, *opts], msg) for k, (argv, msg) in rows.items()}
+
+
+CASES = ["--fractions inf", "--fractions 0", "--fractions -0.5", "--fractions ,",
+         "--slots 0", "--slots x", "--workers 0", "--policies ,", "--top-k 0",
+         "--top-k 9", "--experts 0", "--layers 99999",
+         *(f"expert id {n} in {e}" for n in ("2**70", "10**12")
+           for e in ("jsonl", "txt", "csv")),
+         "unwritable OUTDIR"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_exit_2_before_the_sweep(case, tmp_path, monkeypatch, capsys):
+    """Each bad option or trace line: exit 2, one line naming it, no sweep run."""
+    argv, message = _matrix(tmp_path)[case]
+
+    def no_sweep(*a: object, **k: object) -> None:
+        raise AssertionError("the sweep ran")
+
+    monkeypatch.setattr(lab_cli, "run_sweep", no_sweep)
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err == f"replay.py lab: {message}\n"
+    assert out.out == ""
+    assert not (tmp_path / "out").exists()
+
+
+def _run_lab(args: list[str], prelude: str = "") -> subprocess.CompletedProcess:
+    """The lab as a program in a fresh interpreter, after ``prelude``."""
+    code = (f"import sys\n{prelude}\nsys.argv = ['replay.py', *sys.argv[1:]]\n"
+            "import replay\nsys.exit(replay.main())\n")
+    return subprocess.run([sys.executable, "-c", code, "lab", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_without_matplotlib_csv_and_json_are_written(tmp_path):
+    """No matplotlib: exit 0, CSV and JSON written, a note, no stale mrc.png left."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in summary.RESULT_FILES:
+        (out / name).write_text("an earlier run\n")
+    p = _run_lab([MIXTRAL, str(out), "--slots", "4,8", "--policies", "lru",
+                  "--quiet", "--executor", "thread"],
+                 prelude="sys.modules['matplotlib'] = None")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ("replay.py lab: wrote results.csv and results.json; "
+                        "mrc.png needs matplotlib (pip install -e '.[lab]')\n")
+    assert sorted(x.name for x in out.iterdir()) == ["results.csv", "results.json"]
+    assert (out / "results.csv").read_text().startswith("policy,slots,")
+
+
+def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the plot is drawn: exit 130, the earlier three files untouched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in summary.RESULT_FILES:
+        (out / name).write_text(f"earlier {name}\n")
+
+    def interrupted(rows: object, path: str, title: str) -> None:
+        Path(path).write_bytes(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lab_cli, "plot_mrc", interrupted)
+    monkeypatch.setattr(lab_cli, "_can_plot", lambda: True)
+    assert main(["lab", MIXTRAL, str(out), "--slots", "4", "--policies", "lru",
+                 "--quiet", "--executor", "thread"]) == 130
+    assert capsys.readouterr().err == (
+        f"replay.py lab: interrupted; {out} left as it was\n")
+    assert sorted(x.name for x in out.iterdir()) == sorted(summary.RESULT_FILES)
+    for name in summary.RESULT_FILES:
+        assert (out / name).read_text() == f"earlier {name}\n"
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Processes still alive in process group pgid (from /proc)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(d))
+    return found
+
+
+def sigint_mid_run(argv: list[str], started: bytes) -> tuple[int, str, int]:
+    """Start argv in its own group, Ctrl-C it once ``started`` is on stderr.
+
+    Returns (exit status, stderr, the group id); the waits are bounded so a
+    hang fails the test instead of stalling it.
+    """
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         cwd=ROOT, start_new_session=True)
+    os.set_blocking(p.stderr.fileno(), False)
+    seen = b""
+    deadline = time.monotonic() + 120
+    while started not in seen and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen += p.stderr.read() or b""
+    assert started in seen, seen.decode(errors="replace")
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    os.set_blocking(p.stderr.fileno(), True)
+    seen += p.stderr.read()
+    return rc, seen.decode(errors="replace"), p.pid
+
+
+@pytest.mark.nosan
+@pytest.mark.parametrize("executor", ["process", "thread"])
+def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
+    """One SIGINT mid-sweep: exit 130, no traceback, no process left, no file."""
+    out = tmp_path / "out"
+    sizes = ",".join(str(n) for n in range(8, 1000, 8))
+    rc, err, pgid = sigint_mid_run(
+        [sys.executable, "replay.py", "lab", OLMOE, str(out), "--slots", sizes,
+         "--executor", executor, "--workers", "2"], b"cell")
+    assert rc == 130, err
+    assert "Traceback" not in err
+    assert err.endswith(f"replay.py lab: interrupted; {out} left as it was\n")
+    assert _group_members(pgid) == []
+    assert sorted(x.name for x in out.iterdir()) == []
+
+
+def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while --export-csv writes: exit 130 and no half-written CSV."""
+    import oracle.traces
+
+    def half(trace: object, path: str) -> None:
+        Path(path).write_text("sequence,token\n0,")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(oracle.traces, "write_csv", half)
+    export = tmp_path / "trace.csv"
+    assert main(["lab", MIXTRAL, str(tmp_path / "out"), "--export-csv",
+                 str(export), "--quiet", "--executor", "thread"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]

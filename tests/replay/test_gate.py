@@ -148,18 +148,53 @@ def test_every_policy_scenario_runs_every_policy():
     assert set(run) == set(SIM_POLICIES) - {"belady"}
 
 
-def test_gate_refuses_an_every_policy_scenario_missing_one(tmp_path, monkeypatch):
-    """Without its arc variant the scenario set cannot run (CannotRun, exit 2)."""
+def _without_arc(tmp_path, monkeypatch) -> dict:
+    """The every-policy scenario without its pinned arc variant, as the only one."""
+    from fixtures.gate import scenarios as gate_scenarios
+
+    scenario = json.loads(_EVERY.read_text())
+    pinned = next(v for v in scenario["variants"]
+                  if v["cache"]["policy"].startswith("arc"))
+    scenario["variants"] = [v for v in scenario["variants"] if v is not pinned]
+    (tmp_path / "policies.json").write_text(json.dumps(scenario))
+    monkeypatch.setattr(gate_scenarios, "SCENARIO_DIR", tmp_path)
+    return pinned
+
+
+def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
+        tmp_path, monkeypatch, capsys):
+    """Without its arc variant the gate derives one: the oracle's values, pinned."""
+    import engine
+    from fixtures.gate import scenarios as gate_scenarios
+    from fixtures.gate.report import Report
+
+    pinned = _without_arc(tmp_path, monkeypatch)
+    report = Report()
+    names = gate_scenarios.run_scenarios(engine, tmp_path / "work", report, [])
+    assert names[-1] == "policies (arc, from the oracle)"
+    derived = [c for c in report.checks if "(arc, from the oracle)" in c["check"]]
+    assert {(c["backend"], c["check"]) for c in derived} == {
+        (b, f"{n} (arc, from the oracle)") for b in ("engine", "oracle")
+        for n in ("routed reads are byte-exact", "policy counters")}
+    assert not report.failed
+    counters = next(c for c in derived if c["backend"] == "engine"
+                    and c["check"].startswith("policy counters"))
+    # arc has no parameters: the derived run is the pinned one, value for value
+    assert {k: counters["expected"][k] for k in pinned["expect"]["policy counters"]
+            } == pinned["expect"]["policy counters"]
+    assert "policy counters (arc, from the oracle) [engine]" in capsys.readouterr().out
+
+
+def test_gate_refuses_a_policy_the_oracle_cannot_judge(tmp_path, monkeypatch):
+    """An engine policy the oracle does not know cannot be gated (CannotRun)."""
     from fixtures.gate import CannotRun
     from fixtures.gate import scenarios as gate_scenarios
     from fixtures.gate.report import Report
 
-    scenario = json.loads(_EVERY.read_text())
-    scenario["variants"] = [v for v in scenario["variants"]
-                            if not v["cache"]["policy"].startswith("arc")]
-    (tmp_path / "policies.json").write_text(json.dumps(scenario))
-    monkeypatch.setattr(gate_scenarios, "SCENARIO_DIR", tmp_path)
-    with pytest.raises(CannotRun, match="has no variant for arc"):
+    _without_arc(tmp_path, monkeypatch)
+    monkeypatch.setattr(gate_scenarios, "offered_policies",
+                        lambda: [*_c_table_policies(), "mystery"])
+    with pytest.raises(CannotRun, match="the oracle cannot judge mystery"):
         gate_scenarios.run_scenarios(None, tmp_path / "work", Report(), [])
     assert not (tmp_path / "work").exists()  # refused before any fixture
 

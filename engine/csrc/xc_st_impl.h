@@ -49,6 +49,7 @@ typedef struct st_shard {
     int id_ok;          /* 1 once the identity below was recorded */
     uint64_t id_dev, id_ino; /* stat(path) right after the open */
     int64_t id_mtime_s, id_mtime_ns;
+    int64_t id_ctime_s, id_ctime_ns; /* status change: a write or utime */
     uint64_t file_bytes;
     uint64_t header_bytes; /* N */
     char *buf;          /* holds the header; names point into it */

@@ -129,7 +129,9 @@ static inline int is_key(const char *k, size_t n, const char *want)
 /* Name tables (xc_names.c)                                             */
 /* ------------------------------------------------------------------ */
 
-/* Hash of the n bytes at s (whole names only).  Cannot fail. */
+/* Hash of the n bytes at s (whole names only): SipHash-1-3 under a key
+ * drawn once per process (the first call draws it, thread-safely), so
+ * values agree within a process and nowhere else.  Cannot fail. */
 uint32_t xc_name_hash(const char *s, size_t n);
 /* Index of the entry called name (len bytes, hash) in the array at base
  * whose entries are stride bytes and begin with an st_key, or -1. */

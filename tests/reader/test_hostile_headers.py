@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import engine
+from bench.header_parse import FLOOD_LEN, crafted_names, table_slots, unkeyed_hash32
 from tests.helpers import st_bytes
 
 T = '"dtype":"U8","shape":[2],"data_offsets":[0,2]'
@@ -123,3 +125,63 @@ def test_any_number_gets_the_official_readers_verdict(tmp_path_factory, number):
     header = '{"x":{' + T + ',"extra":' + number + '}}'
     path = write(tmp_path_factory.mktemp("n"), header)
     assert ours_accepts(path) == official_accepts(path), number
+
+
+# -- names crafted to collide (item 7) -----------------------------------------
+
+N_CRAFTED = 3000
+
+
+@pytest.fixture(scope="module")
+def crafted() -> list[str]:
+    """Names that all fell in the first 1/64 of the table under the old hash."""
+    names = crafted_names(N_CRAFTED)
+    rows = np.frombuffer("".join(names).encode(), np.uint8).reshape(-1, FLOOD_LEN)
+    cap = table_slots(N_CRAFTED)
+    assert (unkeyed_hash32(rows) & np.uint32(cap - 1)).max() < cap // 64
+    assert len(set(names)) == N_CRAFTED
+    return names
+
+
+def entries(names: list[str]) -> str:
+    """One U8 [1] entry per name, tiling the data buffer in order."""
+    return ",".join(f'"{nm}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}'
+                    for i, nm in enumerate(names))
+
+
+def test_names_crafted_against_the_old_hash_open_and_each_is_found(tmp_path, crafted):
+    """Every crafted name is listed, found and read with its own byte."""
+    p = tmp_path / "t.safetensors"
+    p.write_bytes(st_bytes("{" + entries(crafted) + "}",
+                           bytes(i % 251 for i in range(N_CRAFTED))))
+    with engine.Container(str(p)) as c:
+        assert c.names() == crafted
+        for i, nm in enumerate(crafted):
+            assert c.read_bytes(nm) == bytes([i % 251])
+        with pytest.raises(engine.NotFoundError):
+            c.read_bytes(crafted[0][:-1] + "x")
+
+
+def test_a_duplicate_among_crafted_names_is_still_refused(tmp_path, crafted):
+    """The duplicate check walks the same table: the repeat is found, at its byte."""
+    names = [*crafted, crafted[1234]]
+    header = "{" + entries(names) + "}"
+    p = tmp_path / "t.safetensors"
+    p.write_bytes(st_bytes(header, bytes(len(names))))
+    with pytest.raises(engine.FormatError) as ei:
+        engine.Container(str(p))
+    at = 8 + header.rindex(f'"{crafted[1234]}"')
+    first = 8 + header.index(f'"{crafted[1234]}"')
+    assert (ei.value.kind, ei.value.offset) == ("duplicate", at)
+    assert str(ei.value) == (f'{p}: byte {at}: tensor name "{crafted[1234]}" '
+                             f"appears twice (first at byte {first})")
+
+
+def test_crafted_metadata_keys_are_each_kept(tmp_path, crafted):
+    """The __metadata__ table takes crafted keys too: every key keeps its value."""
+    meta = ",".join(f'"{k}":"v{i}"' for i, k in enumerate(crafted))
+    header = '{"__metadata__":{' + meta + '},' + entries(crafted[:1]) + "}"
+    p = tmp_path / "t.safetensors"
+    p.write_bytes(st_bytes(header, b"\x00"))
+    with engine.Container(str(p)) as c:
+        assert c.metadata == {k: f"v{i}" for i, k in enumerate(crafted)}

@@ -701,8 +701,10 @@ static void lock_arena(xc_cache *c, int want)
 static int size_budget(const xc_cache_opts *o, uint64_t stride,
                        size_t *n_slots)
 {
-    uint64_t need = (uint64_t)o->top_k + 1;
+    uint64_t need = (uint64_t)o->top_k + 1, need_bytes;
     uint64_t have = o->n_slots ? o->n_slots : o->budget_bytes / stride;
+    if (__builtin_mul_overflow(need, stride, &need_bytes))
+        need_bytes = UINT64_MAX; /* only ever printed */
     if (have < need) {
         if (o->n_slots)
             return xc_fail(XC_E_BUDGET, -1, -1, -1,
@@ -712,7 +714,7 @@ static int size_budget(const xc_cache_opts *o, uint64_t stride,
                            o->top_k, (unsigned long long)need,
                            (unsigned long long)have,
                            (unsigned long long)need,
-                           (unsigned long long)(need * stride),
+                           (unsigned long long)need_bytes,
                            (unsigned long long)stride);
         return xc_fail(XC_E_BUDGET, -1, -1, -1,
                        "cache budget too small: top_k %d needs at least %llu "
@@ -721,7 +723,7 @@ static int size_budget(const xc_cache_opts *o, uint64_t stride,
                        o->top_k, (unsigned long long)need,
                        (unsigned long long)o->budget_bytes,
                        (unsigned long long)have, (unsigned long long)stride,
-                       (unsigned long long)(need * stride));
+                       (unsigned long long)need_bytes);
     }
     if (have > SIZE_MAX / stride || have > INT32_MAX)
         return xc_fail(XC_E_BUDGET, -1, -1, -1,
@@ -752,6 +754,16 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
                        "cache open: io_threads must be 0..64 (got %d), "
                        "io_depth and split_min_misses >= 0 (got %d, %d)",
                        o->io_threads, o->io_depth, o->split_min_misses);
+    /* every size computed from an option must fit (trace ring: records x
+     * TRACE_RECORD_BYTES; the arena is checked in size_budget) */
+    if (o->trace_path != NULL &&
+        o->trace_ring_records > SIZE_MAX / TRACE_RECORD_BYTES)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "cache open: trace_ring_records %zu is too large "
+                       "(at most %zu records of %u bytes)",
+                       o->trace_ring_records,
+                       (size_t)(SIZE_MAX / TRACE_RECORD_BYTES),
+                       TRACE_RECORD_BYTES);
     if ((c = xc_calloc(1, sizeof *c)) == NULL)
         return xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: no memory");
     if ((rc = xc_load_open(&c->ld, st, o)) != XC_OK) {

@@ -78,7 +78,8 @@ int xc_path_kind(const char *path);
 int xc_list_dir(const char *dir, const char *suffix, char ***out, size_t *n);
 
 /* How shard i of st differs from what was recorded when it was opened
- * (xc_st.c): XC_SAME, XC_CHANGED_MTIME (same file and size, newer mtime),
+ * (xc_st.c): XC_SAME, XC_CHANGED_MTIME (same file and size, another mtime
+ * or, with the mtime as at open, another ctime: written and put back),
  * XC_CHANGED_SIZE (same file, other size: truncated or extended in place),
  * XC_CHANGED_IDENTITY (the path now names another file, or none).  Writes a
  * sentence naming the file and the change into why (why_len > 0) and the

@@ -11,6 +11,7 @@
  */
 #include "xc_json.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -323,8 +324,143 @@ int xj_string(xj *j, char **out, size_t *out_len, int *has_nul)
 
 static int is_digit(int c) { return c >= '0' && c <= '9'; }
 
-/* Consumes one number by the JSON grammar.  *is_uint says whether it is a
- * plain non-negative integer (no sign, fraction or exponent). */
+/* Whether a number the official reader turns into a double stays finite.
+ *
+ * The official safetensors reader parses every number of the header
+ * (ignored fields included) with serde_json's default float path and
+ * refuses a header whose number overflows it ("number out of range").
+ * That path is not correctly rounded near the top of the range (it takes
+ * 1.7976931348623158e308, the largest double's own shortest spelling, as
+ * out of range), so "strtod gives inf" would not decide the same; this is
+ * its algorithm, step for step, on doubles: a u64 significand of the
+ * leading digits (digits that would overflow it only move the exponent,
+ * or are dropped after the point), an i32 exponent (saturating), then
+ * significand x 10^exponent by at most a few multiplies or divides by
+ * table powers.  Integers that fit 64 bits never reach it.  s is one
+ * number by the JSON grammar (number_syntax checked it). */
+static const double pow10_tab[309] = {
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13,
+    1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25,
+    1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32, 1e33, 1e34, 1e35, 1e36, 1e37,
+    1e38, 1e39, 1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48, 1e49,
+    1e50, 1e51, 1e52, 1e53, 1e54, 1e55, 1e56, 1e57, 1e58, 1e59, 1e60, 1e61,
+    1e62, 1e63, 1e64, 1e65, 1e66, 1e67, 1e68, 1e69, 1e70, 1e71, 1e72, 1e73,
+    1e74, 1e75, 1e76, 1e77, 1e78, 1e79, 1e80, 1e81, 1e82, 1e83, 1e84, 1e85,
+    1e86, 1e87, 1e88, 1e89, 1e90, 1e91, 1e92, 1e93, 1e94, 1e95, 1e96, 1e97,
+    1e98, 1e99, 1e100, 1e101, 1e102, 1e103, 1e104, 1e105, 1e106, 1e107,
+    1e108, 1e109, 1e110, 1e111, 1e112, 1e113, 1e114, 1e115, 1e116, 1e117,
+    1e118, 1e119, 1e120, 1e121, 1e122, 1e123, 1e124, 1e125, 1e126, 1e127,
+    1e128, 1e129, 1e130, 1e131, 1e132, 1e133, 1e134, 1e135, 1e136, 1e137,
+    1e138, 1e139, 1e140, 1e141, 1e142, 1e143, 1e144, 1e145, 1e146, 1e147,
+    1e148, 1e149, 1e150, 1e151, 1e152, 1e153, 1e154, 1e155, 1e156, 1e157,
+    1e158, 1e159, 1e160, 1e161, 1e162, 1e163, 1e164, 1e165, 1e166, 1e167,
+    1e168, 1e169, 1e170, 1e171, 1e172, 1e173, 1e174, 1e175, 1e176, 1e177,
+    1e178, 1e179, 1e180, 1e181, 1e182, 1e183, 1e184, 1e185, 1e186, 1e187,
+    1e188, 1e189, 1e190, 1e191, 1e192, 1e193, 1e194, 1e195, 1e196, 1e197,
+    1e198, 1e199, 1e200, 1e201, 1e202, 1e203, 1e204, 1e205, 1e206, 1e207,
+    1e208, 1e209, 1e210, 1e211, 1e212, 1e213, 1e214, 1e215, 1e216, 1e217,
+    1e218, 1e219, 1e220, 1e221, 1e222, 1e223, 1e224, 1e225, 1e226, 1e227,
+    1e228, 1e229, 1e230, 1e231, 1e232, 1e233, 1e234, 1e235, 1e236, 1e237,
+    1e238, 1e239, 1e240, 1e241, 1e242, 1e243, 1e244, 1e245, 1e246, 1e247,
+    1e248, 1e249, 1e250, 1e251, 1e252, 1e253, 1e254, 1e255, 1e256, 1e257,
+    1e258, 1e259, 1e260, 1e261, 1e262, 1e263, 1e264, 1e265, 1e266, 1e267,
+    1e268, 1e269, 1e270, 1e271, 1e272, 1e273, 1e274, 1e275, 1e276, 1e277,
+    1e278, 1e279, 1e280, 1e281, 1e282, 1e283, 1e284, 1e285, 1e286, 1e287,
+    1e288, 1e289, 1e290, 1e291, 1e292, 1e293, 1e294, 1e295, 1e296, 1e297,
+    1e298, 1e299, 1e300, 1e301, 1e302, 1e303, 1e304, 1e305, 1e306, 1e307,
+    1e308
+};
+
+#define U64_OVF(a, d) ((a) >= UINT64_MAX / 10 && \
+                       ((a) > UINT64_MAX / 10 || (d) > UINT64_MAX % 10))
+#define I32_OVF(a, d) ((a) >= INT32_MAX / 10 && \
+                       ((a) > INT32_MAX / 10 || (d) > INT32_MAX % 10))
+
+static int32_t sat32(int64_t v)
+{
+    return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
+}
+
+/* serde_json's f64_from_parts: 1 when finite. */
+static int finite_from_parts(uint64_t sig, int32_t exp)
+{
+    double f = (double)sig;
+    for (;;) {
+        int64_t a = exp < 0 ? -(int64_t)exp : exp;
+        if (a <= 308 && exp != INT32_MIN) {
+            if (exp >= 0) {
+                f *= pow10_tab[a];
+                return !isinf(f);
+            }
+            return 1; /* a division stays finite */
+        }
+        if (f == 0.0)
+            return 1;
+        if (exp >= 0)
+            return 0;
+        f /= 1e308;
+        exp += 308;
+    }
+}
+
+static int number_in_range(const char *s, size_t n)
+{
+    size_t i = 0;
+    uint64_t sig = 0;
+    int32_t exp = 0;
+    int is_float = 0;
+    if (s[i] == '-')
+        i++;
+    if (s[i] == '0') {
+        i++;
+    } else {
+        while (i < n && is_digit(s[i])) {
+            uint64_t d = (uint64_t)(s[i] - '0');
+            if (U64_OVF(sig, d)) { /* the rest only moves the exponent */
+                is_float = 1;
+                for (; i < n && is_digit(s[i]); i++)
+                    exp++;
+                break;
+            }
+            sig = sig * 10 + d;
+            i++;
+        }
+    }
+    if (i < n && s[i] == '.') {
+        is_float = 1;
+        for (i++; i < n && is_digit(s[i]); i++) {
+            uint64_t d = (uint64_t)(s[i] - '0');
+            if (U64_OVF(sig, d)) { /* further digits are dropped */
+                while (i < n && is_digit(s[i]))
+                    i++;
+                break;
+            }
+            sig = sig * 10 + d;
+            exp--;
+        }
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        int positive = 1;
+        int32_t e = 0;
+        is_float = 1;
+        i++;
+        if (s[i] == '+' || s[i] == '-')
+            positive = s[i++] == '+';
+        for (; i < n && is_digit(s[i]); i++) {
+            int32_t d = s[i] - '0';
+            if (I32_OVF(e, d)) /* 0 or -0 unless it grows a nonzero */
+                return !(sig != 0 && positive);
+            e = e * 10 + d;
+        }
+        exp = sat32(positive ? (int64_t)exp + e : (int64_t)exp - e);
+    }
+    return !is_float || finite_from_parts(sig, exp);
+}
+
+/* Consumes one number by the JSON grammar, refusing one that overflows a
+ * double as the official reader does (number_in_range).  *is_uint says
+ * whether it is a plain non-negative integer (no sign, fraction or
+ * exponent). */
 static int number_syntax(xj *j, int *is_uint)
 {
     size_t at = j->pos;
@@ -362,6 +498,11 @@ static int number_syntax(xj *j, int *is_uint)
         while (is_digit(xj_peek(j)))
             j->pos++;
     }
+    if (!number_in_range(j->buf + at, j->pos - at))
+        return xj_fail(j, XC_E_FORMAT_JSON, at, "number %.*s%s is out of "
+                       "range (a double overflows)",
+                       (int)(j->pos - at < 40 ? j->pos - at : 40),
+                       j->buf + at, j->pos - at > 40 ? "..." : "");
     *is_uint = plain;
     return XC_OK;
 }

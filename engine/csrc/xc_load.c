@@ -83,6 +83,7 @@ void xc_load_close(xc_loader *ld)
 
 static int check_opts(const xc_cache_opts *o)
 {
+    uint64_t keys, cells;
     size_t i;
     if (o->expert_template == NULL || o->tensors == NULL ||
         o->n_tensors == 0 || o->layers == NULL || o->n_layers == 0)
@@ -101,10 +102,17 @@ static int check_opts(const xc_cache_opts *o)
             return xc_fail(XC_E_MISUSE, -1, o->layers[i], -1,
                            "layers must be strictly ascending: %d follows %d",
                            (int)o->layers[i], (int)o->layers[i - 1]);
-    if ((uint64_t)o->n_layers * (uint64_t)o->n_experts > UINT32_MAX / 2)
+    if (__builtin_mul_overflow((uint64_t)o->n_layers, (uint64_t)o->n_experts,
+                               &keys) || keys > UINT32_MAX / 2)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "%zu layers x %d experts is too many keys",
                        o->n_layers, (int)o->n_experts);
+    /* the per key x tensor tables: n_keys x n_tensors x 8 bytes */
+    if (__builtin_mul_overflow(keys, (uint64_t)o->n_tensors, &cells) ||
+        cells > SIZE_MAX / sizeof(uint64_t))
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "%llu keys x %zu tensors is too many table cells",
+                       (unsigned long long)keys, o->n_tensors);
     return XC_OK;
 }
 
@@ -166,7 +174,16 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
                 memcpy(lt->shape, info.shape, sizeof lt->shape);
                 lt->nbytes = info.nbytes;
                 lt->offset = ld->expert_bytes;
-                ld->expert_bytes += info.nbytes;
+                /* the same tensor may be listed many times: the sum and
+                 * the stride (below) must still fit */
+                if (__builtin_add_overflow(ld->expert_bytes, info.nbytes,
+                                           &ld->expert_bytes) ||
+                    ld->expert_bytes > UINT64_MAX - 3 * XC_ALIGN)
+                    return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                                   "layer %d expert %d: the %zu tensors "
+                                   "add up to more bytes than a slot can "
+                                   "hold", (int)layer, (int)expert,
+                                   ld->n_tensors);
             } else if (!same_shape(&info, lt)) {
                 return xc_fail(XC_E_MISUSE, -1, layer, expert,
                                "layer %d expert %d: tensor '%s' has dtype %s "
@@ -224,7 +241,7 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
     ld->n_keys = (uint32_t)(o->n_layers * (size_t)o->n_experts);
     ld->n_tensors = o->n_tensors;
     ld->chunk_bytes = o->chunk_bytes;
-    ld->layers = xc_malloc(o->n_layers * sizeof *ld->layers);
+    ld->layers = xc_calloc(o->n_layers, sizeof *ld->layers);
     ld->names = xc_calloc(o->n_tensors, sizeof *ld->names);
     ld->tensors = xc_calloc(o->n_tensors, sizeof *ld->tensors);
     ld->file_shard = xc_calloc((size_t)ld->n_keys * o->n_tensors,
@@ -413,8 +430,11 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
     for (at = begin; at < end && rc == XC_OK;) {
         uint64_t stop = end;
         if (ld->chunk_bytes) {
-            uint64_t next = (at / ld->chunk_bytes + 1) * ld->chunk_bytes;
-            if (next < stop)
+            uint64_t next;
+            /* the next multiple of chunk_bytes; none that fits: no cut */
+            if (!__builtin_add_overflow(at - at % ld->chunk_bytes,
+                                        ld->chunk_bytes, &next) &&
+                next < stop)
                 stop = next;
         }
         asked += stop - at;

@@ -3,78 +3,154 @@
  * open-addressing table over any array whose entries begin with an st_key.
  *
  * Names are found through an open-addressing table (linear probing, load
- * <= 1/2) keyed by a multiplicative hash that mixes each 16-byte chunk on
- * its own (a 128-bit multiply folded, as wyhash does) and sums the chunks,
- * so a name's multiplies overlap instead of forming one chain.  The same
- * table catches duplicate names (xc_header.c) and maps weight_map entries
- * for the index (xc_index.c).
+ * <= 1/2).  Its hash is keyed: SipHash-1-3 under a 128-bit key drawn once
+ * per process from the kernel's random source.  Names come from files,
+ * and a file may be written to collide: under a fixed hash a header of
+ * names crafted to share a table slot makes every insert and lookup walk
+ * one long run, so opening is quadratic in the names (400,000 crafted
+ * names took a minute).  Without the key nobody can tell which names
+ * share a slot, so any header costs what random names of the same shape
+ * cost.  The same table catches duplicate names and __metadata__ keys
+ * (xc_header.c) and maps weight_map entries for the index (xc_index.c);
+ * all go through xc_name_hash.
  */
 #include "xc_st_impl.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
-
-/* 64x64->128 multiply folded to 64 bits (wyhash's mix); where the
- * compiler has no 128-bit integer, the same from four 32x32 products. */
-static inline uint64_t mix128(uint64_t a, uint64_t b)
-{
-#if defined(__SIZEOF_INT128__)
-    __extension__ typedef unsigned __int128 u128;
-    u128 r = (u128)a * b;
-    return (uint64_t)r ^ (uint64_t)(r >> 64);
-#else
-    uint64_t al = (uint32_t)a, ah = a >> 32, bl = (uint32_t)b, bh = b >> 32;
-    uint64_t ll = al * bl, lh = al * bh, hl = ah * bl, hh = ah * bh;
-    uint64_t mid = (ll >> 32) + (uint32_t)lh + (uint32_t)hl;
-    uint64_t lo = (mid << 32) | (uint32_t)ll;
-    uint64_t hi = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
-    return lo ^ hi;
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/random.h>
 #endif
+
+/* ------------------------------------------------------------------ */
+/* The per-process key                                                  */
+/* ------------------------------------------------------------------ */
+
+static uint64_t sip_k0, sip_k1;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+/* splitmix64's step: spreads the fallback's few varying bits. */
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
-/* Each 16-byte chunk, keyed by its position, is mixed on its own and the
- * results are summed, so the chunks' multiplies overlap instead of forming
- * one dependent chain (a 72-byte name hashed serially was ~40 cycles);
- * the sum is mixed once more at the end.  The last chunk is the 16 bytes
- * that end the name (overlapping the one before; shorter names load their
- * first and last 8 or 4 bytes), as wyhash does: a variable-length memcpy
- * of the tail compiled to a byte loop and a store-forwarding stall.  Only
- * whole names are read.  Quality only matters for probe lengths: the
- * table compares whole names. */
+/* Fills buf with n random bytes from the kernel: getrandom(), else
+ * /dev/urandom.  Returns 0, or -1 when neither gave all n bytes. */
+static int kernel_random(unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+#if defined(__linux__)
+    while (got < n) {
+        ssize_t r = getrandom(buf + got, n - got, GRND_NONBLOCK);
+        if (r > 0)
+            got += (size_t)r;
+        else if (r < 0 && errno == EINTR)
+            continue;
+        else
+            break;
+    }
+    if (got == n)
+        return 0;
+#endif
+    {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        got = 0;
+        while (got < n) {
+            ssize_t r = read(fd, buf + got, n - got);
+            if (r > 0)
+                got += (size_t)r;
+            else if (r < 0 && errno == EINTR)
+                continue;
+            else
+                break;
+        }
+        close(fd);
+    }
+    return got == n ? 0 : -1;
+}
+
+/* Draws the key.  Without a kernel source (a sandbox with neither), the
+ * clocks, the process id and two addresses (ASLR) are mixed instead:
+ * far weaker, but still not a constant a file could be written against. */
+static void draw_key(void)
+{
+    unsigned char b[16];
+    if (kernel_random(b, sizeof b) == 0) {
+        memcpy(&sip_k0, b, 8);
+        memcpy(&sip_k1, b + 8, 8);
+        return;
+    }
+    {
+        struct timespec a, m;
+        uint64_t x;
+        clock_gettime(CLOCK_REALTIME, &a);
+        clock_gettime(CLOCK_MONOTONIC, &m);
+        x = (uint64_t)a.tv_sec * 1000000007ull ^ (uint64_t)a.tv_nsec ^
+            ((uint64_t)m.tv_nsec << 21) ^ ((uint64_t)getpid() << 40) ^
+            (uint64_t)(uintptr_t)&a ^ (uint64_t)(uintptr_t)&draw_key;
+        sip_k0 = splitmix(&x);
+        sip_k1 = splitmix(&x);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* SipHash-1-3                                                          */
+/* ------------------------------------------------------------------ */
+
+static inline uint64_t rotl(uint64_t x, int b)
+{
+    return (x << b) | (x >> (64 - b));
+}
+
+#define SIPROUND                                                        \
+    do {                                                                \
+        v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);       \
+        v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;                          \
+        v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;                          \
+        v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);       \
+    } while (0)
+
+/* SipHash-1-3 (one round per 8-byte word, three to finish) of the n bytes
+ * at s under the process key, folded to 32 bits.  Words are read in host
+ * order: the value only has to agree within this process.  Only the
+ * name's own bytes are read.  The table compares whole names, so the hash
+ * only decides probe lengths. */
 uint32_t xc_name_hash(const char *s, size_t n)
 {
-    const uint64_t s0 = 0xa0761d6478bd642full, s1 = 0xe7037ed1a0b428dbull;
-    const uint64_t step = 0x8ebc6af09c88c6e3ull;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, key = s0, w, v;
-    if (n > 16) {
-        const char *end = s + n;
-        while (end - s > 16) {
-            memcpy(&w, s, 8);
-            memcpy(&v, s + 8, 8);
-            h += mix128(w ^ key, v ^ s1);
-            key += step;
-            s += 16;
-        }
-        memcpy(&w, end - 16, 8);
-        memcpy(&v, end - 8, 8);
-    } else if (n >= 8) {
-        memcpy(&w, s, 8);
-        memcpy(&v, s + n - 8, 8);
-    } else if (n >= 4) {
-        uint32_t a, c;
-        memcpy(&a, s, 4);
-        memcpy(&c, s + n - 4, 4);
-        w = a;
-        v = c;
-    } else {
-        w = n ? ((uint64_t)(unsigned char)s[0] << 16) |
-                ((uint64_t)(unsigned char)s[n / 2] << 8) |
-                (uint64_t)(unsigned char)s[n - 1]
-              : 0;
-        v = 0;
+    uint64_t v0, v1, v2, v3, m, b = (uint64_t)n << 56;
+    size_t i, whole = n & ~(size_t)7;
+    (void)pthread_once(&key_once, draw_key);
+    v0 = sip_k0 ^ 0x736f6d6570736575ull;
+    v1 = sip_k1 ^ 0x646f72616e646f6dull;
+    v2 = sip_k0 ^ 0x6c7967656e657261ull;
+    v3 = sip_k1 ^ 0x7465646279746573ull;
+    for (i = 0; i < whole; i += 8) {
+        memcpy(&m, s + i, 8);
+        v3 ^= m;
+        SIPROUND;
+        v0 ^= m;
     }
-    h += mix128(w ^ key, v ^ s1);
-    h = mix128(h ^ s1, 0x589965cc75374cc3ull ^ (uint64_t)(h >> 32));
-    return (uint32_t)(h ^ (h >> 32));
+    for (i = 0; i < (n & 7); i++)
+        b |= (uint64_t)(unsigned char)s[whole + i] << (8 * i);
+    v3 ^= b;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    m = v0 ^ v1 ^ v2 ^ v3;
+    return (uint32_t)(m ^ (m >> 32));
 }
 
 static const st_key *key_at(const void *base, size_t stride, size_t i)

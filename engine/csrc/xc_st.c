@@ -102,6 +102,8 @@ int xc_st_add_shard(xc_st *st, char *path)
             sh->id_ino = (uint64_t)sb.st_ino;
             sh->id_mtime_s = (int64_t)sb.st_mtim.tv_sec;
             sh->id_mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
+            sh->id_ctime_s = (int64_t)sb.st_ctim.tv_sec;
+            sh->id_ctime_ns = (int64_t)sb.st_ctim.tv_nsec;
         }
     }
     return XC_OK;
@@ -378,6 +380,17 @@ int xc_st_shard_changed(const xc_st *st, size_t i, char *why, size_t why_len,
                  (long long)sh->id_mtime_s, (long long)sh->id_mtime_ns);
         return XC_CHANGED_MTIME;
     }
+    /* A same-size rewrite whose mtime was put back (utime) still moved the
+     * status change time, which no caller can set. */
+    if (sh->id_ok && ((int64_t)sb.st_ctim.tv_sec != sh->id_ctime_s ||
+                      (int64_t)sb.st_ctim.tv_nsec != sh->id_ctime_ns)) {
+        snprintf(why, why_len, "%s was changed while the container was "
+                 "open (ctime %lld.%09lld, was %lld.%09lld; mtime as at "
+                 "open)", sh->path,
+                 (long long)sb.st_ctim.tv_sec, (long long)sb.st_ctim.tv_nsec,
+                 (long long)sh->id_ctime_s, (long long)sh->id_ctime_ns);
+        return XC_CHANGED_MTIME;
+    }
     return XC_SAME;
 }
 
@@ -507,6 +520,20 @@ int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len)
                        "bytes %llu..%llu): %s", t->key.name,
                        (unsigned)t->shard, (unsigned long long)off,
                        (unsigned long long)(off + t->nbits), why);
+    }
+    if (st->verify) {
+        /* as an expert load: bytes from a file changed since open are
+         * not returned as the ones validated then */
+        char why[900];
+        uint64_t now;
+        int ch = xc_st_shard_changed(st, t->shard, why, sizeof why, &now);
+        if (ch < 0)
+            return ch;
+        if (ch != XC_SAME)
+            return xc_fail(XC_E_CHANGED,
+                           now == UINT64_MAX ? -1 : (int64_t)now, -1, -1,
+                           "tensor \"%.200s\": not returned: %s",
+                           t->key.name, why);
     }
     return XC_OK;
 }

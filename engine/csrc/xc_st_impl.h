@@ -49,6 +49,7 @@ typedef struct st_shard {
     int id_ok;          /* 1 once the identity below was recorded */
     uint64_t id_dev, id_ino; /* stat(path) right after the open */
     int64_t id_mtime_s, id_mtime_ns;
+    int64_t id_ctime_s, id_ctime_ns; /* status change: a write or utime */
     uint64_t file_bytes;
     uint64_t header_bytes; /* N */
     char *buf;          /* holds the header; names point into it */
@@ -128,7 +129,9 @@ static inline int is_key(const char *k, size_t n, const char *want)
 /* Name tables (xc_names.c)                                             */
 /* ------------------------------------------------------------------ */
 
-/* Hash of the n bytes at s (whole names only).  Cannot fail. */
+/* Hash of the n bytes at s (whole names only): SipHash-1-3 under a key
+ * drawn once per process (the first call draws it, thread-safely), so
+ * values agree within a process and nowhere else.  Cannot fail. */
 uint32_t xc_name_hash(const char *s, size_t n);
 /* Index of the entry called name (len bytes, hash) in the array at base
  * whose entries are stride bytes and begin with an st_key, or -1. */

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,7 @@ INDEX_NAME = "model.safetensors.index.json"
 _U64_MAX = 2**64 - 1
 _LIMIT_48 = 2**48
 _MAX_DIMS = 8
+_NAME_MAX = 255  # the longest file name, in bytes (Linux)
 _HEADER_START = 8
 
 
@@ -110,6 +112,75 @@ def _pairs(pairs: list[tuple[str, object]]) -> dict:
     return result
 
 
+_I32_MAX = 2**31 - 1
+_NUMBER = re.compile(r"-?([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?")
+
+
+def _finite_from_parts(sig: int, exp: int) -> bool:
+    """Whether ``sig * 10**exp`` stays finite as the official reader computes it.
+
+    Its default float path is not correctly rounded near the top of the range
+    (it takes 1.7976931348623158e308 as out of range): a double significand
+    times (or divided by) table powers of ten, at most 1e308 at a time.
+    """
+    f = float(sig)
+    while True:
+        a = abs(exp)
+        if a <= 308 and exp != -(2**31):
+            if exp >= 0:
+                return f * float(f"1e{a}") != float("inf")
+            return True  # a division stays finite
+        if f == 0.0:
+            return True
+        if exp >= 0:
+            return False
+        f /= 1e308
+        exp += 308
+
+
+def _number_in_range(text: str) -> bool:
+    """Whether a JSON number's value is a finite double by that same rule.
+
+    The significand keeps the leading digits that fit 64 bits (later digits
+    before the point only raise the exponent, after it they are dropped);
+    the exponent saturates at 32 bits; integers that fit 64 bits pass.
+    """
+    m = _NUMBER.fullmatch(text)
+    if m is None:  # json.loads hands over numbers of the JSON grammar only
+        raise _JsonError(f"malformed number {text!r}")
+    whole, frac, rest = m.group(1), m.group(2) or "", m.group(3) or ""
+    is_float = m.group(2) is not None or m.group(3) is not None
+    sig = exp = 0
+    for i, ch in enumerate(whole):
+        if sig * 10 + int(ch) > _U64_MAX:
+            is_float = True
+            exp += len(whole) - i
+            break
+        sig = sig * 10 + int(ch)
+    else:
+        for ch in frac:
+            if sig * 10 + int(ch) > _U64_MAX:
+                break
+            sig = sig * 10 + int(ch)
+            exp -= 1
+    if rest:
+        positive = not rest.startswith("-")
+        e = 0
+        for ch in rest.lstrip("+-"):
+            if e * 10 + int(ch) > _I32_MAX:
+                return not (sig != 0 and positive)
+            e = e * 10 + int(ch)
+        exp = max(-(2**31), min(_I32_MAX, exp + e if positive else exp - e))
+    return not is_float or _finite_from_parts(sig, exp)
+
+
+def _checked_number(text: str) -> object:
+    """The value of a JSON number, or ``_JsonError`` when it overflows a double."""
+    if not _number_in_range(text):
+        raise _JsonError(f"number {text} is out of range (a double overflows)")
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
 def _strict_json(text: str) -> object:
     """Parse strict JSON; objects come back as ``{"\\0pairs": [(k, v), ...]}``.
 
@@ -117,7 +188,8 @@ def _strict_json(text: str) -> object:
     """
     try:
         return json.loads(text, object_pairs_hook=_pairs,
-                          parse_constant=_reject_constant)
+                          parse_constant=_reject_constant,
+                          parse_float=_checked_number, parse_int=_checked_number)
     except json.JSONDecodeError as exc:
         raise _JsonError(exc.msg, exc.pos) from None
     except RecursionError:
@@ -290,6 +362,9 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     for shard in shard_names:
         if shard in ("", ".", "..") or "/" in shard or "\\" in shard:
             raise _index_error(index, f"shard {shard!r} is not a file name")
+        if len(shard.encode("utf-8")) > _NAME_MAX:
+            raise _index_error(index, f"shard {shard[:40]!r}... does not exist: its "
+                               f"name is longer than a file name can be")
         try:
             exists = (folder / shard).is_file()
         except OSError as exc:  # e.g. a name too long for the file system

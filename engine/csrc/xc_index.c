@@ -7,6 +7,7 @@
 #include "xc_st_impl.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +273,16 @@ int xc_st_open_index(xc_st *st, const char *index_path, const char *dir)
     /* Every named shard exists (all are opened before any is parsed). */
     for (size_t i = 0; i < ix.n_sn; i++) {
         const st_shardname *sn = order[i];
+        if (sn->key.len > NAME_MAX) { /* no file can have this name */
+            rc = xc_fail(XC_E_FORMAT_INDEX, (int64_t)sn->at, -1, -1,
+                         "%s: byte %llu: shard \"%.200s...\" named by the "
+                         "index (for tensor \"%.200s\") does not exist: its "
+                         "name is %zu bytes, longer than a file name can be "
+                         "(%d)", index_path, (unsigned long long)sn->at,
+                         sn->key.name, ix.map[sn->first_map].key.name,
+                         (size_t)sn->key.len, NAME_MAX);
+            goto out;
+        }
         rc = xc_st_add_shard(st, xc_st_join_path(dir, sn->key.name));
         if (rc == XC_E_NOT_FOUND) {
             rc = xc_fail(XC_E_FORMAT_INDEX, (int64_t)sn->at, -1, -1,

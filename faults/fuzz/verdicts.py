@@ -97,22 +97,12 @@ OFFICIAL_DIFFERENCES: dict[tuple[str, str], str] = {
 }
 
 
-#: Disagreements this suite found that are neither fixed nor documented yet
-#: (reported with the suite; each has a strict-xfail test in
-#: tests/reader/test_header_fuzz.py that passes once it is resolved, and
-#: then its entry goes).  name -> predicate on (engine, other reader).
+#: Disagreements the fuzzers found that are neither fixed nor documented yet
+#: (none today): name -> predicate on (engine, other reader).  Each has its
+#: smallest input in tests/reader/test_header_fuzz.py (FINDING_CASES); a test
+#: fails once it no longer disagrees, and the entry then goes while its input
+#: stays as a regression case.
 OPEN_FINDINGS: dict[str, Callable[[Verdict, Verdict], bool]] = {
-    # an index naming a shard whose name is too long for the file system:
-    # the engine fails the open with io (ENAMETOOLONG), the oracle says index
-    # (DESIGN §3: every named shard exists, kind index) or, past the name
-    # limit, the oracle's Path.is_file raises OSError out of the reader
-    "index-shard-name-too-long": lambda m, o: (
-        m.kind == "io" and "File name too long" in m.message
-        and o.kind in ("index", "oserror")),
-    # issue 15 item 9: a number out of double range in an ignored field
-    "item-9-number-range": lambda m, o: (
-        m.accepted and o.kind == "official" and "number out of range" in o.message
-    ),
 }
 
 

@@ -338,3 +338,63 @@ def test_agrees_with_official_on_mutated_files(arrays, data):
     else:
         struct.pack_into("<Q", blob, 0, n_header + data.draw(st.integers(-8, 8)))
     _agree(bytes(blob))
+
+
+_EDGE_NUMBERS = [
+    "1e999", "-1e999", "1E400", "1e308", "1.7e308", "1.7976931348623157e308",
+    "1.7976931348623158e308", "17976931348623157" + "0" * 292,
+    "17976931348623157" + "0" * 291, "1" + "0" * 309, "0e99999999999",
+    "1e99999999999", "1e-99999999999", "4.9e-324", "1e-400", "-0.0e400",
+    "18446744073709551616", "123",
+]
+
+
+def _number_file(tmp_path, number: str) -> Path:
+    """A one-tensor file whose entry carries ``number`` in an ignored field."""
+    head = ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":'
+            + number + "}}").encode()
+    head += b" " * (-len(head) % 8)
+    path = tmp_path / "n.safetensors"
+    path.write_bytes(len(head).to_bytes(8, "little") + head + b"\0")
+    return path
+
+
+def _accepts(path: Path) -> tuple[bool, bool]:
+    """(engine accepts, oracle accepts) for one file."""
+    import engine
+
+    try:
+        engine.Container(str(path)).close()
+        mine = True
+    except engine.FormatError as e:
+        assert e.kind == "json" and "out of range" in str(e), str(e)
+        mine = False
+    try:
+        open_container(path)
+        theirs = True
+    except OracleFormatError as e:
+        assert e.kind == "json" and "out of range" in str(e), str(e)
+        theirs = False
+    return mine, theirs
+
+
+@pytest.mark.parametrize("number", _EDGE_NUMBERS)
+def test_numbers_out_of_double_range_agree_with_the_engine(tmp_path, number):
+    """A number that overflows a double is refused by both readers, exactly alike."""
+    mine, theirs = _accepts(_number_file(tmp_path, number))
+    assert mine == theirs
+    want = number not in ("1e999", "-1e999", "1E400", "1.7976931348623158e308",
+                          "17976931348623157" + "0" * 292, "1" + "0" * 309,
+                          "1e99999999999")
+    assert mine is want
+
+
+@given(st.integers(1, 10**20), st.integers(250, 330), st.booleans())
+def test_generated_numbers_near_the_limit_agree(tmp_path_factory, mant, exp, point):
+    """Generated numbers near the top of the double range: both readers agree."""
+    text = str(mant)
+    if point and len(text) > 1:
+        text = text[0] + "." + text[1:]
+    path = _number_file(tmp_path_factory.mktemp("num"), f"{text}e{exp}")
+    mine, theirs = _accepts(path)
+    assert mine == theirs, text

@@ -73,60 +73,68 @@ def test_a_view_survives_close_and_frees_the_arena_last(k3_shard):
 def test_close_waits_for_gets_in_progress(k3_shard):
     """close() under 8 threads in get/release: each ends with 'the cache is closed'."""
     r = run_child("""
-        c = engine.ExpertCache(engine.Container(K3), **K3_LAYOUT, n_slots=12,
-                               top_k=4, batch_threads=4)
-        ends, go = [], threading.Barrier(9)
-        def worker(seed):
+        ends = []
+        for _ in range(10):
+            cont = engine.Container(K3)
+            c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=12, top_k=4)
+            go = threading.Barrier(9)
+            def worker(seed):
+                go.wait()
+                i = seed
+                try:
+                    while True:  # misses: reads are writing into the arena
+                        x = c.get(0, i % 24)
+                        x.data.sum()
+                        x.release()
+                        i += 7
+                except engine.MisuseError as e:
+                    ends.append(str(e))
+            ts = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+            for t in ts:
+                t.start()
             go.wait()
-            i = seed
-            try:
-                while True:
-                    x = c.get(0, i % 12)
-                    x.data.sum()
-                    x.release()
-                    i += 7
-            except engine.MisuseError as e:
-                ends.append(str(e))
-        ts = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
-        for t in ts:
-            t.start()
-        go.wait()
-        for _ in range(20):
-            c.getmany([(0, 1), (0, 5)])
-        c.close()
-        for t in ts:
-            t.join()
+            for _ in range(3):
+                c.getmany([(0, 1), (0, 5)])
+            c.close()
+            for t in ts:
+                t.join()
+            cont.close()
         print(sorted(set(ends)), len(ends))
     """, k3_shard)
     assert (r.returncode, r.stdout, r.stderr) == (
-        0, "['the cache is closed'] 8\n", "")
+        0, "['the cache is closed'] 80\n", "")
 
 
 def test_one_stream_from_two_threads_and_closed_under_next(k3_shard):
     """Two threads share one stream while a third closes it: each key once, no crash."""
     r = run_child("""
+        from faults.io import Fault, IOFaults
         ok = True
-        for _ in range(200):
-            c = engine.ExpertCache(engine.Container(K3), **K3_LAYOUT,
-                                   n_slots=14, top_k=4, io_threads=2)
-            st = c.stream([(0, e) for e in range(12)])
-            got, go = [], threading.Barrier(3)
-            def take():
+        with IOFaults() as f:
+            f.arm(Fault("delay", persistent=True, arg=2000))  # reads are slow
+            cont = engine.Container(K3, io=f)
+            for _ in range(30):
+                c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=14,
+                                       top_k=4, io_threads=2)
+                st = c.stream([(0, e) for e in range(12)])
+                got, go = [], threading.Barrier(3)
+                def take():
+                    go.wait()
+                    for x in st:
+                        got.append(x.key)
+                        x.release()
+                ts = [threading.Thread(target=take) for _ in range(2)]
+                for t in ts:
+                    t.start()
                 go.wait()
-                for x in st:
-                    got.append(x.key)
-                    x.release()
-            ts = [threading.Thread(target=take) for _ in range(2)]
-            for t in ts:
-                t.start()
-            go.wait()
-            st.close()
-            for t in ts:
-                t.join()
-            ok &= len(got) == len(set(got)) <= 12
-            c.check()
-            ok &= all(s["holds"] == 0 for s in c.slots())
-            c.close()
+                st.close()  # while the others wait in next() for a read
+                for t in ts:
+                    t.join()
+                ok &= len(got) == len(set(got)) <= 12
+                c.check()
+                ok &= all(s["holds"] == 0 for s in c.slots())
+                c.close()
+            cont.close()
         print(ok)
     """, k3_shard, timeout=300)
     assert (r.returncode, r.stdout, r.stderr) == (0, "True\n", "")

@@ -117,16 +117,16 @@ def test_one_stream_from_two_threads_and_closed_under_next(k3_shard):
                 c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=14,
                                        top_k=4, io_threads=2)
                 st = c.stream([(0, e) for e in range(12)])
-                got, go = [], threading.Barrier(3)
+                got, first = [], threading.Event()
                 def take():
-                    go.wait()
                     for x in st:
                         got.append(x.key)
                         x.release()
+                        first.set()
                 ts = [threading.Thread(target=take) for _ in range(2)]
                 for t in ts:
                     t.start()
-                go.wait()
+                first.wait(60)
                 st.close()  # while the others wait in next() for a read
                 for t in ts:
                     t.join()

@@ -179,6 +179,11 @@ typedef struct xc_slot_tensor {
 } xc_slot_tensor;
 int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 void xc_cache_close(xc_cache *c);
+typedef struct xc_arena xc_arena;
+xc_arena *xc_cache_arena(xc_cache *c);
+const uint8_t *xc_arena_data(const xc_arena *a);
+uint64_t xc_arena_bytes(const xc_arena *a);
+void xc_arena_release(xc_arena *a);
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 int xc_cache_release(xc_cache *c, const xc_ref *ref);
 

@@ -5,14 +5,26 @@ All policy lives in the C core (``engine/csrc/xc_cache.c``, semantics in
 together and turns status codes into exceptions through ``_lib.check``.
 
 Lifetimes: an :class:`ExpertCache` keeps its container alive; an
-:class:`Expert` keeps its cache alive.  The numpy views of an expert are
-valid until the expert is released -- after that the slot may be reused
-for another expert and the views would show its bytes.
+:class:`Expert` keeps its cache alive; a numpy view keeps the slot arena it
+points into alive, even past ``close()`` and the cache's collection (the
+arena is reference-counted in C, ``xc_cache_arena``).  A view shows its
+expert's bytes until the expert is released -- after that the slot may be
+reused for another expert and the view would show its bytes.
+
+Threads: ``close()`` waits for the calls in progress in other threads
+(every C call is counted in ``_busy``, a list appended to and popped
+from, which the GIL makes atomic), then refuses new ones.  A
+:class:`Stream` serialises its own calls with a lock.  After ``fork()`` a
+cache the parent opened refuses every call in the child and its
+``close()`` does nothing.  docs/CACHE.md "Threads, fork and lifetimes".
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -20,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from engine import _lib
+from engine import errors as _err
 from engine.container import NUMPY_DTYPES
-from engine.errors import EngineError, InvariantError, MisuseError
+from engine.errors import EngineError, InvariantError, misuse
 
 
 def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
@@ -64,17 +77,47 @@ class _Layout:
 
 
 def _closed(*_args: object) -> Any:
-    raise MisuseError("the cache is closed", status=-7, kind="misuse")
+    raise misuse("the cache is closed")
 
 
 class _ClosedLib:
     """Stands in for the C library once a cache is closed: every call is misuse."""
 
+    def __init__(self, fail: Any = _closed) -> None:
+        self._fail = fail
+
     def __getattr__(self, name: str) -> Any:
-        return _closed
+        return self._fail
 
 
 _CLOSED_LIB = _ClosedLib()
+
+
+def _gated(fn: Any) -> Any:
+    """Counts a method of ExpertCache as a call in progress (close waits for it)."""
+    @functools.wraps(fn)
+    def call(self: ExpertCache, *args: Any, **kwargs: Any) -> Any:
+        busy = self._busy
+        busy.append(None)
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            busy.pop()
+    return call
+
+
+#: every open cache of this process, for the fork handler
+_OPEN: weakref.WeakSet[ExpertCache] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a child after fork(): every cache of the parent refuses all calls."""
+    for cache in list(_OPEN):
+        cache._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Expert:
@@ -82,14 +125,21 @@ class Expert:
 
     # _h is the C handle of the hold (xc.h, xc_cache_hold): an int, so the
     # hit path allocates no xc_ref and the views are made only when asked.
-    __slots__ = ("_cache", "_h", "key", "_released")
+    # _live is set while held: release() deletes it first, and deleting an
+    # unset slot fails atomically, so of two racing releases exactly one
+    # gives the hold back.
+    __slots__ = ("_cache", "_h", "key", "_live")
 
     def __init__(self, cache: ExpertCache, handle: int,
                  key: tuple[int, int]) -> None:
         self._cache = cache
         self._h = handle
         self.key = key
-        self._released = False
+        self._live = True
+
+    @property
+    def _released(self) -> bool:
+        return not hasattr(self, "_live")
 
     @property
     def slot(self) -> int:
@@ -100,14 +150,7 @@ class Expert:
     def data(self) -> np.ndarray:
         """The whole payload as a read-only zero-copy uint8 view."""
         self._alive()
-        cache = self._cache
-        ptr = cache._lib.xc_cache_hold_data(cache._ptr, self._h)
-        if ptr == _lib.ffi().NULL:
-            _lib.check(cache._lib.XC_E_MISUSE)  # recorded by C with its message
-        buf = _lib.ffi().buffer(ptr, cache._expert_bytes)
-        a = np.frombuffer(buf, dtype=np.uint8)
-        a.flags.writeable = False
-        return a
+        return self._cache._view(self._h)
 
     @property
     def tensors(self) -> dict[str, np.ndarray]:
@@ -118,17 +161,27 @@ class Expert:
 
     def release(self) -> None:
         """Give the hold back; a second release is a MisuseError."""
-        if self._released:  # C cannot tell our hold from another's
-            self._alive()
+        try:  # C cannot tell our hold from another's: claim it here first
+            del self._live
+        except AttributeError:
+            raise misuse(f"expert {self.key} was released") from None
         cache = self._cache
-        rc = cache._unhold(cache._ptr, self._h)
+        busy = cache._busy
+        busy.append(None)
+        try:
+            rc = cache._unhold(cache._ptr, self._h)
+        except BaseException:
+            self._live = True  # nothing was given back
+            raise
+        finally:
+            busy.pop()
         if rc:
+            self._live = True
             _lib.check(rc)
-        self._released = True
 
     def _alive(self) -> None:
-        if self._released:
-            raise MisuseError(f"expert {self.key} was released")
+        if not hasattr(self, "_live"):
+            raise misuse(f"expert {self.key} was released")
 
     def __enter__(self) -> Expert:
         return self
@@ -152,21 +205,25 @@ class Stream:
     then stops.  :meth:`close` (also the context manager's exit, garbage
     collection, and closing the cache) ends the stream early: the holds of
     experts not yet yielded go back, reads it started are finished first.
+    One stream may be used from several threads: its calls take turns (a
+    lock), and a ``close()`` from another thread waits for a ``next()`` in
+    progress.
     """
 
     __slots__ = ("_cache", "_keys", "_st", "_ref", "_index", "_error",
-                 "__weakref__")
+                 "_lock", "__weakref__")
 
     def __init__(self, cache: ExpertCache, keys: Iterable[tuple[int, int]]
                  ) -> None:
-        ffi, lib = _lib.ffi(), cache._lib
+        ffi = _lib.ffi()
         self._st: Any = None
+        self._lock = threading.Lock()
         self._cache = cache
-        self._keys = list(keys)
+        self._keys = _err.check_keys("keys", keys)
         layers, experts = _key_arrays(self._keys)
         out = ffi.new("xc_stream **")
-        _lib.check(lib.xc_cache_stream_begin(cache._ptr, layers, experts,
-                                             len(self._keys), out))
+        _lib.check(cache._lib.xc_cache_stream_begin(
+            cache._ptr, layers, experts, len(self._keys), out))
         self._st = out[0]
         self._ref = ffi.new("xc_ref *")
         self._index = ffi.new("size_t *")
@@ -177,18 +234,31 @@ class Stream:
         return self
 
     def __next__(self) -> Expert:
+        cache = self._cache
+        busy = cache._busy
+        busy.append(None)
+        try:
+            with self._lock:
+                ex = self._next_locked()
+        finally:
+            busy.pop()
+        if ex is None:
+            raise StopIteration
+        return ex
+
+    def _next_locked(self) -> Expert | None:
         while True:
             if self._st is None:
-                raise StopIteration
+                return None
             cache = self._cache
             rc = cache._lib.xc_cache_stream_next(self._st, self._ref,
                                                  self._index)
             if rc == _STREAM_END:
                 err, self._error = self._error, None
-                self.close()
+                self._end_locked()
                 if err is not None:
                     raise err
-                raise StopIteration
+                return None
             if rc:
                 try:
                     _lib.check(rc)
@@ -202,10 +272,16 @@ class Stream:
 
     def close(self) -> None:
         """End the stream: give back the holds of experts not yet yielded."""
+        if self._st is None:
+            return
+        with self._lock:
+            self._end_locked()
+
+    def _end_locked(self) -> None:
         st, self._st = self._st, None
         if st is not None:
             self._cache._streams.discard(self)
-            self._cache._lib.xc_cache_stream_end(st)
+            self._cache._clib.xc_cache_stream_end(st)
 
     def __enter__(self) -> Stream:
         return self
@@ -239,43 +315,77 @@ class ExpertCache:
                  trace_path: str | os.PathLike[str] | None = None,
                  trace_ring_records: int = 0) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
+        self._ptr: Any = None
+        self._busy: list[None] = []
         if (n_slots is None) == (budget_bytes is None):
-            raise MisuseError("give exactly one of n_slots and budget_bytes")
-        self._container = container
-        names = [ffi.new("char[]", t.encode()) for t in tensors]
+            raise misuse("give exactly one of n_slots and budget_bytes")
+        handle = getattr(container, "_handle", None)
+        if handle is None and not hasattr(container, "_ptr"):
+            raise misuse(f"container must be an engine.Container, got "
+                         f"{type(container).__name__} {container!r}")
+        o = ffi.new("xc_cache_opts *")
+        ci, u64, i32 = _err.check_int, _err.U64, _err.INT32
+        o.n_slots = ci("n_slots", n_slots, *u64) if n_slots is not None else 0
+        o.budget_bytes = (ci("budget_bytes", budget_bytes, *u64)
+                          if budget_bytes is not None else 0)
+        o.top_k = ci("top_k", top_k, *i32)
+        if isinstance(tensors, (str, bytes)):
+            raise misuse(f"tensors must be a sequence of str, got "
+                         f"{type(tensors).__name__} {tensors!r}")
+        try:
+            tensor_list = list(tensors)
+            layer_list = list(layers)
+        except TypeError as e:
+            raise misuse(f"tensors and layers must be sequences: {e}") from None
+        names = [ffi.new("char[]", _err.check_text(f"tensors[{i}]", t))
+                 for i, t in enumerate(tensor_list)]
         keep = {
-            "policy": ffi.new("char[]", policy.encode()),
-            "template": ffi.new("char[]", expert_template.encode()),
+            "policy": ffi.new("char[]", _err.check_text("policy", policy)),
+            "template": ffi.new("char[]", _err.check_text("expert_template",
+                                                          expert_template)),
             "names": names,
             "tensors": ffi.new("const char *[]", names),
-            "layers": ffi.new("int32_t[]", list(layers)),
-            "trace": (ffi.new("char[]", os.fsencode(trace_path))
+            "layers": ffi.new("int32_t[]", [ci(f"layers[{i}]", v, *i32)
+                                            for i, v in enumerate(layer_list)]),
+            "trace": (ffi.new("char[]", _err.check_path("trace_path",
+                                                        trace_path))
                       if trace_path is not None else ffi.NULL),
         }
-        o = ffi.new("xc_cache_opts *")
-        o.n_slots = n_slots or 0
-        o.budget_bytes = budget_bytes or 0
-        o.top_k = top_k
         o.policy = keep["policy"]
         o.expert_template = keep["template"]
         o.tensors = keep["tensors"]
         o.n_tensors = len(names)
         o.layers = keep["layers"]
-        o.n_layers = len(layers)
-        o.n_experts = n_experts
-        o.chunk_bytes = chunk_bytes
-        o.batch_threads = batch_threads
-        o.io_threads = io_threads
-        o.io_depth = io_depth
-        o.split_min_misses = split_min_misses
-        o.lock_memory = int(lock_memory)
+        o.n_layers = len(layer_list)
+        o.n_experts = ci("n_experts", n_experts, *i32)
+        o.chunk_bytes = ci("chunk_bytes", chunk_bytes, *u64)
+        o.batch_threads = ci("batch_threads", batch_threads, *i32)
+        o.io_threads = ci("io_threads", io_threads, *i32)
+        o.io_depth = ci("io_depth", io_depth, *i32)
+        o.split_min_misses = ci("split_min_misses", split_min_misses, *i32)
+        o.lock_memory = int(_err.check_flag("lock_memory", lock_memory))
         o.trace_path = keep["trace"]
-        o.trace_ring_records = trace_ring_records
+        o.trace_ring_records = ci("trace_ring_records", trace_ring_records,
+                                  0, 2**64 - 1)
+        self._container = container
         out = ffi.new("xc_cache **")
-        handle = getattr(container, "_handle", None)  # MisuseError if closed
-        cptr = handle() if handle is not None else container._ptr
+        cptr = handle() if handle is not None else container._ptr  # closed: misuse
         _lib.check(lib.xc_cache_open(cptr, o, out))
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
+        #: the C library for internal calls that must still work while
+        #: closing (ending streams); _lib is swapped to refuse once closed
+        self._clib = lib
+        # The arena as one read-only numpy array whose base chain holds a
+        # reference to the C arena: every view is a slice of it, so no view
+        # can outlive the memory it shows.
+        arena = lib.xc_cache_arena(self._ptr)
+        base = lib.xc_arena_data(arena)
+        keeper = ffi.gc(ffi.cast("uint8_t *", base),
+                        lambda _p, a=arena, rel=lib.xc_arena_release: rel(a))
+        self._arena = np.frombuffer(
+            ffi.buffer(keeper, int(lib.xc_arena_bytes(arena))), np.uint8)
+        self._arena.flags.writeable = False
+        self._arena_addr = int(ffi.cast("uintptr_t", base))
         self._layout = _Layout(self._ptr)
         #: whether the slot arena is locked in memory, and why (not) in words
         self.mlock_active: bool = bool(lib.xc_cache_mlock_active(self._ptr))
@@ -286,44 +396,73 @@ class ExpertCache:
         self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         self._new = ffi.new
+        self._pid = os.getpid()
+        self._fork_note: str | None = None
         caches = getattr(container, "_caches", None)
         if caches is not None:  # Container.close refuses while we are open
             caches.add(self)
         #: open streams, ended by close() before the C cache is freed
         self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        _OPEN.add(self)
+
+    def _view(self, h: int) -> np.ndarray:
+        """The payload of held handle ``h`` as a slice of the arena array."""
+        busy = self._busy
+        busy.append(None)
+        try:
+            ptr = self._lib.xc_cache_hold_data(self._ptr, h)
+            if ptr == _lib.ffi().NULL:
+                _lib.check(self._lib.XC_E_MISUSE)  # recorded by C
+        finally:
+            busy.pop()
+        off = int(_lib.ffi().cast("uintptr_t", ptr)) - self._arena_addr
+        return self._arena[off:off + self._expert_bytes]
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
         """Demand access: a held reference to (layer, expert), loaded if needed."""
-        h = self._hold(self._ptr, layer, expert)
+        busy = self._busy
+        busy.append(None)
+        try:
+            h = self._hold(self._ptr, layer, expert)
+        except (OverflowError, TypeError) as e:  # cffi refused an argument
+            raise _err.conversion_error(e, [("layer", layer, *_err.INT32),
+                                            ("expert", expert, *_err.INT32)]
+                                        ) from None
+        finally:
+            busy.pop()
         if h < 0:
             _lib.check(h)
         return Expert(self, h, (layer, expert))
 
+    @_gated
     def getmany(self, keys: Iterable[tuple[int, int]]) -> int:
         """Batch prefetch of (layer, expert) keys; returns how many were loaded."""
-        keys = list(keys)
+        keys = _err.check_keys("keys", keys)
         layers, experts = _key_arrays(keys)
         out = _lib.ffi().new("size_t *")
         _lib.check(self._lib.xc_cache_getmany(self._ptr, layers, experts,
                                               len(keys), out))
         return int(out[0])
 
+    @_gated
     def prefetch(self, keys: Iterable[tuple[int, int]], *,
                  speculative: bool = False) -> int:
         """Read-ahead of keys; returns loads published (synchronous) or started."""
-        keys = list(keys)
+        keys = _err.check_keys("keys", keys)
+        spec = _err.check_flag("speculative", speculative)
         layers, experts = _key_arrays(keys)
         out = _lib.ffi().new("size_t *")
         _lib.check(self._lib.xc_cache_prefetch(self._ptr, layers, experts,
-                                               len(keys), int(speculative),
-                                               out))
+                                               len(keys), int(spec), out))
         return int(out[0])
 
+    @_gated
     def drain(self) -> None:
         """Wait until every read-ahead read queued so far has ended."""
         self._lib.xc_cache_drain(self._ptr)
 
+    @_gated
     def stream(self, keys: Iterable[tuple[int, int]]) -> Stream:
         """Begin a stream of ``keys`` now; iterate it for held experts.
 
@@ -333,23 +472,31 @@ class ExpertCache:
         """
         return Stream(self, keys)
 
+    @_gated
     def set_step(self, step: int) -> None:
         """Stamp trace records from now on with ``step`` (a token index, say)."""
-        self._lib.xc_cache_set_step(self._ptr, step)
+        self._lib.xc_cache_set_step(self._ptr,
+                                    _err.check_int("step", step, *_err.U64))
 
+    @_gated
     def trace_flush(self) -> None:
         """Write buffered trace records to the trace file now."""
         _lib.check(self._lib.xc_cache_trace_flush(self._ptr))
 
+    @_gated
     def pin(self, layer: int, expert: int) -> None:
         """Protect a resident expert from eviction (nests)."""
+        layer, expert = _err.check_key(layer, expert)
         _lib.check(self._lib.xc_cache_pin(self._ptr, layer, expert))
 
+    @_gated
     def unpin(self, layer: int, expert: int) -> None:
         """Undo one pin."""
+        layer, expert = _err.check_key(layer, expert)
         _lib.check(self._lib.xc_cache_unpin(self._ptr, layer, expert))
 
     # -- counters and introspection -------------------------------------
+    @_gated
     def stats(self) -> dict[str, float]:
         """This window's counters plus the derived adjusted hits and rates."""
         s = _lib.ffi().new("xc_stats *")
@@ -367,10 +514,12 @@ class ExpertCache:
             d[name] = num / req if req else 0.0
         return d
 
+    @_gated
     def reset_stats(self) -> None:
         """Start a new counter window (residents and policy state are kept)."""
         self._lib.xc_cache_reset_stats(self._ptr)
 
+    @_gated
     def check(self) -> None:
         """Walk every structure; raise InvariantError naming the first broken INV."""
         n = self._lib.xc_cache_check(self._ptr)
@@ -378,6 +527,7 @@ class ExpertCache:
             inv = _lib.invariant_names().get(n, f"INV-{n}")
             raise InvariantError(_lib.last_error()[4], inv=inv, number=n)
 
+    @_gated
     def slots(self) -> list[dict[str, Any]]:
         """A snapshot of every slot: state, key, holds, pins, unused mark."""
         ffi = _lib.ffi()
@@ -397,45 +547,86 @@ class ExpertCache:
         """The keys of READY slots."""
         return {s["key"] for s in self.slots() if s["state"] == "ready"}
 
+    @_gated
     def contiguous(self, layer: int, expert: int) -> bool:
         """Whether the expert is one contiguous run in its shard."""
+        layer, expert = _err.check_key(layer, expert)
         return bool(_lib.check(self._lib.xc_cache_contiguous(self._ptr, layer,
                                                              expert)))
 
     @property
+    @_gated
     def n_slots(self) -> int:
         """Number of slots."""
         return int(self._lib.xc_cache_n_slots(self._ptr))
 
     @property
+    @_gated
     def stride(self) -> int:
         """Bytes per slot."""
         return int(self._lib.xc_cache_stride(self._ptr))
 
     @property
+    @_gated
     def expert_bytes(self) -> int:
         """Payload bytes of one expert."""
         return int(self._lib.xc_cache_expert_bytes(self._ptr))
 
     # -- lifetime -------------------------------------------------------
     def close(self) -> None:
-        """Free the cache now; idempotent.
+        """Free the cache now; idempotent; safe while other threads use it.
 
+        New calls are refused at once; calls already in progress in other
+        threads (a ``get`` waiting for its read, a stream's ``next``) are
+        waited for, then open streams are ended and the C cache is freed.
         Every method called afterwards raises MisuseError ("the cache is
         closed"), and so do ``data``, ``tensors`` and ``release`` of experts
-        still held (their holds went with the cache).
+        still held (their holds went with the cache).  Views taken before
+        stay readable (the arena lives as long as they do).  In a child
+        process after ``fork()`` it does nothing.
         """
-        if self._ptr is not None:
+        if self._ptr is None:
+            return
+        # swap the entry points first: no new call reaches the C cache
+        self._lib = _CLOSED_LIB
+        self._hold = self._unhold = _closed
+        if self._fork_note is None:
+            while self._busy:  # calls in progress in other threads
+                time.sleep(0.0005)
             for st in list(self._streams):  # C: streams end before close
                 st.close()
-            # swap the entry points first: nothing reaches the freed pointer
-            self._lib = _CLOSED_LIB
-            self._hold = self._unhold = _closed
-            _lib.ffi().release(self._ptr)
+            ptr, self._ptr = self._ptr, None
+            _lib.ffi().release(ptr)
+        else:
             self._ptr = None
-            caches = getattr(self._container, "_caches", None)
-            if caches is not None:
-                caches.discard(self)
+        self._arena = None  # the views that remain keep the C arena alive
+        _OPEN.discard(self)
+        caches = getattr(self._container, "_caches", None)
+        if caches is not None:
+            caches.discard(self)
+
+    def _forked(self) -> None:
+        """In a child after fork(): refuse every call, free nothing, join nothing."""
+        if self._ptr is None:
+            return
+        note = (f"the cache was opened by process {self._pid}; this is a "
+                f"child process ({os.getpid()}) made by fork(), where the "
+                f"cache's threads do not exist: open a new cache here")
+
+        def refuse(*_args: object) -> Any:
+            raise misuse(note)
+
+        self._fork_note = note
+        self._lib = _ClosedLib(refuse)
+        self._hold = self._unhold = refuse
+        _lib.ffi().gc(self._ptr, None)  # never xc_cache_close in the child
+        self._busy = []  # the parent's threads are not here to pop
+        for st in list(self._streams):  # never end them here: no readers
+            st._st = None
+            st._lock = threading.Lock()
+        caches = getattr(self._container, "_caches", None)
+        if caches is not None:
+            caches.discard(self)
 
     def __enter__(self) -> ExpertCache:
         return self

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from engine import _lib
+from engine import errors as _err
 from engine.errors import MisuseError
 
 #: numpy dtypes of the safetensors dtypes numpy can hold (little-endian, as
@@ -65,7 +66,8 @@ class Container:
                  direct: bool = False, io: Any = None,
                  verify: bool = False) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
-        self._path = os.fspath(path)
+        raw = _err.check_path("path", path)  # a NUL would cut it in C
+        self._path = os.fsdecode(raw)
         # The io vtable is copied by C but its ctx (a fault injector) is
         # not: keep whatever provides it alive as long as this container.
         self._io_owner: Any = io
@@ -73,10 +75,10 @@ class Container:
         self._caches: weakref.WeakSet[Any] = weakref.WeakSet()
         opts = ffi.new("xc_st_opts *")
         opts.io = ffi.NULL if io is None else getattr(io, "io", io)
-        opts.direct = 1 if direct else 0
-        opts.verify = 1 if verify else 0
+        opts.direct = int(_err.check_flag("direct", direct))
+        opts.verify = int(_err.check_flag("verify", verify))
         out = ffi.new("xc_st **")
-        _lib.check(lib.xc_st_open(os.fsencode(self._path), opts, out))
+        _lib.check(lib.xc_st_open(raw, opts, out))
         self._ptr: Any = ffi.gc(out[0], lib.xc_st_close)
         self._names: list[str] | None = None
         n_shards = lib.xc_st_n_shards(self._ptr)
@@ -165,14 +167,15 @@ class Container:
         return iter(self._name_list())
 
     def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False
+        if not isinstance(name, str) or "\0" in name:
+            return False  # as os.path.exists: no such name can be there
         idx = _lib.ffi().new("size_t *")
         return _lib.lib().xc_st_find(self._handle(), name.encode(), idx) == 0
 
     def _index(self, name: str) -> int:
         idx = _lib.ffi().new("size_t *")
-        _lib.check(_lib.lib().xc_st_find(self._handle(), name.encode(), idx))
+        raw = _err.check_text("name", name)
+        _lib.check(_lib.lib().xc_st_find(self._handle(), raw, idx))
         return int(idx[0])
 
     # -- tensors ----------------------------------------------------------

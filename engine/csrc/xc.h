@@ -455,10 +455,27 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *opts, xc_cache **out);
 
 /* Lets the read-ahead readers finish every queued read (a drain, so no
  * read is left writing into freed memory), stops every reader thread,
- * flushes and closes the trace and frees everything.  References still held
- * become dangling.  Open streams must have been ended.  Must not race with
- * any other call on c.  NULL is a no-op.  Cannot fail. */
+ * flushes and closes the trace and frees everything -- the slot arena only
+ * once every reference taken with xc_cache_arena is released too.
+ * References still held point into the arena (so into freed memory unless
+ * an arena reference is kept).  Open streams must have been ended.  Must
+ * not race with any other call on c.  In a child process after fork() it
+ * does nothing (the cache's threads do not exist there; the memory stays
+ * the child's until it exits).  NULL is a no-op.  Cannot fail. */
 void xc_cache_close(xc_cache *c);
+
+/* The slot arena as a reference-counted object, for bindings whose views
+ * of held payloads may outlive the cache (docs/CACHE.md "Threads, fork and
+ * lifetimes").  xc_cache_arena takes one reference (any thread, cannot
+ * fail); xc_arena_release gives one back and frees the arena with the
+ * last (the cache's own is given back by xc_cache_close; NULL is a
+ * no-op).  xc_arena_data is the first byte (every held payload lies in
+ * [data, data + bytes)), xc_arena_bytes the length; both change nothing. */
+typedef struct xc_arena xc_arena;
+xc_arena *xc_cache_arena(xc_cache *c);
+const uint8_t *xc_arena_data(const xc_arena *a);
+uint64_t xc_arena_bytes(const xc_arena *a);
+void xc_arena_release(xc_arena *a);
 
 /* Taking an expert: one operation, two faces
  * ------------------------------------------
@@ -548,8 +565,9 @@ int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
 
 /* Waits until every read-ahead read queued so far has been published or
  * failed (reads that prefetch calls made while it waits are waited for
- * too).  Stream reads done by a consumer are not waited for.  Cannot
- * fail. */
+ * too).  Stream reads done by a consumer are not waited for.  In a child
+ * process after fork() it returns at once (no reader exists there).
+ * Cannot fail. */
 void xc_cache_drain(xc_cache *c);
 
 /* Layer streaming (docs/CACHE.md "stream").  xc_cache_stream_begin

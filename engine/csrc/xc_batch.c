@@ -350,6 +350,8 @@ int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
 
 void xc_cache_drain(xc_cache *c)
 {
+    if (xc_cache_forked(c))
+        return; /* a child after fork(): no reader will ever signal */
     pthread_mutex_lock(&c->mu);
     while (c->aq_n + c->aq_active > 0)
         pthread_cond_wait(&c->ended, &c->mu);

@@ -620,6 +620,40 @@ int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert)
 /* open / close                                                         */
 /* ------------------------------------------------------------------ */
 
+/* A new arena of bytes bytes with one reference (the cache's), or NULL. */
+static struct xc_arena *arena_new(size_t bytes)
+{
+    struct xc_arena *a = xc_calloc(1, sizeof *a);
+    if (a == NULL)
+        return NULL;
+    if ((a->data = xc_aligned_alloc(XC_ALIGN, bytes)) == NULL) {
+        xc_free(a);
+        return NULL;
+    }
+    a->bytes = bytes;
+    atomic_init(&a->refs, 1);
+    return a;
+}
+
+xc_arena *xc_cache_arena(xc_cache *c)
+{
+    atomic_fetch_add(&c->arena_ref->refs, 1);
+    return c->arena_ref;
+}
+
+const uint8_t *xc_arena_data(const xc_arena *a) { return a->data; }
+uint64_t xc_arena_bytes(const xc_arena *a) { return a->bytes; }
+
+void xc_arena_release(xc_arena *a)
+{
+    if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1)
+        return;
+    if (a->mlocked)
+        munlock(a->data, a->bytes);
+    xc_free(a->data);
+    xc_free(a);
+}
+
 /* Frees everything open() allocated; the sync objects when inited. */
 static void destroy(xc_cache *c, int synced)
 {
@@ -635,11 +669,9 @@ static void destroy(xc_cache *c, int synced)
         (void)xc_trace_write(c);
         fclose(c->tr);
     }
-    if (c->mlocked)
-        munlock(c->arena, c->n_slots * c->ld.stride);
     xc_policy_close(&c->pol);
     xc_load_close(&c->ld);
-    xc_free(c->arena);
+    xc_arena_release(c->arena_ref); /* freed here unless a caller has it */
     xc_free(c->slots);
     xc_free(c->index);
     xc_free(c->cand);
@@ -777,7 +809,9 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         return rc;
     }
     c->top_k = o->top_k;
-    c->arena = xc_aligned_alloc(XC_ALIGN, c->n_slots * c->ld.stride);
+    c->owner_pid = getpid();
+    if ((c->arena_ref = arena_new(c->n_slots * c->ld.stride)) != NULL)
+        c->arena = c->arena_ref->data;
     c->slots = xc_calloc(c->n_slots, sizeof *c->slots);
     c->cand = xc_calloc(c->n_slots, sizeof *c->cand);
     c->index = xc_malloc(c->ld.n_keys * sizeof *c->index);
@@ -809,6 +843,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     c->ordered = c->pol.ops->on_insert != xc_policy_nop;
     c->oq_first = c->oq_last = -1;
     lock_arena(c, o->lock_memory);
+    c->arena_ref->mlocked = c->mlocked;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->aq_work, NULL);
     pthread_cond_init(&c->ended, NULL);
@@ -840,6 +875,8 @@ void xc_cache_close(xc_cache *c)
 {
     if (c == NULL)
         return;
+    if (xc_cache_forked(c))
+        return; /* a child after fork(): no threads to join; leaked */
     xc_readahead_stop(c, c->n_io);
     xc_pool_stop(c, c->n_workers);
     destroy(c, 1);

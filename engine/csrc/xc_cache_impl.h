@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct slot {
     uint8_t state;        /* XC_SLOT_* */
@@ -154,6 +155,16 @@ typedef struct job {
     _Atomic size_t n_done; /* read unlocked by the caller's spin */
 } job;
 
+/* The slot arena, shared by reference count between the cache and the
+ * callers of xc_cache_arena (docs/CACHE.md "Threads, fork and
+ * lifetimes"): freed, and munlock()ed when locked, by the last release. */
+struct xc_arena {
+    _Atomic size_t refs;
+    uint8_t *data;
+    size_t bytes;
+    int mlocked;
+};
+
 struct xc_cache {
     pthread_mutex_t mu;
     pthread_cond_t ended;
@@ -161,7 +172,9 @@ struct xc_cache {
     xc_policy pol;
     size_t n_slots;
     int top_k;
-    uint8_t *arena;
+    uint8_t *arena;        /* arena_ref->data */
+    struct xc_arena *arena_ref;
+    pid_t owner_pid;       /* the process that opened the cache */
     slot *slots;
     int32_t *index;        /* key -> slot, -1 when not in the cache */
     xc_pcand *cand;        /* scratch for victim choice and check() */
@@ -238,6 +251,13 @@ static inline void xc_slot_touch(xc_cache *c, slot *s)
 /* ------------------------------------------------------------------ */
 /* Slot life (xc_cache.c); mu held                                      */
 /* ------------------------------------------------------------------ */
+
+/* Whether the calling process is not the one that opened c (a child
+ * after fork(): the cache's threads do not exist here).  Any thread. */
+static inline int xc_cache_forked(const xc_cache *c)
+{
+    return getpid() != c->owner_pid;
+}
 
 /* Stamps reserved slot si with its publish tick and, when the policy is
  * told inserts, appends it to the order list. */

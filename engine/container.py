@@ -60,6 +60,12 @@ class Container:
     garbage collection; other engine modules (the cache) take it from here.
     A cache opened over the container registers itself (a weak reference),
     so :meth:`close` can refuse while one is still open.
+
+    With ``verify=True``, every expert load and every :meth:`read` /
+    :meth:`read_bytes` compares the shard with what was recorded at open
+    (device, inode, size, mtime, ctime); any difference raises
+    ``FileChangedError`` and nothing is published or returned.  Hits and the
+    header are not re-checked (faults/README.md, "Files changed while open").
     """
 
     def __init__(self, path: str | os.PathLike[str], *,

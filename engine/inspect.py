@@ -4,7 +4,10 @@
 
 Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
 and exits 0, or prints ``FAIL <kind> <file> byte <offset>: <message>`` and
-exits 1.  The C reader does every check (docs/DESIGN.md §3); this only reports.
+exits 1 when the container is invalid.  A path that names nothing, or that
+cannot be passed to the C reader, is a mistaken command: one line on stderr
+naming it, exit 2.  The C reader does every check (docs/DESIGN.md §3); this
+only reports.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from engine.container import Container
-from engine.errors import EngineError
+from engine.errors import EngineError, MisuseError, NotFoundError
 
 
 def package_version() -> str:
@@ -63,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     try:
         print(summarize(ns.path, direct=ns.direct))
+    except (NotFoundError, MisuseError) as e:
+        print(f"{ap.prog}: {ns.path!r}: {e}", file=sys.stderr)
+        return 2
     except EngineError as e:
         where = "" if e.offset is None else f" byte {e.offset}"
         print(f"FAIL {e.kind}{where}: {e}")

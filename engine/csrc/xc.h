@@ -172,10 +172,10 @@ typedef struct xc_tensor_info {
 typedef struct xc_st_opts {
     const xc_io *io;       /* NULL: xc_io_default() */
     int direct;            /* 1: try O_DIRECT for tensor reads (probed) */
-    int verify;            /* 1: after every expert load, check the shard
-                            * is still the file opened (see
-                            * xc_st_check_files); 0: only after a failed
-                            * read and on request */
+    int verify;            /* 1: after every expert load and every
+                            * xc_st_read_tensor, check the shard is still
+                            * the file opened (see xc_st_check_files);
+                            * 0: only after a failed read and on request */
 } xc_st_opts;
 
 /* Opens a container: one .safetensors file, a folder holding
@@ -245,7 +245,8 @@ int xc_st_names(const xc_st *st, char *buf, size_t buf_len, size_t *needed);
 
 /* Checks that every shard is still the file the container opened: its path
  * still names the same file (device and inode recorded at open), with the
- * size and modification time recorded at open, and the open handle's size
+ * size, modification time and change time (ctime) recorded at open, and
+ * the open handle's size
  * (through the io vtable) is still the size at open.  Reads no data and
  * changes nothing; safe from several threads.  Returns XC_OK, or
  * XC_E_CHANGED for the first shard that differs, with the file and what
@@ -261,7 +262,9 @@ uint64_t xc_st_shard_header_bytes(const xc_st *st, size_t i);
 
 /* Reads tensor i's bytes into dst (dst_len must be at least its nbytes)
  * through the container's io.  XC_E_SHORT_READ / XC_E_IO on failure, with
- * the tensor name, shard and offset in the message. */
+ * the tensor name, shard and offset in the message; with xc_st_opts.verify,
+ * XC_E_CHANGED (dst's bytes then undefined) when the shard is no longer the
+ * file opened, checked after the read. */
 int xc_st_read_tensor(const xc_st *st, size_t i, void *dst, size_t dst_len);
 
 /* ------------------------------------------------------------------ */

@@ -242,6 +242,9 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
 
     if (n > 0 && (layers == NULL || experts == NULL))
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "getmany: NULL key arrays");
+    if (n > SIZE_MAX / sizeof *rv) /* the largest per-key array below */
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "getmany: %zu keys is more than memory can index", n);
     keys = xc_malloc(n * sizeof *keys);
     prot = xc_malloc(n * sizeof *prot);
     rv = xc_malloc(n * sizeof *rv);

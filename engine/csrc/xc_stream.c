@@ -55,6 +55,9 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
     if (out == NULL || (n > 0 && (layers == NULL || experts == NULL)))
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "stream: NULL key arrays or out");
+    if (n >= SIZE_MAX / sizeof(xc_error)) /* the largest per-key array */
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "stream: %zu keys is more than memory can index", n);
     stream = xc_calloc(1, sizeof *stream);
     if (stream != NULL) {
         stream->keys = xc_malloc((n + 1) * sizeof *stream->keys);

@@ -98,3 +98,23 @@ def test_a_repeated_tensor_list_is_counted_without_a_wrap(cont, k3_shard):
     with cache.get(0, 2) as ex:
         assert ex.data.tobytes() == expert_bytes(k3_shard, 2) * 3
     cache.close()
+
+
+@pytest.mark.parametrize("call", ["xc_cache_getmany", "xc_cache_stream_begin"])
+def test_a_key_count_no_array_can_hold_is_refused(cont, call):
+    """getmany and stream refuse a key count whose arrays' sizes would wrap."""
+    from engine import _lib
+
+    lib, ffi = _lib.lib(), _lib.ffi()
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4)
+    layers, experts = ffi.new("int32_t[1]"), ffi.new("int32_t[1]")
+    out = ffi.new("size_t *") if call == "xc_cache_getmany" else ffi.new(
+        "xc_stream **")
+    before = cache.stats()
+    rc = getattr(lib, call)(cache._ptr, layers, experts, 2**64 - 1, out)
+    assert rc == lib.XC_E_MISUSE
+    what = "getmany" if call == "xc_cache_getmany" else "stream"
+    assert _lib.last_error()[4] == (
+        f"{what}: {2**64 - 1} keys is more than memory can index")
+    assert cache.stats() == before and cache.slots()[0]["state"] == "empty"
+    cache.close()

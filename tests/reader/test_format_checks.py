@@ -6,6 +6,8 @@ can be read off the bytes: 8 (the length field) + the header position.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import struct
@@ -494,3 +496,22 @@ def test_inspect_reports_kind_file_and_offset(tmp_path):
     assert r.returncode == 1
     off = 8 + len(h) + 3
     assert r.stdout.startswith(f"FAIL length byte {off}: {path}: byte {off}:")
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("missing.safetensors", "no such file"),
+    ("empty-folder", "no"),
+    ("a\x01b\x00c", "embedded null byte"),
+])
+def test_inspect_refuses_a_mistaken_path_with_exit_2(tmp_path, arg, words):
+    """A path naming nothing (or holding NUL) is one line on stderr, exit 2."""
+    from engine.inspect import main
+
+    (tmp_path / "empty-folder").mkdir()
+    path = arg if "\x00" in arg else str(tmp_path / arg)
+    r_out = io.StringIO()
+    with contextlib.redirect_stderr(r_out), contextlib.redirect_stdout(io.StringIO()):
+        assert main([path]) == 2
+    text = r_out.getvalue()
+    assert text.count("\n") == 1 and text.startswith("python -m engine.inspect: ")
+    assert repr(path) in text and words in text

@@ -23,7 +23,11 @@ from engine.errors import EngineError, MisuseError, NotFoundError
 
 
 def package_version() -> str:
-    """The installed xcache version, else the one in this checkout's pyproject.toml."""
+    """The installed xcache version, else the one in this checkout's pyproject.toml.
+
+    ``python -m fixtures`` and ``replay.py`` keep their own copies: the
+    generator and the gate must not import the engine to print a version.
+    """
     try:
         return importlib.metadata.version("xcache")
     except importlib.metadata.PackageNotFoundError:

@@ -444,3 +444,19 @@ class AgreementRules:
         """Start a new counter window on both sides."""
         self.cache.reset_stats()
         self.model.reset_stats()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Processes still alive (not zombies) in process group ``pgid``, from /proc."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(d))
+    return found

@@ -17,7 +17,7 @@ import pytest
 from fixtures.lab import cli as lab_cli
 from fixtures.lab import summary
 from replay import main
-from tests.helpers import ROOT, TRACES_DIR
+from tests.helpers import ROOT, TRACES_DIR, group_members
 
 MIXTRAL = str(TRACES_DIR / "mixtral8x7b_humaneval.jsonl")
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
@@ -154,22 +154,6 @@ def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
         assert (out / name).read_text() == f"earlier {name}\n"
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Processes still alive in process group pgid (from /proc)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(d))
-    return found
-
-
 def sigint_mid_run(argv: list[str], started: bytes | re.Pattern[bytes]
                    ) -> tuple[int, str, int]:
     """Start argv in its own group, Ctrl-C it once ``started`` is on stderr.
@@ -215,7 +199,7 @@ def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
     assert rc == 130, err
     assert "Traceback" not in err
     assert err.endswith(f"replay.py lab: interrupted; {out} left as it was\n")
-    assert _group_members(pgid) == []
+    assert group_members(pgid) == []
     assert sorted(x.name for x in out.iterdir()) == []
 
 

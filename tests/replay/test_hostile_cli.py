@@ -17,6 +17,7 @@ import pytest
 from fixtures.gate.report import Report
 from fixtures.gate.scenarios import ScenarioRun, run_bounded
 from replay import main
+from tests.helpers import group_members
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,22 +129,6 @@ def test_stuck_scenario_fails_and_the_users_work_folder_stays(tmp_path):
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Processes still alive in process group pgid (from /proc)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(d))
-    return found
-
-
 @pytest.mark.nosan
 @pytest.mark.parametrize("at", [b"Verified", b"Built the engine"])
 def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
@@ -173,6 +158,6 @@ def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
     assert rc == 130, err
     assert "Traceback" not in err
     assert err.endswith("replay.py: interrupted; nothing of this run is left\n")
-    assert _group_members(proc.pid) == []
+    assert group_members(proc.pid) == []
     assert _files(out) == before
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]

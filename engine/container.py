@@ -20,7 +20,7 @@ import numpy as np
 
 from engine import _lib
 from engine import errors as _err
-from engine.errors import MisuseError
+from engine.errors import misuse
 
 #: numpy dtypes of the safetensors dtypes numpy can hold (little-endian, as
 #: the format stores them).  The others (BF16, F8_*, F4, F6_*) are read as
@@ -113,10 +113,9 @@ class Container:
         """
         n_open = len(self._caches)
         if n_open and "_ptr" in self.__dict__:
-            raise MisuseError(
+            raise misuse(
                 f"{self._path}: cannot close the container while {n_open} "
-                f"cache(s) over it are still open; close them first",
-                status=-7, kind="misuse")
+                f"cache(s) over it are still open; close them first")
         ptr = self.__dict__.pop("_ptr", None)
         if ptr is not None:
             _lib.ffi().release(ptr)
@@ -131,8 +130,7 @@ class Container:
         try:
             return self._ptr
         except AttributeError:
-            raise MisuseError(f"{self._path}: the container is closed",
-                              status=-7, kind="misuse") from None
+            raise misuse(f"{self._path}: the container is closed") from None
 
     def verify_unchanged(self) -> None:
         """Raise FileChangedError if a shard was replaced, removed or resized."""

@@ -54,32 +54,44 @@ class MisuseError(EngineError, ValueError):
 
 def misuse(message: str) -> MisuseError:
     """A MisuseError with the C misuse status, as the C side would record it."""
-    return MisuseError(message, status=-7, kind="misuse")
+    from engine import _lib  # noqa: PLC0415 - _lib imports this module
+
+    return MisuseError(message, status=int(_lib.lib().XC_E_MISUSE), kind="misuse")
 
 
 class BudgetError(MisuseError):
     """The cache budget is too small; the message says what would work."""
 
 
-_BY_STATUS: dict[int, type[EngineError]] = {
-    -1: OutOfMemoryError,
-    -2: EngineIOError,
-    -3: ShortReadError,
-    -4: FileChangedError,
-    -5: NotFoundError,
-    -6: AllPinnedError,
-    -7: MisuseError,
-    -8: BudgetError,
+#: The class of each family, by the name the C side gives its status
+#: (``xc_status_name``); every ``XC_E_FORMAT_*`` status is a FormatError.
+_BY_KIND: dict[str, type[EngineError]] = {
+    "nomem": OutOfMemoryError,
+    "io": EngineIOError,
+    "short_read": ShortReadError,
+    "changed": FileChangedError,
+    "not_found": NotFoundError,
+    "all_pinned": AllPinnedError,
+    "misuse": MisuseError,
+    "budget": BudgetError,
 }
+
+
+def _format_statuses() -> frozenset[int]:
+    """Every ``XC_E_FORMAT_*`` status of the loaded engine."""
+    from engine import _lib  # noqa: PLC0415 - _lib imports this module
+
+    lib = _lib.lib()
+    return frozenset(int(getattr(lib, n)) for n in dir(lib)
+                     if n.startswith("XC_E_FORMAT_"))
 
 
 def from_status(status: int, kind: str, message: str, *, offset: int = -1,
                 layer: int = -1, expert: int = -1) -> EngineError:
-    """Build the exception for a negative C status code."""
-    if -199 <= status <= -100:
-        cls: type[EngineError] = FormatError
-    else:
-        cls = _BY_STATUS.get(status, EngineError)
+    """Build the exception for a negative C status code named ``kind``."""
+    cls = _BY_KIND.get(kind)
+    if cls is None:
+        cls = FormatError if status in _format_statuses() else EngineError
     return cls(message, status=status, kind=kind, offset=offset, layer=layer,
                expert=expert)
 

@@ -97,16 +97,14 @@ class IOFaults:
     def close(self) -> None:
         """Free the injector; MisuseError while a container still reads through it."""
         if self._ptr is not None:
-            from engine.errors import MisuseError
+            from engine.errors import misuse
             if self.open_handles:
-                raise MisuseError(f"the fault injector still has "
-                                  f"{self.open_handles} open handle(s): close "
-                                  f"the containers using it first",
-                                  status=-7, kind="misuse")
+                raise misuse(f"the fault injector still has "
+                             f"{self.open_handles} open handle(s): close "
+                             f"the containers using it first")
             if self._outers:
-                raise MisuseError(f"{self._outers} open fault injector(s) "
-                                  f"forward to this one: close them first",
-                                  status=-7, kind="misuse")
+                raise misuse(f"{self._outers} open fault injector(s) "
+                             f"forward to this one: close them first")
             _lib.lib().xc_fault_close(self._ptr)
             self._ptr = None
             if self._inner is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import engine
+from engine import _lib
 from tests.helpers import K3_LAYOUT
 
 W = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
@@ -150,7 +151,8 @@ def test_misuse_is_one_exception_naming_the_parameter(k3_shard, call, message):
             assert str(ei.value) == message.replace(
                 "/k3/model.safetensors", str(k3_shard))
             assert isinstance(ei.value, ValueError)
-            assert (ei.value.status, ei.value.kind) == (-7, "misuse")
+            assert (ei.value.status, ei.value.kind) == (
+                _lib.lib().XC_E_MISUSE, "misuse")
             assert cache.stats()["requests"] == 0  # nothing reached C
         finally:
             cache.close()

@@ -76,7 +76,7 @@ def expert_pieces(reader: Container, expert_template: str,
 def is_contiguous(pieces: Sequence[Piece]) -> bool:
     """Whether the pieces lie back to back, in order, in one shard."""
     return all(p.shard == pieces[0].shard and p.offset == q.offset + q.nbytes
-               for q, p in zip(pieces, pieces[1:]))
+               for q, p in zip(pieces, pieces[1:], strict=False))
 
 
 def expert_reads(pieces: Sequence[Piece], chunk_bytes: int = 0

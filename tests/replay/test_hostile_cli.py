@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.gate.containers import Target
 from fixtures.gate.report import Report
 from fixtures.gate.scenarios import ScenarioRun, run_bounded
 from replay import main
@@ -43,8 +44,9 @@ def test_run_bounded_reports_a_stuck_run(tmp_path, capsys):
 
     (tmp_path / "pristine").mkdir()
     report = Report()
-    run = ScenarioRun({"name": "stuck", "steps": []}, {"suffix": " (v)"}, None,
-                      tmp_path / "pristine", tmp_path / "scratch",
+    run = ScenarioRun({"name": "stuck", "steps": []}, {"suffix": " (v)"}, [],
+                      Target("stuck", tmp_path / "pristine", {}),
+                      tmp_path / "scratch",
                       functools.partial(blocking_backend, "engine"), report)
     try:
         assert run_bounded(run, 0.2) is False
@@ -67,8 +69,9 @@ def test_run_bounded_passes_a_prompt_run_through(tmp_path):
     """A run that finishes in time is True and reports its own checks only."""
     (tmp_path / "pristine").mkdir()
     report = Report()
-    run = ScenarioRun({"name": "quick", "steps": []}, {}, None,
-                      tmp_path / "pristine", tmp_path / "scratch",
+    run = ScenarioRun({"name": "quick", "steps": []}, {}, [],
+                      Target("quick", tmp_path / "pristine", {}),
+                      tmp_path / "scratch",
                       functools.partial(lambda name, folder: None, "oracle"), report)
     assert run_bounded(run, 60) is True
     assert report.checks == []

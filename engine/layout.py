@@ -273,6 +273,25 @@ def resolve(path: str | os.PathLike[str], layout: Any = None, *,
         return _resolve_in(p, c)
 
 
+def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
+    """Whether anything describes experts: a layout file, config.json, a spec, names."""
+    p = Path(os.fsdecode(path))
+    folder = _folder(p)
+    if (folder / LAYOUT_FILE).is_file() or (folder / "config.json").is_file():
+        return True
+    if SPEC_KEY in container.metadata:
+        return True
+    idx = _index_path(p)
+    if idx is not None:
+        try:
+            meta = json.loads(idx.read_bytes()).get("metadata")
+        except (OSError, ValueError, AttributeError):
+            meta = None
+        if isinstance(meta, dict) and SPEC_KEY in meta:
+            return True
+    return any("expert" in n.lower() for n in container.names())
+
+
 def resolve_given(layout: Any) -> Layout:
     """An explicit layout: a Layout, a mapping of the five keys, or a TOML file path.
 

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,9 @@ def _gated(fn: Any) -> Any:
             busy.pop()
     return call
 
+
+#: a layout keyword that was not given (None is a value, and a misuse)
+_UNSET: Any = object()
 
 #: every open cache of this process, for the fork handler
 _OPEN: weakref.WeakSet[ExpertCache] = weakref.WeakSet()
@@ -338,11 +341,10 @@ class ExpertCache:
 
     def __init__(self, container: Any, *, layout: Any = None,
                  n_slots: int | None = None,
-                 budget_bytes: int | None = None, top_k: int | None = None,
-                 expert_template: str | None = None,
-                 tensors: Sequence[str] | None = None,
-                 layers: Sequence[int] | None = None,
-                 n_experts: int | None = None, policy: str = "lru",
+                 budget_bytes: int | None = None, top_k: Any = _UNSET,
+                 expert_template: Any = _UNSET, tensors: Any = _UNSET,
+                 layers: Any = _UNSET, n_experts: Any = _UNSET,
+                 policy: str = "lru",
                  chunk_bytes: int = 0, batch_threads: int = 2,
                  io_threads: int = 0, io_depth: int = 0,
                  split_min_misses: int = 1, lock_memory: bool = False,
@@ -355,7 +357,7 @@ class ExpertCache:
         given = {"expert_template": expert_template, "tensors": tensors,
                  "layers": layers, "n_experts": n_experts, "top_k": top_k}
         if layout is not None:
-            both = [k for k, v in given.items() if v is not None]
+            both = [k for k, v in given.items() if v is not _UNSET]
             if both:
                 raise misuse(f"give either layout or the layout keywords "
                              f"(expert_template, tensors, layers, n_experts, "
@@ -368,7 +370,7 @@ class ExpertCache:
             layers, n_experts, top_k = kw["layers"], kw["n_experts"], kw["top_k"]
         else:
             for k, v in given.items():
-                if v is None:
+                if v is _UNSET:
                     raise misuse(f"{k} is required (or give layout=)")
         if (n_slots is None) == (budget_bytes is None):
             raise misuse("give exactly one of n_slots and budget_bytes")

@@ -1,6 +1,6 @@
 """The streaming expert cache: a C core with a Python face."""
 
-from engine import errors
+from engine import errors, layout
 from engine.cache import Expert, ExpertCache
 from engine.container import Container, TensorInfo
 from engine.errors import (
@@ -11,11 +11,13 @@ from engine.errors import (
     FileChangedError,
     FormatError,
     InvariantError,
+    LayoutError,
     MisuseError,
     NotFoundError,
     OutOfMemoryError,
     ShortReadError,
 )
+from engine.layout import Layout
 from engine.pagecache import drop_page_cache
 
 __all__ = [
@@ -29,6 +31,8 @@ __all__ = [
     "FileChangedError",
     "FormatError",
     "InvariantError",
+    "Layout",
+    "LayoutError",
     "MisuseError",
     "NotFoundError",
     "OutOfMemoryError",
@@ -36,4 +40,5 @@ __all__ = [
     "TensorInfo",
     "drop_page_cache",
     "errors",
+    "layout",
 ]

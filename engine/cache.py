@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,9 @@ def _gated(fn: Any) -> Any:
             busy.pop()
     return call
 
+
+#: a layout keyword that was not given (None is a value, and a misuse)
+_UNSET: Any = object()
 
 #: every open cache of this process, for the fork handler
 _OPEN: weakref.WeakSet[ExpertCache] = weakref.WeakSet()
@@ -297,18 +300,51 @@ class Stream:
 class ExpertCache:
     """Slots of experts streamed from a container (see docs/CACHE.md).
 
-    The expert layout is the caller's: ``expert_template`` names a tensor
-    from ``{layer}``, ``{expert}`` and ``{tensor}``; ``tensors`` are the
-    ``{tensor}`` parts of one expert in slot order; ``layers`` are the MoE
-    layer ids (ascending) and ``n_experts`` the experts per layer.  The
-    engine knows no model's names; a fixture's spec gives them with
-    ``fixtures.preset(name).cache_layout()``.
+    The expert layout is given either as five keywords or as ``layout``.
+    The keywords: ``expert_template`` names a tensor from ``{layer}``,
+    ``{expert}`` and ``{tensor}`` (without ``{expert}``, the tensors are
+    fused: expert e is slice e of each, docs/LAYOUT.md); ``tensors`` are
+    the ``{tensor}`` parts of one expert in slot order; ``layers`` are the
+    MoE layer ids (ascending), ``n_experts`` the experts per layer and
+    ``top_k`` the experts per token.  ``layout`` is an
+    :class:`engine.layout.Layout`, a mapping of those five keys, or a path
+    to a TOML layout file; giving it together with any of the five is a
+    MisuseError.  The engine knows no model's names: :meth:`open` finds the
+    layout of a container (docs/LAYOUT.md).
     """
 
-    def __init__(self, container: Any, *, n_slots: int | None = None,
-                 budget_bytes: int | None = None, top_k: int,
-                 expert_template: str, tensors: Sequence[str],
-                 layers: Sequence[int], n_experts: int, policy: str = "lru",
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, layout: Any = None,
+             **cache_options: Any) -> ExpertCache:
+        """Open the container at ``path`` and a cache on it, in one call.
+
+        The layout is ``engine.layout.resolve(path, layout)`` (an explicit
+        layout, else ``xcache-layout.toml``, the fixture spec, detection).
+        ``direct``, ``verify`` and ``io`` go to :class:`engine.Container`,
+        every other option to the cache.  The cache owns the container:
+        :meth:`close` closes both.
+        """
+        from engine.container import Container  # noqa: PLC0415
+        from engine.layout import resolve  # noqa: PLC0415
+
+        copts = {k: cache_options.pop(k) for k in ("direct", "verify", "io")
+                 if k in cache_options}
+        cont = Container(path, **copts)
+        try:
+            lay = resolve(path, layout, container=cont)
+            cache = cls(cont, layout=lay, **cache_options)
+        except BaseException:
+            cont.close()
+            raise
+        cache._owns_container = True
+        return cache
+
+    def __init__(self, container: Any, *, layout: Any = None,
+                 n_slots: int | None = None,
+                 budget_bytes: int | None = None, top_k: Any = _UNSET,
+                 expert_template: Any = _UNSET, tensors: Any = _UNSET,
+                 layers: Any = _UNSET, n_experts: Any = _UNSET,
+                 policy: str = "lru",
                  chunk_bytes: int = 0, batch_threads: int = 2,
                  io_threads: int = 0, io_depth: int = 0,
                  split_min_misses: int = 1, lock_memory: bool = False,
@@ -317,6 +353,25 @@ class ExpertCache:
         ffi, lib = _lib.ffi(), _lib.lib()
         self._ptr: Any = None
         self._busy: list[None] = []
+        self._owns_container = False
+        given = {"expert_template": expert_template, "tensors": tensors,
+                 "layers": layers, "n_experts": n_experts, "top_k": top_k}
+        if layout is not None:
+            both = [k for k, v in given.items() if v is not _UNSET]
+            if both:
+                raise misuse(f"give either layout or the layout keywords "
+                             f"(expert_template, tensors, layers, n_experts, "
+                             f"top_k), not both: layout and "
+                             f"{', '.join(both)} were given")
+            from engine.layout import resolve_given  # noqa: PLC0415
+
+            kw = resolve_given(layout).cache_kwargs()
+            expert_template, tensors = kw["expert_template"], kw["tensors"]
+            layers, n_experts, top_k = kw["layers"], kw["n_experts"], kw["top_k"]
+        else:
+            for k, v in given.items():
+                if v is _UNSET:
+                    raise misuse(f"{k} is required (or give layout=)")
         if (n_slots is None) == (budget_bytes is None):
             raise misuse("give exactly one of n_slots and budget_bytes")
         handle = getattr(container, "_handle", None)
@@ -604,6 +659,8 @@ class ExpertCache:
         caches = getattr(self._container, "_caches", None)
         if caches is not None:
             caches.discard(self)
+        if self._owns_container and self._fork_note is None:
+            self._container.close()  # opened by ExpertCache.open for us
 
     def _forked(self) -> None:
         """In a child after fork(): refuse every call, free nothing, join nothing."""

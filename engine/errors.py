@@ -40,6 +40,19 @@ class FormatError(EngineError, ValueError):
     """A container failed validation; ``kind`` names the check, ``offset`` the byte."""
 
 
+class LayoutError(EngineError, ValueError):
+    """No expert layout for a container, or a bad one; the message says what and where.
+
+    Raised by ``engine.layout`` (explicit layout files, fixture specs,
+    detection) with ``kind`` "layout"; ``layer`` and ``expert`` are set
+    when one expert is concerned.
+    """
+
+    def __init__(self, message: str, *, layer: int = -1,
+                 expert: int = -1) -> None:
+        super().__init__(message, kind="layout", layer=layer, expert=expert)
+
+
 class NotFoundError(EngineError, LookupError):
     """No such tensor, shard or key."""
 

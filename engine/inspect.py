@@ -1,13 +1,21 @@
-"""Validate a safetensors container and print one summary line.
+"""Validate a safetensors container, print a summary line and its expert layout.
 
-    python -m engine.inspect <file.safetensors | folder | index.json>
+    python -m engine.inspect <file.safetensors | folder | index.json> [--layout FILE]
 
 Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
-and exits 0, or prints ``FAIL <kind> <file> byte <offset>: <message>`` and
-exits 1 when the container is invalid.  A path that names nothing, or that
-cannot be passed to the C reader, is a mistaken command: one line on stderr
-naming it, exit 2.  The C reader does every check (docs/DESIGN.md §3); this
-only reports.
+and, when anything describes experts (``--layout FILE``, an
+``xcache-layout.toml`` or ``config.json`` beside the container, a fixture
+spec in its metadata, or a tensor name that mentions experts), the expert
+layout ``engine.layout.resolve`` finds, one ``key: value`` line each:
+``layout`` (its source), ``MoE layers`` (compact ranges), ``experts per
+layer``, ``top-k``, ``tensors per expert``, ``bytes per expert``, ``stored``
+(contiguous, or scattered with a count), ``fused`` (docs/LAYOUT.md).  Exits
+0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
+<message>`` and exits 1; a layout that cannot be found or does not fit
+prints (after the OK line) ``FAIL layout: <message>`` and exits 1.  A path
+that names nothing, or that cannot be passed to the C reader, is a mistaken
+command: one line on stderr naming it, exit 2.  The C reader does every
+container check (docs/DESIGN.md §3); this only reports.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ from collections import Counter
 from pathlib import Path
 
 from engine.container import Container
-from engine.errors import EngineError, MisuseError, NotFoundError
+from engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
+from engine.layout import has_layout, ranges, resolve
+from engine.layout import summarize as summarize_layout
 
 
 def package_version() -> str:
@@ -47,15 +57,46 @@ def package_version() -> str:
 def summarize(path: str, *, direct: bool = False) -> str:
     """Open ``path`` and return its one-line summary (raises EngineError)."""
     with Container(path, direct=direct) as c:
-        infos = c.tensors()
-        total = sum(t.nbytes for t in infos)
-        dtypes = Counter(t.dtype for t in infos)
-        dt = " ".join(f"{k}x{v}" for k, v in sorted(dtypes.items())) or "none"
-        line = (f"OK {path}: {len(infos)} tensors, {len(c.shards)} shard(s), "
-                f"{total} bytes, dtypes {dt}")
-        if direct:
-            line += f"; {c.direct_note}"
-        return line
+        return _summary_line(path, c, direct)
+
+
+def _summary_line(path: str, c: Container, direct: bool) -> str:
+    infos = c.tensors()
+    total = sum(t.nbytes for t in infos)
+    dtypes = Counter(t.dtype for t in infos)
+    dt = " ".join(f"{k}x{v}" for k, v in sorted(dtypes.items())) or "none"
+    line = (f"OK {path}: {len(infos)} tensors, {len(c.shards)} shard(s), "
+            f"{total} bytes, dtypes {dt}")
+    if direct:
+        line += f"; {c.direct_note}"
+    return line
+
+
+def layout_lines(path: str, c: Container, layout: str | None = None
+                 ) -> list[str]:
+    """The layout report of open container ``c`` (raises LayoutError).
+
+    Empty when ``layout`` is None and nothing describes experts
+    (``engine.layout.has_layout``).
+    """
+    if layout is None and not has_layout(path, c):
+        return []
+    lay = resolve(path, layout, container=c)
+    s = summarize_layout(lay, c)
+    n = len(lay.layers)
+    stored = ("contiguous (every expert one run)" if not s.scattered else
+              f"scattered ({s.scattered} of {s.n_keys} experts in several "
+              f"runs)")
+    return [f"layout: {lay.source}",
+            f"template: {lay.expert_template}",
+            f"MoE layers: {ranges(lay.layers)} ({n} layer{'s' * (n != 1)})",
+            f"experts per layer: {lay.n_experts}",
+            f"top-k: {lay.top_k}",
+            f"tensors per expert: {len(lay.tensors)}: "
+            + ", ".join(lay.tensors),
+            f"bytes per expert: {s.expert_bytes}",
+            f"stored: {stored}",
+            f"fused: {'yes' if lay.fused else 'no'}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,11 +106,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", help="a .safetensors file, a folder, or an index")
     ap.add_argument("--direct", action="store_true",
                     help="probe O_DIRECT and report whether it is in effect")
+    ap.add_argument("--layout", metavar="FILE",
+                    help="use this TOML layout file instead of finding one")
     ap.add_argument("--version", action="version", version=package_version(),
                     help="print the xcache version and exit")
     ns = ap.parse_args(argv)
     try:
-        print(summarize(ns.path, direct=ns.direct))
+        with Container(ns.path, direct=ns.direct) as c:
+            print(_summary_line(ns.path, c, ns.direct))
+            try:
+                for line in layout_lines(ns.path, c, ns.layout):
+                    print(line)
+            except LayoutError as e:
+                print(f"FAIL layout: {e}")
+                return 1
     except (NotFoundError, MisuseError) as e:
         print(f"{ap.prog}: {ns.path!r}: {e}", file=sys.stderr)
         return 2

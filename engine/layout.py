@@ -1,0 +1,678 @@
+"""Which bytes make expert (layer, e): the expert layout of a container.
+
+A :class:`Layout` is the five things :class:`engine.ExpertCache` needs --
+``expert_template``, ``tensors``, ``layers``, ``n_experts``, ``top_k`` --
+plus where they came from.  :func:`resolve` finds it for a container, in
+this order (docs/LAYOUT.md):
+
+1. an explicit layout (a TOML file path or a mapping) given by the caller;
+2. ``xcache-layout.toml`` in the container's folder;
+3. a fixture's own spec stored in the container (metadata key
+   ``xcache.spec``, in the index's ``metadata`` or the first shard's
+   ``__metadata__``);
+4. detection from ``config.json`` beside the container and the tensor
+   names, shapes and offsets the C reader validated.
+
+A template with ``{expert}`` names one whole tensor per expert; a template
+without it names *fused* tensors: one ``[n_experts, ...]`` tensor per layer
+and tensor part, expert e being slice e along the leading dimension.
+
+Detection knows generic structure only, never a model: ``layers.<N>``
+components, an ``experts`` module (``experts.<N>.<tensor>`` per expert, or
+``experts.<tensor>`` fused) and the module names of :data:`FUSED_MODULES`.
+Every problem raises :class:`engine.errors.LayoutError` naming the file,
+key, layer, expert or tensor concerned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.container import Container, TensorInfo
+from engine.errors import LayoutError, misuse
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+#: The conventional name of an explicit layout file inside a container folder.
+LAYOUT_FILE = "xcache-layout.toml"
+#: The metadata key under which a fixture container stores its spec (JSON).
+SPEC_KEY = "xcache.spec"
+#: The index file name the C reader looks for in a folder.
+INDEX_NAME = "model.safetensors.index.json"
+#: The keys of a layout, exactly: ExpertCache's layout keyword arguments.
+KEYS = ("expert_template", "tensors", "layers", "n_experts", "top_k")
+
+#: config.json keys giving the experts per layer, the first present wins.
+CONFIG_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
+#: config.json keys giving the experts each token is routed to.
+CONFIG_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
+#: config.json keys giving the number of decoder layers.
+CONFIG_LAYERS = ("num_hidden_layers",)
+#: Module names that hold fused (stacked) expert projections although no
+#: ``experts`` module encloses them.
+FUSED_MODULES = ("input_linear", "output_linear")
+#: Name components that are never routed experts: shared experts, routers
+#: and their score biases.
+NOT_ROUTED = ("shared_expert", "shared_experts", "router", "gate",
+              "e_score_correction_bias")
+
+_I32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The expert layout of a container and where it came from (``source``)."""
+
+    expert_template: str
+    tensors: tuple[str, ...]
+    layers: tuple[int, ...]
+    n_experts: int
+    top_k: int
+    source: str = "given"
+
+    @property
+    def fused(self) -> bool:
+        """Whether experts are slices of stacked tensors (no ``{expert}``)."""
+        return "{expert}" not in self.expert_template
+
+    def cache_kwargs(self) -> dict[str, Any]:
+        """The five keyword arguments of ``engine.ExpertCache`` for this layout."""
+        return {"expert_template": self.expert_template,
+                "tensors": list(self.tensors), "layers": list(self.layers),
+                "n_experts": self.n_experts, "top_k": self.top_k}
+
+    def tensor_name(self, layer: int, expert: int, tensor: str) -> str:
+        """The container name of ``tensor`` of (layer, expert) (fused: of the layer)."""
+        return (self.expert_template.replace("{layer}", str(layer))
+                .replace("{expert}", str(expert)).replace("{tensor}", tensor))
+
+
+# -- explicit layouts ---------------------------------------------------------
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_template(where: str, key: str, v: Any) -> str:
+    need = "a string holding {layer} and {tensor} (and {expert} unless the " \
+           "experts are fused)"
+    if not isinstance(v, str) or "{layer}" not in v or "{tensor}" not in v:
+        raise LayoutError(f"{where}: key {key!r} must be {need}, got {v!r}")
+    rest = v.replace("{layer}", "").replace("{expert}", "").replace(
+        "{tensor}", "")
+    if "{" in rest or "}" in rest or "\0" in v:
+        raise LayoutError(f"{where}: key {key!r} may hold no braces other than "
+                          f"{{layer}}, {{expert}} and {{tensor}}, got {v!r}")
+    return v
+
+
+def _check_tensors(where: str, key: str, v: Any) -> tuple[str, ...]:
+    if (not isinstance(v, (list, tuple)) or not v or not all(
+            isinstance(t, str) and t and "\0" not in t for t in v)):
+        raise LayoutError(f"{where}: key {key!r} must be a non-empty list of "
+                          f"non-empty strings, got {v!r}")
+    seen: set[str] = set()
+    for t in v:
+        if t in seen:
+            raise LayoutError(f"{where}: key {key!r} names {t!r} twice")
+        seen.add(t)
+    return tuple(v)
+
+
+def _check_layers(where: str, key: str, v: Any) -> tuple[int, ...]:
+    if (not isinstance(v, (list, tuple)) or not v
+            or not all(_is_int(x) and 0 <= x <= _I32_MAX for x in v)):
+        raise LayoutError(f"{where}: key {key!r} must be a non-empty list of "
+                          f"integers from 0 to {_I32_MAX}, got {v!r}")
+    for a, b in zip(v[:-1], v[1:], strict=True):
+        if b <= a:
+            raise LayoutError(f"{where}: key {key!r} must be strictly "
+                              f"ascending: {b} follows {a}")
+    return tuple(v)
+
+
+def _check_count(where: str, key: str, v: Any, hi: int, what: str = "") -> int:
+    if not _is_int(v) or not 1 <= v <= hi:
+        raise LayoutError(f"{where}: key {key!r} must be an integer from 1 to "
+                          f"{hi}{what}, got {v!r}")
+    return int(v)
+
+
+def from_mapping(data: Any, where: str = "layout", source: str = "given"
+                 ) -> Layout:
+    """A Layout from a mapping of exactly the five layout keys, each checked."""
+    if isinstance(data, Layout):
+        return data
+    if not isinstance(data, Mapping):
+        raise LayoutError(f"{where}: must be a table of {', '.join(KEYS)}, "
+                          f"got {type(data).__name__} {data!r}")
+    for k in data:
+        if k not in KEYS:
+            raise LayoutError(f"{where}: unknown key {k!r} (a layout has "
+                              f"exactly {', '.join(KEYS)})")
+    for k in KEYS:
+        if k not in data:
+            raise LayoutError(f"{where}: missing key {k!r} (a layout has "
+                              f"exactly {', '.join(KEYS)})")
+    template = _check_template(where, "expert_template", data["expert_template"])
+    tensors = _check_tensors(where, "tensors", data["tensors"])
+    layers = _check_layers(where, "layers", data["layers"])
+    n = _check_count(where, "n_experts", data["n_experts"], _I32_MAX)
+    top_k = _check_count(where, "top_k", data["top_k"], n, " (n_experts)")
+    return Layout(template, tensors, layers, n, top_k, source)
+
+
+def load_file(path: str | os.PathLike[str]) -> Layout:
+    """The Layout of a TOML layout file; LayoutError naming the file and key."""
+    p = Path(os.fsdecode(path))
+    where = f"layout file {p}"
+    try:
+        text = p.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
+    except OSError as e:
+        raise LayoutError(f"{where}: cannot read it: {e.strerror or e}"
+                          ) from None
+    except UnicodeDecodeError as e:
+        raise LayoutError(f"{where}: not UTF-8 text: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise LayoutError(f"{where}: not valid TOML: {e}") from None
+    return from_mapping(data, where, source=f"layout file {p}")
+
+
+def from_spec(text: str, where: str) -> Layout:
+    """The Layout of a fixture spec (JSON text stored under ``xcache.spec``)."""
+    try:
+        spec = json.loads(text)
+    except ValueError as e:
+        raise LayoutError(f"{where}: not valid JSON: {e}") from None
+    if not isinstance(spec, Mapping):
+        raise LayoutError(f"{where}: must be a JSON object, got "
+                          f"{type(spec).__name__}")
+    for k in ("expert_template", "expert_tensors", "layers", "experts",
+              "top_k"):
+        if k not in spec:
+            raise LayoutError(f"{where}: missing key {k!r}")
+    template = _check_template(where, "expert_template", spec["expert_template"])
+    parts = spec["expert_tensors"]
+    if not isinstance(parts, list) or not all(
+            isinstance(t, Mapping) and "name" in t for t in parts):
+        raise LayoutError(f"{where}: key 'expert_tensors' must be a list of "
+                          f"tables with a name, got {parts!r}")
+    tensors = _check_tensors(where, "expert_tensors",
+                             [t["name"] for t in parts])
+    layers = spec["layers"]
+    if _is_int(layers) and 1 <= layers <= _I32_MAX:  # a count: 0..n-1
+        layers = list(range(layers))
+    layers = _check_layers(where, "layers", layers)
+    n = _check_count(where, "experts", spec["experts"], _I32_MAX)
+    top_k = _check_count(where, "top_k", spec["top_k"], n, " (experts)")
+    return Layout(template, tensors, layers, n, top_k,
+                  f"fixture spec ({where})")
+
+
+# -- where a container lives ------------------------------------------------------
+
+
+def _folder(path: Path) -> Path:
+    return path if path.is_dir() else path.parent
+
+
+def _index_path(path: Path) -> Path | None:
+    """The index file the C reader would use for ``path``, if any."""
+    if path.is_dir():
+        idx = path / INDEX_NAME
+        return idx if idx.is_file() else None
+    return path if path.name.endswith(".json") else None
+
+
+def _spec_from(path: Path, container: Container) -> Layout | None:
+    """The layout of a fixture spec stored in the container, or None."""
+    idx = _index_path(path)
+    if idx is not None:
+        try:
+            meta = json.loads(idx.read_bytes()).get("metadata")
+        except (OSError, ValueError, AttributeError):
+            meta = None  # the C reader validated it; nothing more to say
+        text = meta.get(SPEC_KEY) if isinstance(meta, dict) else None
+        if isinstance(text, str):
+            return from_spec(text, f"{SPEC_KEY} in {idx}")
+    text = container.metadata.get(SPEC_KEY)
+    if text is not None:
+        shard = container.shards[0] if container.shards else str(path)
+        return from_spec(text, f"{SPEC_KEY} in {shard}")
+    return None
+
+
+def resolve(path: str | os.PathLike[str], layout: Any = None, *,
+            container: Container | None = None) -> Layout:
+    """The expert layout of the container at ``path`` (docs/LAYOUT.md).
+
+    ``layout`` is a :class:`Layout`, a mapping of the five keys, a path to a
+    TOML layout file, or None to look for ``xcache-layout.toml``, then a
+    fixture spec, then detect.  ``container`` is an already open
+    :class:`Container` over ``path`` (else one is opened and closed here).
+    Raises LayoutError; a container that fails validation raises the C
+    reader's own error.
+    """
+    if layout is not None:
+        return resolve_given(layout)
+    p = Path(os.fsdecode(path))
+    if container is not None:
+        return _resolve_in(p, container)
+    with Container(p) as c:
+        return _resolve_in(p, c)
+
+
+def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
+    """Whether anything describes experts: a layout file, config.json, a spec, names."""
+    p = Path(os.fsdecode(path))
+    folder = _folder(p)
+    if (folder / LAYOUT_FILE).is_file() or (folder / "config.json").is_file():
+        return True
+    if SPEC_KEY in container.metadata:
+        return True
+    idx = _index_path(p)
+    if idx is not None:
+        try:
+            meta = json.loads(idx.read_bytes()).get("metadata")
+        except (OSError, ValueError, AttributeError):
+            meta = None
+        if isinstance(meta, dict) and SPEC_KEY in meta:
+            return True
+    return any("expert" in n.lower() for n in container.names())
+
+
+def resolve_given(layout: Any) -> Layout:
+    """An explicit layout: a Layout, a mapping of the five keys, or a TOML file path.
+
+    A value of another type is a MisuseError naming ``layout``; a bad
+    mapping or file is a LayoutError.
+    """
+    if isinstance(layout, Layout):
+        return layout
+    if isinstance(layout, Mapping):
+        return from_mapping(layout, "layout argument")
+    if isinstance(layout, (str, bytes, os.PathLike)):
+        return load_file(layout)
+    raise misuse(f"layout must be an engine.layout.Layout, a mapping or a "
+                 f"path to a TOML layout file, got {type(layout).__name__} "
+                 f"{layout!r}")
+
+
+def _resolve_in(p: Path, c: Container) -> Layout:
+    explicit = _folder(p) / LAYOUT_FILE
+    if explicit.is_file():
+        return load_file(explicit)
+    spec = _spec_from(p, c)
+    if spec is not None:
+        return spec
+    return detect(p, container=c)
+
+
+# -- pieces -------------------------------------------------------------------------
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def fused_slice(info: TensorInfo, layer: int, n_experts: int) -> int:
+    """Bytes of expert slices of fused tensor ``info``; LayoutError if none."""
+    if not info.shape or info.shape[0] != n_experts:
+        raise LayoutError(
+            f"fused expert tensor {info.name} (layer {layer}) has shape "
+            f"{_shape(info.shape)}: its leading dimension must be n_experts "
+            f"({n_experts})", layer=layer)
+    if info.nbytes % n_experts:
+        raise LayoutError(
+            f"fused expert tensor {info.name} (layer {layer}) has shape "
+            f"{_shape(info.shape)} ({info.nbytes} bytes), which does not "
+            f"split into n_experts ({n_experts}) slices of whole bytes",
+            layer=layer)
+    return info.nbytes // n_experts
+
+
+def _missing(layout: Layout, layer: int, expert: int, tensor: str) -> LayoutError:
+    name = layout.tensor_name(layer, expert, tensor)
+    who = (f"layer {layer} (all {layout.n_experts} experts)" if layout.fused
+           else f"layer {layer} expert {expert}")
+    return LayoutError(f"missing expert tensor: {who} has no {tensor!r}: "
+                       f"{name} is not in the container",
+                       layer=layer, expert=expert)
+
+
+def expert_pieces(layout: Layout, layer: int, expert: int,
+                  infos: Mapping[str, TensorInfo]) -> list[tuple[str, int, int]]:
+    """Expert (layer, expert) as ``(tensor name, byte start in it, nbytes)`` pieces.
+
+    ``infos`` maps tensor names to their :class:`TensorInfo`.  Per-expert
+    tensors give ``(name, 0, nbytes)``; fused ones ``(name, e*nb/E, nb/E)``.
+    """
+    out = []
+    for t in layout.tensors:
+        name = layout.tensor_name(layer, expert, t)
+        info = infos.get(name)
+        if info is None:
+            raise _missing(layout, layer, expert, t)
+        if layout.fused:
+            nb = fused_slice(info, layer, layout.n_experts)
+            out.append((name, expert * nb, nb))
+        else:
+            out.append((name, 0, info.nbytes))
+    return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``engine.inspect`` prints about a layout over a container."""
+
+    layout: Layout
+    expert_bytes: int
+    n_keys: int
+    scattered: int  # experts that are not one run of one shard
+
+
+def summarize(layout: Layout, container: Container) -> Summary:
+    """Check every expert of ``layout`` is in ``container``; count bytes and runs."""
+    infos = {t.name: t for t in container.tensors()}
+    nbytes = None
+    scattered = 0
+    for layer in layout.layers:
+        for e in range(layout.n_experts):
+            pieces = expert_pieces(layout, layer, e, infos)
+            total = sum(n for _, _, n in pieces)
+            if nbytes is None:
+                nbytes = total
+            elif total != nbytes:
+                raise LayoutError(
+                    f"layer {layer} expert {e} is {total} bytes but layer "
+                    f"{layout.layers[0]} expert 0 is {nbytes}: every expert "
+                    f"must have one layout", layer=layer, expert=e)
+            runs = 0
+            end: tuple[int, int] | None = None
+            for name, start, n in pieces:
+                info = infos[name]
+                if end != (info.shard, info.offset + start):
+                    runs += 1
+                end = (info.shard, info.offset + start + n)
+            scattered += runs > 1
+    return Summary(layout, nbytes or 0,
+                   len(layout.layers) * layout.n_experts, scattered)
+
+
+def ranges(values: Iterable[int]) -> str:
+    """Ascending integers as compact ranges: ``0, 3-5, 9``."""
+    vals = sorted(set(values))
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ", ".join(out) or "none"
+
+
+# -- detection ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """One tensor name that fits a routed-expert pattern."""
+
+    template: str
+    fused: bool
+    layer: int
+    expert: int  # -1 for fused
+    tensor: str
+
+
+def _classify(name: str) -> _Hit | None:
+    """The routed-expert pattern ``name`` fits, or None."""
+    comps = name.split(".")
+    if any(c in NOT_ROUTED for c in comps):
+        return None
+    i = next((k for k in range(len(comps) - 1)
+              if comps[k] == "layers" and comps[k + 1].isdigit()), None)
+    if i is None:
+        return None
+    layer = int(comps[i + 1])
+    head = comps[:i] + ["layers", "{layer}"]
+    for j in range(i + 2, len(comps) - 1):
+        if comps[j] == "experts":
+            nxt = comps[j + 1]
+            if nxt.isdigit():
+                if j + 2 >= len(comps):
+                    return None
+                return _Hit(".".join(head + comps[i + 2:j + 1]
+                                     + ["{expert}", "{tensor}"]), False,
+                            layer, int(nxt), ".".join(comps[j + 2:]))
+            return _Hit(".".join(head + comps[i + 2:j + 1] + ["{tensor}"]),
+                        True, layer, -1, ".".join(comps[j + 1:]))
+    for k in range(i + 2, len(comps)):
+        if comps[k] in FUSED_MODULES:
+            return _Hit(".".join(head + comps[i + 2:k] + ["{tensor}"]), True,
+                        layer, -1, ".".join(comps[k:]))
+    return None
+
+
+def _generic(name: str) -> str:
+    """A name with its number components as ``N``, for lists of near-misses."""
+    return ".".join("N" if c.isdigit() else c for c in name.split("."))
+
+
+class _Config:
+    """The MoE keys of config.json (top level, or its ``text_config``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "config.json"
+        self.data: dict[str, Any] | None = None
+        if not self.path.is_file():
+            return
+        try:
+            data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError) as e:
+            raise LayoutError(f"{self.path}: not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise LayoutError(f"{self.path}: must be a JSON object, got "
+                              f"{type(data).__name__}")
+        self.data = data
+
+    def get(self, key: str) -> Any:
+        """The value of ``key``: ``text_config``'s first, else the top level's."""
+        if self.data is None:
+            return None
+        text = self.data.get("text_config")
+        if isinstance(text, dict) and text.get(key) is not None:
+            return text[key]
+        return self.data.get(key)
+
+    def count(self, keys: Sequence[str], lo: int = 1) -> tuple[int, str] | None:
+        """The first of ``keys`` present, as (value, key); checked >= ``lo``."""
+        for k in keys:
+            v = self.get(k)
+            if v is None:
+                continue
+            if not _is_int(v) or v < lo:
+                raise LayoutError(f"{self.path}: {k} must be an integer of at "
+                                  f"least {lo}, got {v!r}")
+            return int(v), k
+        return None
+
+    def moe_layers(self) -> tuple[list[int], str] | None:
+        """The MoE layer ids the config implies, with the keys that said so."""
+        n = self.count(CONFIG_LAYERS)
+        if n is None:
+            return None
+        n_layers, key = n
+        why = [f"{key} {n_layers}"]
+        extra = self.count(("num_nextn_predict_layers",), lo=0)
+        total = n_layers
+        if extra:
+            total += extra[0]
+            why.append(f"num_nextn_predict_layers {extra[0]}")
+        ids = list(range(total))
+        first = self.count(("first_k_dense_replace",), lo=0)
+        if first is not None:
+            ids = [x for x in ids if x >= first[0]]
+            why.append(f"first_k_dense_replace {first[0]}")
+        freq = self.count(("moe_layer_freq",))
+        if freq is not None:
+            ids = [x for x in ids if x % freq[0] == 0]
+            why.append(f"moe_layer_freq {freq[0]}")
+        step = self.count(("decoder_sparse_step",))
+        if step is not None:
+            ids = [x for x in ids if (x + 1) % step[0] == 0]
+            why.append(f"decoder_sparse_step {step[0]}")
+        only = self.get("mlp_only_layers")
+        if only:
+            if not isinstance(only, list) or not all(_is_int(x) for x in only):
+                raise LayoutError(f"{self.path}: mlp_only_layers must be a "
+                                  f"list of integers, got {only!r}")
+            ids = [x for x in ids if x not in set(only)]
+            why.append(f"mlp_only_layers {only}")
+        return ids, ", ".join(why)
+
+
+def detect(path: str | os.PathLike[str], *,
+           container: Container | None = None) -> Layout:
+    """Detect the layout from ``config.json`` and the tensor names (docs/LAYOUT.md)."""
+    p = Path(os.fsdecode(path))
+    if container is None:
+        with Container(p) as c:
+            return _detect(p, c)
+    return _detect(p, container)
+
+
+def _detect(p: Path, c: Container) -> Layout:
+    folder = _folder(p)
+    cfg = _Config(folder)
+    infos = c.tensors()
+    groups: dict[str, list[tuple[_Hit, TensorInfo]]] = {}
+    near: dict[str, None] = {}
+    for info in infos:
+        hit = _classify(info.name)
+        if hit is None:
+            if "expert" in info.name.lower():
+                near[_generic(info.name)] = None
+            continue
+        groups.setdefault(hit.template, []).append((hit, info))
+    if not groups:
+        raise LayoutError(_no_experts(p, infos, list(near)))
+    if len(groups) > 1:
+        lines = []
+        for tmpl, hits in groups.items():
+            fam = "fused" if hits[0][0].fused else "per-expert"
+            lines.append(f"{tmpl} ({fam}, {len(hits)} tensors, layers "
+                         f"{ranges(h.layer for h, _ in hits)})")
+        raise LayoutError(f"{p}: several candidate expert layouts; give a "
+                          f"layout file ({LAYOUT_FILE}) to choose: "
+                          + "; ".join(lines))
+    template, hits = next(iter(groups.items()))
+    fused = hits[0][0].fused
+    names_layers = sorted({h.layer for h, _ in hits})
+    cfg_layers = cfg.moe_layers()
+    if cfg_layers is not None and cfg_layers[0] != names_layers:
+        raise LayoutError(
+            f"{cfg.path} and the tensor names disagree on the MoE layers: "
+            f"config.json says {ranges(cfg_layers[0])} ({cfg_layers[1]}); "
+            f"the names have experts in layers {ranges(names_layers)}")
+    cfg_e = cfg.count(CONFIG_EXPERTS)
+    by_key: dict[tuple[int, int], dict[str, TensorInfo]] = {}
+    for h, info in hits:
+        by_key.setdefault((h.layer, h.expert), {})[h.tensor] = info
+    first = names_layers[0]
+    if fused:
+        lead = by_key[first, -1]
+        first_info = min(lead.values(), key=lambda t: (t.shard, t.offset))
+        n_experts = (cfg_e[0] if cfg_e is not None
+                     else first_info.shape[0] if first_info.shape else 0)
+        if n_experts < 1:
+            raise LayoutError(
+                f"fused expert tensor {first_info.name} (layer {first}) has "
+                f"shape {_shape(first_info.shape)}: no leading dimension to "
+                f"take n_experts from", layer=first)
+    else:
+        experts_of = {la: sorted({e for (la2, e) in by_key if la2 == la})
+                      for la in names_layers}
+        found = max(max(v) for v in experts_of.values()) + 1
+        if cfg_e is None:
+            n_experts = found
+        else:
+            n_experts = cfg_e[0]
+            same = all(v == list(range(found)) for v in experts_of.values())
+            if found > n_experts or (same and found != n_experts):
+                have = (f"0-{found - 1} in every layer" if same else
+                        ranges(e for v in experts_of.values() for e in v))
+                raise LayoutError(
+                    f"{cfg.path} and the tensor names disagree on the experts "
+                    f"per layer: config.json says {n_experts} ({cfg_e[1]}); "
+                    f"the names have experts {have}")
+        lead = by_key.get((first, 0), {})
+    parts = [t for t, _ in sorted(lead.items(),
+                                  key=lambda kv: (kv[1].shard, kv[1].offset))]
+    extra = sorted({h.tensor for h, _ in hits} - set(parts))
+    tensors = tuple(parts + extra)
+    top = cfg.count(CONFIG_TOP_K)
+    if top is None:
+        why = ("there is no config.json" if cfg.data is None
+               else "it has none of " + ", ".join(CONFIG_TOP_K))
+        raise LayoutError(f"{cfg.path}: top-k unknown ({why}); give a layout "
+                          f"file ({LAYOUT_FILE}) with top_k")
+    if top[0] > n_experts:
+        raise LayoutError(f"{cfg.path}: {top[1]} {top[0]} is more than the "
+                          f"{n_experts} experts per layer")
+    layout = Layout(template, tensors, tuple(names_layers), n_experts, top[0],
+                    "detected (config.json and tensor names)"
+                    if cfg.data is not None else "detected (tensor names)")
+    _check_detected(layout, by_key, c.shards)
+    return layout
+
+
+def _no_experts(p: Path, infos: list[TensorInfo], near: list[str]) -> str:
+    head = (f"{p}: no routed experts found: no tensor name has the form "
+            f"...layers.<N>....experts.<N>.<tensor> (one tensor per expert) or "
+            f"...layers.<N>....experts.<tensor> / "
+            + " / ".join(f"...layers.<N>....{m}..." for m in FUSED_MODULES)
+            + " (fused)")
+    if near:
+        shown = near[:8]
+        more = f" and {len(near) - len(shown)} more" if len(near) > 8 else ""
+        return head + "; names that mention experts: " + ", ".join(shown) + more
+    shown = [t.name for t in infos[:5]]
+    return head + f"; none of the {len(infos)} tensor names mentions experts" \
+        + (" (" + ", ".join(shown) + (", ..." if len(infos) > 5 else "") + ")"
+           if shown else "")
+
+
+def _check_detected(layout: Layout, by_key: dict[tuple[int, int],
+                    dict[str, TensorInfo]], shards: list[str]) -> None:
+    """Every layer has every expert, each in one shard; fused tensors split."""
+    for layer in layout.layers:
+        for e in range(layout.n_experts):
+            have = by_key.get((layer, -1 if layout.fused else e), {})
+            for t in layout.tensors:
+                if t not in have:
+                    raise _missing(layout, layer, e, t)
+            where = sorted({have[t].shard for t in layout.tensors})
+            if len(where) > 1:
+                names = ", ".join(os.path.basename(shards[s]) for s in where)
+                raise LayoutError(
+                    f"layer {layer} expert {e}: its tensors are split across "
+                    f"shards {names}; each expert's tensors must be in one "
+                    f"shard", layer=layer, expert=e)
+            if layout.fused:
+                for t in layout.tensors:
+                    fused_slice(have[t], layer, layout.n_experts)
+                break  # every expert of a fused layer has the same tensors

@@ -9,8 +9,18 @@
  * shard, in list order, with no gaps: one read) or not (one read per tensor,
  * each from whichever shard holds it).  Real checkpoints are sharded by a
  * writer that cuts at tensor boundaries without regard to experts, so an
- * expert straddling two shards is normal and must load, not be refused.  What remains for the hot path is a table lookup and a
- * few preads.
+ * expert straddling two shards is normal and must load, not be refused.
+ * What remains for the hot path is a table lookup and a few preads.
+ *
+ * Fused experts.  A template without {expert} names one tensor per (layer,
+ * tensor) holding every expert stacked along its leading dimension
+ * (Granite-MoE, GPT-OSS).  Its leading dimension must be n_experts and its
+ * bytes must split into n_experts equal slices; expert e's piece is slice
+ * e, one run of the file (the leading dimension is outermost), and the
+ * tables hold each slice's offset, so everything below treats a slice as
+ * it treats a whole per-expert tensor -- except that a slice is a run, so
+ * it is chunked like a contiguous expert, and it may be read O_DIRECT even
+ * when the expert is scattered (read_scattered_direct).
  *
  * Chunking.  A contiguous read may be split at file offsets that are
  * multiples of chunk_bytes, so that very large experts are requested in
@@ -23,8 +33,8 @@
  * the payload begins (file offset mod XC_ALIGN) bytes in; the stride leaves
  * room for that.  A short read at end of file is accepted when the payload
  * itself arrived whole (xc_io_window and xc_io_read_window, shared with
- * every other widened read).  Experts read per tensor cannot be widened
- * into one packed payload, so that combination is refused at open.
+ * every other widened read).  Per-expert experts read per tensor are not
+ * widened into one packed payload: that combination is refused at open.
  */
 #include "xc_internal.h"
 #include "xc_load.h"

@@ -24,6 +24,7 @@ import pytest
 import engine
 from engine import _lib
 from faults.io import Fault, IOFaults
+from faults.loops import Baseline, Run, alloc_hooks, countdown
 from oracle import safetensors as ost
 
 ALIGN = 4096
@@ -638,3 +639,44 @@ def test_missing_fused_tensor_is_not_found(tmp_path):
     assert str(e) == ("layer 2: fused tensor 'input_linear.weight' "
                       "(model.layers.2.block_sparse_moe.input_linear.weight) is not "
                       "in the container")
+
+
+# -- allocations ----------------------------------------------------------------------
+
+def test_refused_fused_opens_leave_nothing_allocated(tmp_path):
+    """Every open-time refusal frees what the open had allocated."""
+    name = "model.layers.1.block_sparse_moe.output_linear.weight"
+    box = _granite_with(tmp_path, {name: ("BF16", (8, 8, 4))})
+    with engine.Container(str(tmp_path)) as c:
+        before = Baseline.now()
+        for kw in ({}, {"n_experts": 8}, {"layers": [0, 1, 2]}):
+            with pytest.raises(engine.EngineError):
+                engine.ExpertCache(c, n_slots=3, **{**box.kwargs(), **kw})
+        before.assert_back("refused fused opens")
+
+
+def test_fused_open_fails_cleanly_at_every_allocation(granite_box):
+    """With the Nth engine allocation failing, a fused open is OOM or works."""
+    peer = Peer(granite_box)
+    with engine.Container(str(granite_box.folder)) as cont:
+        base = Baseline.now()
+
+        def op() -> engine.ExpertCache:
+            return engine.ExpertCache(cont, n_slots=3, batch_threads=1,
+                                      **granite_box.kwargs())
+
+        def check(run: Run) -> None:
+            if run.error is not None:
+                assert type(run.error) is engine.OutOfMemoryError, run.error
+            else:
+                with run.result.get(2, 1) as ex:
+                    peer.assert_expert(ex)
+                run.result.check()
+                run.result.close()
+                run.result = None
+            base.assert_back(f"N={run.n}")
+
+        arm, disarm = alloc_hooks()
+        runs = countdown(op, arm, disarm, check, 100,
+                         allowed=(engine.OutOfMemoryError,))
+        assert len(runs) >= 5 and runs[-1].error is None

@@ -353,11 +353,12 @@ static int resolve_fused(xc_loader *ld, const char *tmpl)
         int32_t layer = ld->layers[li];
         uint32_t key0 = (uint32_t)(li * (size_t)ld->n_experts);
         for (t = 0; t < ld->n_tensors; t++) {
+            /* named for expert 0, the first key that needs the name */
             if (format_name(tmpl, layer, 0, ld->names[t], name,
                             sizeof name) >= sizeof name)
-                return xc_fail(XC_E_MISUSE, -1, layer, -1,
-                               "layer %d: tensor name from template '%s' "
-                               "and '%s' is longer than %zu bytes",
+                return xc_fail(XC_E_MISUSE, -1, layer, 0,
+                               "layer %d expert 0: tensor name from template "
+                               "'%s' and '%s' is longer than %zu bytes",
                                (int)layer, tmpl, ld->names[t],
                                sizeof name - 1);
             if (xc_st_find(ld->st, name, &index) != XC_OK)

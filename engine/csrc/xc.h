@@ -316,7 +316,9 @@ typedef struct xc_cache_opts {
     const char *policy;        /* "lru" (NULL), "fifo", "lfu",
                                 * "lfru:sample=4,seed=0", "hotness:period=256",
                                 * "s3fifo:small=10", "arc" */
-    const char *expert_template; /* with {layer}, {expert}, {tensor} */
+    const char *expert_template; /* with {layer}, {tensor} and {expert};
+                                  * without {expert}: fused (see
+                                  * xc_cache_open) */
     const char *const *tensors;  /* tensor suffixes, in slot order */
     size_t n_tensors;
     const int32_t *layers;     /* MoE layer indices, strictly ascending */
@@ -438,7 +440,19 @@ typedef struct xc_slot_tensor {
  * template and checks that each tensor exists (XC_E_NOT_FOUND naming layer,
  * expert and tensor) and has the dtype and shape of expert 0 of the first
  * layer (XC_E_MISUSE naming the tensor); an expert's tensors may live in
- * different shards (it is then read one tensor at a time).  Bad
+ * different shards (it is then read one tensor at a time).  A template
+ * without {expert} is a fused layout: it names one tensor per (layer,
+ * tensor), whose leading dimension must equal n_experts, and expert e's
+ * piece of it is slice e along that dimension (bytes [e * nbytes / E,
+ * (e + 1) * nbytes / E) of its data, read as one run, chunked like a
+ * contiguous expert), seen in the slot with the same dtype and shape[1:];
+ * a fused tensor that is 0-d, whose leading dimension is not n_experts,
+ * whose nbytes does not divide by n_experts, or whose dtype or shape
+ * differs from the first layer's is XC_E_MISUSE naming the layer, the
+ * tensor, its shape and n_experts, and a missing one XC_E_NOT_FOUND
+ * naming the layer and the tensor.  Under O_DIRECT, a per-expert layout's
+ * expert that is not one contiguous run is XC_E_MISUSE; a fused one is
+ * read slice by slice, each widened on its own.  Bad
  * options (unknown policy or parameter, layers not ascending, n_experts < 1,
  * top_k < 1, batch_threads < 1) are XC_E_MISUSE; fewer than top_k + 1 slots
  * is XC_E_BUDGET with the slots needed, the slots the budget gives and the

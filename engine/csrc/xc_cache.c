@@ -38,7 +38,8 @@
  *   | pad | w1 | s1 | w2 | ...  | pad | payload  |  spare   |
  *   +---------------------------+---------------------------+-- ...
  *   ^ slot * stride    ^ payload_off from the slot start (0 unless reads
- *                        are widened for O_DIRECT)
+ *                        are widened for O_DIRECT; 2 * XC_ALIGN for a
+ *                        scattered fused expert read O_DIRECT, xc_load.c)
  *   stride = round_up(expert_bytes + 2 * XC_ALIGN, XC_ALIGN): a widened
  *   read starts up to XC_ALIGN - 1 bytes early and ends up to XC_ALIGN - 1
  *   bytes late, and every slot starts aligned.

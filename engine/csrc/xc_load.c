@@ -9,8 +9,18 @@
  * shard, in list order, with no gaps: one read) or not (one read per tensor,
  * each from whichever shard holds it).  Real checkpoints are sharded by a
  * writer that cuts at tensor boundaries without regard to experts, so an
- * expert straddling two shards is normal and must load, not be refused.  What remains for the hot path is a table lookup and a
- * few preads.
+ * expert straddling two shards is normal and must load, not be refused.
+ * What remains for the hot path is a table lookup and a few preads.
+ *
+ * Fused experts.  A template without {expert} names one tensor per (layer,
+ * tensor) holding every expert stacked along its leading dimension
+ * (Granite-MoE, GPT-OSS).  Its leading dimension must be n_experts and its
+ * bytes must split into n_experts equal slices; expert e's piece is slice
+ * e, one run of the file (the leading dimension is outermost), and the
+ * tables hold each slice's offset, so everything below treats a slice as
+ * it treats a whole per-expert tensor -- except that a slice is a run, so
+ * it is chunked like a contiguous expert, and it may be read O_DIRECT even
+ * when the expert is scattered (read_scattered_direct).
  *
  * Chunking.  A contiguous read may be split at file offsets that are
  * multiples of chunk_bytes, so that very large experts are requested in
@@ -23,8 +33,8 @@
  * the payload begins (file offset mod XC_ALIGN) bytes in; the stride leaves
  * room for that.  A short read at end of file is accepted when the payload
  * itself arrived whole (xc_io_window and xc_io_read_window, shared with
- * every other widened read).  Experts read per tensor cannot be widened
- * into one packed payload, so that combination is refused at open.
+ * every other widened read).  Per-expert experts read per tensor are not
+ * widened into one packed payload: that combination is refused at open.
  */
 #include "xc_internal.h"
 #include "xc_load.h"
@@ -152,6 +162,43 @@ static int resolve(xc_loader *ld, const char *tmpl, uint32_t key, size_t t,
     return XC_OK;
 }
 
+/* Sets key's contiguous and direct flags from its table rows and refuses
+ * what its reads cannot do: chunk_bytes not a multiple of XC_ALIGN when a
+ * shard of it reads O_DIRECT, and a per-expert layout's scattered expert
+ * under O_DIRECT (a fused one is read slice by slice, each widened on its
+ * own). */
+static int classify(xc_loader *ld, uint32_t key)
+{
+    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    int contiguous = 1, direct = 0;
+    int32_t layer, expert;
+    size_t t;
+    xc_load_unkey(ld, key, &layer, &expert);
+    for (t = 0; t < ld->n_tensors; t++) {
+        if (t > 0 && (shard[t] != shard[0] ||
+                      off[t] != off[t - 1] + ld->tensors[t - 1].nbytes))
+            contiguous = 0;
+        if (xc_st_shard_direct(ld->st, shard[t]) == 1)
+            direct = 1;
+    }
+    ld->contiguous[key] = (uint8_t)contiguous;
+    ld->direct[key] = (uint8_t)direct;
+    if (direct && ld->chunk_bytes % XC_ALIGN != 0)
+        return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                       "chunk_bytes %llu must be a multiple of %llu "
+                       "for O_DIRECT reads",
+                       (unsigned long long)ld->chunk_bytes,
+                       (unsigned long long)XC_ALIGN);
+    if (direct && !contiguous && !ld->fused)
+        return xc_fail(XC_E_MISUSE, -1, layer, expert,
+                       "layer %d expert %d: tensors are not one "
+                       "contiguous run, which O_DIRECT reads cannot "
+                       "pack; open the container without direct",
+                       (int)layer, (int)expert);
+    return XC_OK;
+}
+
 /* Fills the per-key tables and checks every expert against key 0. */
 static int resolve_all(xc_loader *ld, const char *tmpl)
 {
@@ -161,7 +208,6 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
     int rc;
     for (key = 0; key < ld->n_keys; key++) {
         int32_t layer, expert;
-        int contiguous = 1, direct = 0;
         xc_load_unkey(ld, key, &layer, &expert);
         for (t = 0; t < ld->n_tensors; t++) {
             xc_slot_tensor *lt = &ld->tensors[t];
@@ -198,31 +244,142 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
             }
             ld->file_shard[(size_t)key * ld->n_tensors + t] = info.shard;
             ld->file_offset[(size_t)key * ld->n_tensors + t] = info.offset;
-            if (t > 0 &&
-                (info.shard != ld->file_shard[(size_t)key * ld->n_tensors] ||
-                 info.offset != ld->file_offset[(size_t)key * ld->n_tensors +
-                                                t - 1] +
-                                    ld->tensors[t - 1].nbytes))
-                contiguous = 0;
-            if (xc_st_shard_direct(ld->st, info.shard) == 1)
-                direct = 1;
         }
-        ld->contiguous[key] = (uint8_t)contiguous;
-        /* a contiguous expert is in one shard; a scattered one with any
-         * O_DIRECT shard is refused below */
-        ld->direct[key] = (uint8_t)direct;
-        if (ld->direct[key] && ld->chunk_bytes % XC_ALIGN != 0)
-            return xc_fail(XC_E_MISUSE, -1, layer, expert,
-                           "chunk_bytes %llu must be a multiple of %llu "
-                           "for O_DIRECT reads",
-                           (unsigned long long)ld->chunk_bytes,
-                           (unsigned long long)XC_ALIGN);
-        if (ld->direct[key] && !contiguous)
-            return xc_fail(XC_E_MISUSE, -1, layer, expert,
-                           "layer %d expert %d: tensors are not one "
-                           "contiguous run, which O_DIRECT reads cannot "
-                           "pack; open the container without direct",
-                           (int)layer, (int)expert);
+        if ((rc = classify(ld, key)) != XC_OK)
+            return rc;
+    }
+    return XC_OK;
+}
+
+/* Writes "[d0, d1, ...]" into buf (cap bytes), with lead first when it is
+ * >= 0 and then shape[0..ndim-1]. */
+static void shape_text(int64_t lead, const int64_t *shape, int ndim,
+                       char *buf, size_t cap)
+{
+    size_t n = 0;
+    int d, first = 1;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    if (lead >= 0) {
+        n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)lead);
+        first = 0;
+    }
+    for (d = 0; d < ndim && n < cap; d++) {
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", first ? "" : ", ",
+                              (long long)shape[d]);
+        first = 0;
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+}
+
+/* Checks tensor info (named name) of layer li as fused tensor t and, for
+ * the first layer, sets the slot layout to its slice; later layers must
+ * match the first one's whole tensor. */
+static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
+                       const xc_tensor_info *info)
+{
+    xc_slot_tensor *lt = &ld->tensors[t];
+    int32_t layer = ld->layers[li];
+    int64_t E = ld->n_experts;
+    char have[256], want[256];
+    uint64_t slice;
+    int d, same;
+    shape_text(-1, info->shape, info->ndim, have, sizeof have);
+    if (info->ndim == 0)
+        return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                       "layer %d: fused tensor '%s' (%s) is 0-d (shape []); "
+                       "a fused expert tensor needs a leading dimension "
+                       "equal to n_experts %d", (int)layer, ld->names[t],
+                       name, (int)E);
+    if (info->shape[0] != E)
+        return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                       "layer %d: fused tensor '%s' (%s) has shape %s: "
+                       "leading dimension %lld is not n_experts %d",
+                       (int)layer, ld->names[t], name, have,
+                       (long long)info->shape[0], (int)E);
+    if (info->nbytes % (uint64_t)E != 0)
+        return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                       "layer %d: fused tensor '%s' (%s) of shape %s %s is "
+                       "%llu bytes, which do not split into n_experts %d "
+                       "whole-byte slices", (int)layer, ld->names[t], name,
+                       have, xc_dtype_name(info->dtype),
+                       (unsigned long long)info->nbytes, (int)E);
+    slice = info->nbytes / (uint64_t)E;
+    if (li == 0) {
+        lt->name = ld->names[t];
+        lt->dtype = info->dtype;
+        lt->ndim = info->ndim - 1;
+        memset(lt->shape, 0, sizeof lt->shape);
+        for (d = 1; d < info->ndim; d++)
+            lt->shape[d - 1] = info->shape[d];
+        lt->nbytes = slice;
+        lt->offset = ld->expert_bytes;
+        if (__builtin_add_overflow(ld->expert_bytes, slice,
+                                   &ld->expert_bytes) ||
+            ld->expert_bytes > UINT64_MAX - 3 * XC_ALIGN)
+            return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                           "layer %d: the slices of the %zu fused tensors "
+                           "add up to more bytes than a slot can hold",
+                           (int)layer, ld->n_tensors);
+        return XC_OK;
+    }
+    same = info->dtype == lt->dtype && info->ndim == lt->ndim + 1 &&
+           slice == lt->nbytes;
+    for (d = 1; same && d < info->ndim; d++)
+        same = info->shape[d] == lt->shape[d - 1];
+    if (same)
+        return XC_OK;
+    shape_text(E, lt->shape, lt->ndim, want, sizeof want);
+    return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                   "layer %d: fused tensor '%s' (%s) has dtype %s shape %s "
+                   "(%llu bytes), unlike layer %d's %s %s (%llu bytes); "
+                   "every layer must share one layout", (int)layer,
+                   ld->names[t], name, xc_dtype_name(info->dtype), have,
+                   (unsigned long long)info->nbytes, (int)ld->layers[0],
+                   xc_dtype_name(lt->dtype), want,
+                   (unsigned long long)(lt->nbytes * (uint64_t)E));
+}
+
+/* The fused counterpart of resolve_all: one lookup per (layer, tensor),
+ * whose slice e is expert e's piece. */
+static int resolve_fused(xc_loader *ld, const char *tmpl)
+{
+    char name[1024];
+    xc_tensor_info info;
+    size_t li, t, index;
+    int32_t e;
+    int rc;
+    for (li = 0; li < ld->n_layers; li++) {
+        int32_t layer = ld->layers[li];
+        uint32_t key0 = (uint32_t)(li * (size_t)ld->n_experts);
+        for (t = 0; t < ld->n_tensors; t++) {
+            /* named for expert 0, the first key that needs the name */
+            if (format_name(tmpl, layer, 0, ld->names[t], name,
+                            sizeof name) >= sizeof name)
+                return xc_fail(XC_E_MISUSE, -1, layer, 0,
+                               "layer %d expert 0: tensor name from template "
+                               "'%s' and '%s' is longer than %zu bytes",
+                               (int)layer, tmpl, ld->names[t],
+                               sizeof name - 1);
+            if (xc_st_find(ld->st, name, &index) != XC_OK)
+                return xc_fail(XC_E_NOT_FOUND, -1, layer, -1,
+                               "layer %d: fused tensor '%s' (%s) is not in "
+                               "the container", (int)layer, ld->names[t],
+                               name);
+            if ((rc = xc_st_tensor(ld->st, index, &info)) != XC_OK)
+                return rc;
+            if ((rc = check_fused(ld, li, t, name, &info)) != XC_OK)
+                return rc;
+            for (e = 0; e < ld->n_experts; e++) {
+                size_t cell = (size_t)(key0 + (uint32_t)e) * ld->n_tensors + t;
+                ld->file_shard[cell] = info.shard;
+                ld->file_offset[cell] =
+                    info.offset + (uint64_t)e * ld->tensors[t].nbytes;
+            }
+        }
+        for (e = 0; e < ld->n_experts; e++)
+            if ((rc = classify(ld, key0 + (uint32_t)e)) != XC_OK)
+                return rc;
     }
     return XC_OK;
 }
@@ -257,7 +414,9 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
     for (i = 0; i < o->n_tensors; i++)
         if ((ld->names[i] = xc_strdup(o->tensors[i])) == NULL)
             goto nomem;
-    if ((rc = resolve_all(ld, o->expert_template)) != XC_OK) {
+    ld->fused = strstr(o->expert_template, "{expert}") == NULL;
+    if ((rc = ld->fused ? resolve_fused(ld, o->expert_template)
+                        : resolve_all(ld, o->expert_template)) != XC_OK) {
         xc_load_close(ld);
         return rc;
     }
@@ -389,44 +548,22 @@ int xc_load_read(const xc_loader *ld, uint32_t key, uint8_t *slot,
     return xc_load_read_src(ld, key, slot, payload_off, asked_bytes, &src);
 }
 
-int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
-                     uint64_t *payload_off, uint64_t *asked_bytes, int *src)
+/* Reads the run [off, off + n) of shard into buf, split at multiples of
+ * chunk_bytes.  Buffered, the run lands at buf; under O_DIRECT (direct)
+ * the window [off, off + n) widened to XC_ALIGN lands at buf (which must
+ * be aligned) and the run at buf + off mod XC_ALIGN.  Adds every piece
+ * asked of io to *asked; the first failed piece ends the run. */
+static int read_run(const xc_loader *ld, uint32_t shard, int direct,
+                    uint64_t off, uint64_t n, uint8_t *buf, uint64_t *asked,
+                    int *src)
 {
-    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
-    int64_t h = xc_st_shard_handle(ld->st, shard[0]);
-    const char *path = xc_st_shard_path(ld->st, shard[0]);
-    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
-    uint64_t asked = 0, begin, end, at, payload_end;
-    size_t t, got;
+    int64_t h = xc_st_shard_handle(ld->st, shard);
+    const char *path = xc_st_shard_path(ld->st, shard);
+    uint64_t begin = off, end = off + n, at, run_end = off + n;
+    size_t got;
     int rc = XC_OK;
-
-    *src = ld->direct[key] ? XC_SRC_DEVICE : XC_SRC_PAGE_CACHE;
-    if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
-        uint32_t last = shard[0];
-        for (t = 0; t < ld->n_tensors && rc == XC_OK; t++) {
-            h = xc_st_shard_handle(ld->st, shard[t]);
-            path = xc_st_shard_path(ld->st, shard[t]);
-            asked += ld->tensors[t].nbytes;
-            last = shard[t];
-            rc = read_piece(ld, h, path,
-                            slot + ld->tensors[t].offset,
-                            ld->tensors[t].nbytes, off[t], &got, src);
-        }
-        *payload_off = 0;
-        *asked_bytes = asked;
-        if (rc != XC_OK)
-            return end_load(ld, key, last, rc);
-        /* every shard the expert came from must still be the one opened */
-        for (t = 0; t < ld->n_tensors && rc == XC_OK; t++)
-            rc = end_load(ld, key, shard[t], XC_OK);
-        return rc;
-    }
-
-    payload_end = off[0] + ld->expert_bytes;
-    begin = off[0];
-    end = payload_end;
-    if (ld->direct[key])
-        xc_io_window(off[0], ld->expert_bytes, XC_DIRECT_ALIGN, &begin, &end);
+    if (direct)
+        xc_io_window(off, n, XC_DIRECT_ALIGN, &begin, &end);
     for (at = begin; at < end && rc == XC_OK;) {
         uint64_t stop = end;
         if (ld->chunk_bytes) {
@@ -437,21 +574,101 @@ int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
                 next < stop)
                 stop = next;
         }
-        asked += stop - at;
-        /* A widened piece may meet end of file past the payload (only the
+        *asked += stop - at;
+        /* A widened piece may meet end of file past the run (only the
          * last one can: chunk_bytes is a multiple of the alignment), and
          * a short piece is reported as the piece asked. */
-        if (ld->direct[key])
-            rc = xc_io_read_window(ld->io, h, path, slot + (at - begin), at,
+        if (direct)
+            rc = xc_io_read_window(ld->io, h, path, buf + (at - begin), at,
                                    (size_t)(stop - at),
-                                   stop < payload_end ? stop : payload_end,
+                                   stop < run_end ? stop : run_end,
                                    at, (size_t)(stop - at));
         else
-            rc = read_piece(ld, h, path, slot + (at - begin),
+            rc = read_piece(ld, h, path, buf + (at - begin),
                             (size_t)(stop - at), at, &got, src);
         at = stop;
     }
-    *payload_off = off[0] - begin;
+    return rc;
+}
+
+/* A scattered expert of a fused layout with an O_DIRECT shard: slices are
+ * read last tensor first, each widened window placed in the slot so that it
+ * ends no later than its slice's final place (so it never overwrites a
+ * slice already placed) and starts aligned, then the slice is moved into
+ * place.  The payload begins 2 * XC_ALIGN into the slot: a window starts
+ * at most 2 * XC_ALIGN - 2 bytes before its slice's place, and the stride
+ * (expert_bytes + 2 * XC_ALIGN, rounded up) still holds the payload.  On
+ * failure *last is the shard of the piece that failed. */
+static int read_scattered_direct(const xc_loader *ld, uint32_t key,
+                                 uint8_t *slot, uint64_t *asked, int *src,
+                                 uint32_t *last)
+{
+    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    const uint64_t base = 2 * XC_ALIGN;
+    size_t t = ld->n_tensors;
+    int rc = XC_OK;
+    while (t-- > 0 && rc == XC_OK) {
+        uint64_t n = ld->tensors[t].nbytes, place = base + ld->tensors[t].offset;
+        uint64_t lo, hi, at;
+        *last = shard[t];
+        if (xc_st_shard_direct(ld->st, shard[t]) != 1) {
+            rc = read_run(ld, shard[t], 0, off[t], n, slot + place, asked, src);
+            continue;
+        }
+        xc_io_window(off[t], n, XC_DIRECT_ALIGN, &lo, &hi);
+        /* place + n - (hi - lo) >= base - (2 * XC_ALIGN - 2) > 0 */
+        at = (place + n - (hi - lo)) & ~(XC_ALIGN - 1);
+        rc = read_run(ld, shard[t], 1, off[t], n, slot + at, asked, src);
+        if (rc == XC_OK && at + (off[t] - lo) != place)
+            memmove(slot + place, slot + at + (off[t] - lo), (size_t)n);
+    }
+    return rc;
+}
+
+int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
+                     uint64_t *payload_off, uint64_t *asked_bytes, int *src)
+{
+    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    uint64_t asked = 0;
+    size_t t, got;
+    int rc = XC_OK;
+
+    *src = ld->direct[key] ? XC_SRC_DEVICE : XC_SRC_PAGE_CACHE;
+    if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
+        uint32_t last = shard[0];
+        *payload_off = 0;
+        if (ld->direct[key]) { /* fused only: refused at open otherwise */
+            rc = read_scattered_direct(ld, key, slot, &asked, src, &last);
+            *payload_off = 2 * XC_ALIGN;
+        }
+        for (t = 0; t < ld->n_tensors && rc == XC_OK && !ld->direct[key];
+             t++) {
+            last = shard[t];
+            if (ld->fused) /* a slice is a run: chunked like one */
+                rc = read_run(ld, shard[t], 0, off[t], ld->tensors[t].nbytes,
+                              slot + ld->tensors[t].offset, &asked, src);
+            else {
+                asked += ld->tensors[t].nbytes;
+                rc = read_piece(ld, xc_st_shard_handle(ld->st, shard[t]),
+                                xc_st_shard_path(ld->st, shard[t]),
+                                slot + ld->tensors[t].offset,
+                                ld->tensors[t].nbytes, off[t], &got, src);
+            }
+        }
+        *asked_bytes = asked;
+        if (rc != XC_OK)
+            return end_load(ld, key, last, rc);
+        /* every shard the expert came from must still be the one opened */
+        for (t = 0; t < ld->n_tensors && rc == XC_OK; t++)
+            rc = end_load(ld, key, shard[t], XC_OK);
+        return rc;
+    }
+
+    rc = read_run(ld, shard[0], ld->direct[key], off[0], ld->expert_bytes,
+                  slot, &asked, src);
+    *payload_off = ld->direct[key] ? off[0] % XC_ALIGN : 0;
     *asked_bytes = asked;
     return end_load(ld, key, shard[0], rc);
 }

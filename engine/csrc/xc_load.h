@@ -18,9 +18,13 @@ typedef struct xc_loader {
     int32_t *layers;          /* copy of opts.layers, ascending */
     size_t n_layers;
     int32_t n_experts;
+    int fused;                /* template without {expert}: each tensor is
+                               * one [n_experts, ...] tensor per layer and
+                               * an expert is slice e of each */
     uint32_t n_keys;          /* n_layers * n_experts */
     size_t n_tensors;
-    xc_slot_tensor *tensors;  /* layout inside a payload */
+    xc_slot_tensor *tensors;  /* layout inside a payload (fused: the
+                               * slice's, shape[1:] of the whole tensor) */
     char **names;             /* copies of the tensor suffixes */
     uint64_t expert_bytes;
     uint64_t stride;
@@ -28,7 +32,8 @@ typedef struct xc_loader {
     uint32_t *file_shard;     /* per key x tensor: shard index */
     uint8_t *contiguous;      /* per key: one run in file order */
     uint8_t *direct;          /* per key: a shard of it reads O_DIRECT */
-    uint64_t *file_offset;    /* per key x tensor: absolute offset */
+    uint64_t *file_offset;    /* per key x tensor: absolute offset (fused:
+                               * of the expert's slice) */
 } xc_loader;
 
 /* Resolves and validates every expert (see xc_cache_open's contract for the
@@ -44,7 +49,9 @@ void xc_load_unkey(const xc_loader *ld, uint32_t key, int32_t *layer,
                    int32_t *expert);
 
 /* Reads key's payload into slot (stride bytes, XC_ALIGN-aligned).  On
- * success *payload_off is where the payload begins inside the slot.
+ * success *payload_off is where the payload begins inside the slot (0, the
+ * run's offset mod XC_ALIGN for a contiguous O_DIRECT read, 2 * XC_ALIGN
+ * for a scattered one).
  * *asked_bytes always receives the bytes asked of io, failed pieces
  * included.  XC_E_SHORT_READ / XC_E_IO with layer and expert recorded on
  * this thread.  Safe from several threads for different slots. */

@@ -222,8 +222,6 @@ def test_fused_module_names_are_detected(tmp_path):
         DETECTED)
 
 
-@pytest.mark.skip(reason="fused reads land with the C loader's fused support; "
-                         "enable then")
 def test_fused_detected_layout_serves_every_slice_byte_exact(tmp_path):
     """Expert e of a fused layout is slice e of each stacked tensor, in order."""
     t = _gpt_oss_like()

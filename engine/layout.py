@@ -438,6 +438,13 @@ class _Hit:
     tensor: str
 
 
+def _layer_of(name: str) -> int | None:
+    """The N of the first ``layers.N`` in ``name``, or None."""
+    comps = name.split(".")
+    return next((int(comps[k + 1]) for k in range(len(comps) - 1)
+                 if comps[k] == "layers" and comps[k + 1].isdigit()), None)
+
+
 def _classify(name: str) -> _Hit | None:
     """The routed-expert pattern ``name`` fits, or None."""
     comps = name.split(".")
@@ -583,11 +590,18 @@ def _detect(p: Path, c: Container) -> Layout:
     fused = hits[0][0].fused
     names_layers = sorted({h.layer for h, _ in hits})
     cfg_layers = cfg.moe_layers()
-    if cfg_layers is not None and cfg_layers[0] != names_layers:
-        raise LayoutError(
-            f"{cfg.path} and the tensor names disagree on the MoE layers: "
-            f"config.json says {ranges(cfg_layers[0])} ({cfg_layers[1]}); "
-            f"the names have experts in layers {ranges(names_layers)}")
+    if cfg_layers is not None:
+        # a layer with no tensor at all is not in this container (a twin
+        # keeps some layers); every layer that is must agree with the config
+        present = {la for info in infos
+                   if (la := _layer_of(info.name)) is not None}
+        want = [x for x in cfg_layers[0] if x in present]
+        if want != names_layers:
+            raise LayoutError(
+                f"{cfg.path} and the tensor names disagree on the MoE layers: "
+                f"config.json says {ranges(want)} of the layers present "
+                f"({cfg_layers[1]}); the names have experts in layers "
+                f"{ranges(names_layers)}")
     cfg_e = cfg.count(CONFIG_EXPERTS)
     by_key: dict[tuple[int, int], dict[str, TensorInfo]] = {}
     for h, info in hits:

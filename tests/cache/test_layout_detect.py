@@ -367,8 +367,17 @@ def test_config_and_names_disagreeing_on_layers_say_both(tmp_path):
             num_experts_per_tok=1)
     assert _err(tmp_path / "c") == (
         f"{tmp_path / 'c' / 'config.json'} and the tensor names disagree on "
-        "the MoE layers: config.json says 1-2 (num_hidden_layers 3, "
-        "first_k_dense_replace 1); the names have experts in layers 0-2")
+        "the MoE layers: config.json says 1-2 of the layers present "
+        "(num_hidden_layers 3, first_k_dense_replace 1); the names have "
+        "experts in layers 0-2")
+
+
+def test_config_layers_absent_from_the_container_are_not_required(tmp_path):
+    """A twin keeping layers 2-3 of a 5-layer config still detects, as 2-3."""
+    _write(tmp_path / "c", [_per_expert([2, 3], 2)])
+    _config(tmp_path / "c", num_hidden_layers=5, first_k_dense_replace=1,
+            num_experts_per_tok=1)
+    assert detect(tmp_path / "c").layers == (2, 3)
 
 
 def test_config_and_names_disagreeing_on_experts_say_both(tmp_path):

@@ -13,8 +13,8 @@
  * What remains for the hot path is a table lookup and a few preads.
  *
  * Fused experts.  A template without {expert} names one tensor per (layer,
- * tensor) holding every expert stacked along its leading dimension
- * (Granite-MoE, GPT-OSS).  Its leading dimension must be n_experts and its
+ * tensor) holding every expert stacked along its leading dimension.
+ * That dimension must be n_experts and the tensor's
  * bytes must split into n_experts equal slices; expert e's piece is slice
  * e, one run of the file (the leading dimension is outermost), and the
  * tables hold each slice's offset, so everything below treats a slice as

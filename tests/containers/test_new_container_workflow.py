@@ -1,0 +1,206 @@
+"""A real checkpoint's layout, end to end: detect, twin, verify, cache, replay.
+
+For each of six public checkpoints, the folder a user without the weights
+holds (`model.safetensors.index.json` + `config.json`, written from the
+facts in `tests/data/models/`) goes through the whole workflow: the
+fixtures' detector and the engine's (two independent implementations) agree
+on the layout, `from-header` writes a twin, `verify` finds every byte in
+place, a cache opened on the twin serves every expert byte-exact against
+the generator's encoding and the oracle's reader, and the generic replay
+set passes on it.  The README's three commands are run as written.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fixtures
+from fixtures import realistic
+from fixtures.detect import detect_dir
+from fixtures.from_header import from_header
+from fixtures.reader import container_spec, verify
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "models"
+
+#: model -> (layers kept from the checkpoint, experts kept, the twin's
+#: expected layout: template, tensors in slot order, MoE layers, top-k)
+CASES = {
+    "mixtral-8x7b": (
+        [0, 1, 2], 8,
+        "model.layers.{layer}.block_sparse_moe.experts.{expert}.{tensor}",
+        ["w1.weight", "w2.weight", "w3.weight"], [0, 1, 2], 2),
+    "qwen2-moe-lm": (
+        [0, 1], 8,
+        "model.language_model.layers.{layer}.mlp.experts.{expert}.{tensor}",
+        ["down_proj.weight", "gate_proj.weight", "up_proj.weight"], [0, 1], 4),
+    "deepseek-v3": (
+        [2, 3, 4], 8, "model.layers.{layer}.mlp.experts.{expert}.{tensor}",
+        ["down_proj.weight", "down_proj.weight_scale_inv", "gate_proj.weight",
+         "gate_proj.weight_scale_inv", "up_proj.weight",
+         "up_proj.weight_scale_inv"], [3, 4], 8),
+    "olmoe-1b-7b": (
+        [0, 1], 8, "model.layers.{layer}.mlp.experts.{expert}.{tensor}",
+        ["down_proj.weight", "gate_proj.weight", "up_proj.weight"], [0, 1], 8),
+    "granite-3.0-1b-a400m": (
+        [0, 1], 8, "model.layers.{layer}.block_sparse_moe.{tensor}",
+        ["input_linear.weight", "output_linear.weight"], [0, 1], 8),
+    "gpt-oss-20b": (
+        [0, 1], 8, "model.layers.{layer}.mlp.experts.{tensor}",
+        ["down_proj_bias", "down_proj_blocks", "down_proj_scales",
+         "gate_up_proj_bias", "gate_up_proj_blocks", "gate_up_proj_scales"],
+        [0, 1], 4),
+}
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """model -> (checkpoint folder: index + config only, its twin)."""
+    root = tmp_path_factory.mktemp("new-containers")
+    out = {}
+    for model, (layers, experts, *_) in CASES.items():
+        src = realistic.expand(DATA / f"{model}.json", root / model / "checkpoint",
+                               form="index", layers=layers, experts=experts)
+        twin = root / model / "twin"
+        from_header(src, twin, scale=0.01)
+        out[model] = (src, twin)
+    return out
+
+
+def _expected(model: str) -> dict:
+    _, experts, template, tensors, layers, top_k = CASES[model]
+    return {"expert_template": template, "tensors": tensors, "layers": layers,
+            "n_experts": experts, "top_k": top_k}
+
+
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
+    """fixtures.detect and engine.layout find the same layout, the expected one."""
+    from engine.layout import detect, resolve
+
+    src, twin = twins[model]
+    want = _expected(model)
+    got_src = detect_dir(src)
+    # from an index alone the fixtures order tensors by name; from headers by
+    # (shard, offset) as the engine does, so the sets agree and the twin's
+    # order is the one the cache uses
+    assert {k: v for k, v in got_src.items() if k != "tensors"} == {
+        k: v for k, v in want.items() if k != "tensors"}
+    assert sorted(got_src["tensors"]) == sorted(want["tensors"])
+    engine_view = detect(twin).cache_kwargs()
+    fixtures_view = detect_dir(twin)
+    stored = resolve(twin)
+    assert stored.source.startswith("fixture spec")
+    assert engine_view == fixtures_view == stored.cache_kwargs() | {
+        "tensors": engine_view["tensors"]}
+    assert sorted(engine_view["tensors"]) == sorted(want["tensors"])
+    assert {k: v for k, v in engine_view.items() if k != "tensors"} == {
+        k: v for k, v in want.items() if k != "tensors"}
+    assert detect(twin).fused == ("{expert}" not in want["expert_template"])
+
+
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_twin_verifies_and_serves_every_expert_byte_exact(model, twins):
+    """verify is clean; every expert equals the encoding and the oracle's read."""
+    import engine
+    from oracle.layout import expert_pieces, read_pieces
+    from oracle.safetensors import Container as OracleContainer
+
+    _, twin = twins[model]
+    assert verify(twin) == []
+    spec = container_spec(twin)
+    reader = OracleContainer(twin)
+    with engine.ExpertCache.open(twin, n_slots=spec.top_k + 1) as cache:
+        assert cache.expert_bytes == spec.expert_nbytes
+        served = 0
+        for layer in spec.layers:
+            for e in range(spec.n_experts):
+                with cache.get(layer, e) as x:
+                    got = bytes(x.data)
+                assert got == fixtures.expected_expert_bytes(spec, layer, e), (
+                    layer, e)
+                pieces = expert_pieces(reader, spec.expert_template,
+                                       [t for t, _, _ in spec.expert_tensors],
+                                       spec.n_experts, layer, e)
+                assert got == read_pieces(reader, pieces), (layer, e)
+                served += 1
+        cache.check()
+        stats = cache.stats()
+    assert served == len(spec.layers) * spec.n_experts
+    assert stats["misses"] == served
+    assert stats["payload_bytes"] == served * spec.expert_nbytes
+
+
+@pytest.mark.nosan  # runs the replay set through the gate's runner
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
+    """`replay.py --container TWIN`, in process: no failure, no skip but named ones."""
+    import engine
+    from fixtures.gate.report import Report
+    from fixtures.gate.scenarios import run_scenarios
+
+    _, twin = twins[model]
+    report = Report()
+    names = run_scenarios(engine, tmp_path / "work", report, [],
+                          container=str(twin))
+    assert not report.failed, [c["detail"] for c in report.failed][:5]
+    assert len(names) + len(report.skipped) == 18
+    assert len(names) >= 17
+    engine_reads = [c for c in report.checks if c["backend"] == "engine" and
+                    "wrong_reads" in (c.get("actual") or {})]
+    assert engine_reads and all(c["actual"]["wrong_reads"] == 0
+                                for c in engine_reads)
+
+
+def _readme_commands() -> list[str]:
+    """The three commands of README's new-container section, in order."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    section = text.split("## A new container in three commands", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    cmds = [ln.strip() for ln in section.splitlines()
+            if ln.startswith("    ") and ln.strip()]
+    assert len(cmds) == 3, cmds
+    return cmds
+
+
+@pytest.mark.nosan  # runs the README's commands as subprocesses
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "gpt-oss-20b"])
+def test_readme_three_commands_take_an_index_and_config_to_a_pass(model, tmp_path):
+    """The README's commands, as written, on a per-expert and a fused checkpoint."""
+    layers, experts, *_ = CASES[model]
+    ckpt = realistic.expand(DATA / f"{model}.json", tmp_path / "checkpoint",
+                            form="index", layers=layers, experts=experts)
+    subst = {"CHECKPOINT": str(ckpt), "TWIN": str(tmp_path / "twin"),
+             "OUT": str(tmp_path / "out")}
+    outputs = []
+    for cmd in _readme_commands():
+        argv = [subst.get(a, a) for a in shlex.split(cmd)]
+        assert argv[0] == "python"
+        p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, (cmd, p.stdout[-2000:], p.stderr[-2000:])
+        outputs.append(p.stdout)
+    assert re.search(r"^twin size: [\d,]+ bytes", outputs[0], re.M)
+    assert f"fused: {'yes' if 'oss' in model else 'no'}" in outputs[1]
+    assert outputs[2].splitlines()[-1].startswith("PASS: 18 scenarios")
+
+
+def test_no_engine_source_names_a_model():
+    """The engine's C and Python sources hold no model's name or tensor names."""
+    words = re.compile(r"mixtral|deepseek|qwen|olmoe|granite|gpt.?oss|kimi|"
+                       r"block_sparse_moe|gate_up_proj|w1\.weight|k3-mini",
+                       re.IGNORECASE)
+    hits = []
+    for path in sorted((ROOT / "engine").rglob("*")):
+        if path.suffix not in (".c", ".h", ".py") or not path.is_file():
+            continue
+        for no, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+            if words.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    assert hits == []

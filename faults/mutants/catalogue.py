@@ -75,8 +75,10 @@ CATALOGUE: tuple[Mutant, ...] = (
        "if (s->state != XC_SLOT_READY)\n            continue;",
        "victim choice ignores holds and pins", "holds-pins"),
     _m("M02", "xc_cache.c",
-       "for (i = 0; i < c->n_slots; i++)\n        if (c->slots[i].state == XC_SLOT_EMPTY)",
-       "for (i = c->n_slots; i-- > 0;)\n        if (c->slots[i].state == XC_SLOT_EMPTY)",
+       "for (i = 0; i < c->n_slots; i++)\n"
+       "        if (c->slots[i].state == XC_SLOT_EMPTY)",
+       "for (i = c->n_slots; i-- > 0;)\n"
+       "        if (c->slots[i].state == XC_SLOT_EMPTY)",
        "an empty slot is taken from the top, not the lowest", "victim"),
     _m("M03", "xc_cache.c",
        "            n_pending++;\n            continue;\n",
@@ -149,7 +151,8 @@ CATALOGUE: tuple[Mutant, ...] = (
        "    if (rc == XC_OK)\n        cs->io_bytes += asked_bytes;",
        "io_bytes leaves out the bytes asked by failed loads", "counters"),
     _m("M18", "xc_cache.c",
-       "        if (s->unused_prefetch)\n            c->stats.prefetch_evicted_unused++;",
+       "        if (s->unused_prefetch)\n"
+       "            c->stats.prefetch_evicted_unused++;",
        "        if (s->unused_prefetch && s->freq)\n"
        "            c->stats.prefetch_evicted_unused++;",
        "an unused prefetch evicted is not counted", "counters"),

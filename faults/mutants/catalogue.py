@@ -368,4 +368,6 @@ KNOWN_SURVIVORS: dict[str, str] = {
     "M27": "no scenario reads slot holds after a release",
     "M28": "no getmany names a resident key when it must evict",
     "M30": "no batch names a resident key twice",
+    "M31": "no scenario asks for expert n_experts and expects a refusal",
+    "M32": "no scenario asks for a layer that is not a MoE layer",
 }

@@ -12,6 +12,7 @@ reader claims.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,30 @@ def k3(k3_shard: Path) -> Iterator[Callable[..., tuple[engine.ExpertCache, IOFau
         c.close()
         cont.close()
         f.close()
+
+
+def bounded(fn: Callable[[], None], what: str, limit: float = 120.0) -> None:
+    """Run fn in a daemon thread; a hang (no return within limit) fails the test.
+
+    The limit bounds a wait that must never happen (a reader waiting on a
+    consumer that will not come); it is no assertion on speed.  A hung
+    cache is left open: closing it would wait for the hung call too.
+    """
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 -- re-raised below
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        pytest.fail(f"{what} waited for a reservation nobody else reads")
+    if errors:
+        raise errors[0]
 
 
 def fill(c: engine.ExpertCache, experts: list[int]) -> None:
@@ -266,75 +291,103 @@ def test_get_of_a_read_ahead_key_in_flight_is_one_load(k3_shard):
 
 # -- stream reservations claimed by another reader -------------------------------
 
-def test_get_claims_a_stream_reservation_once(k3):
+def test_get_claims_a_stream_reservation_once(k3_shard):
     """get of a stream's unread miss reads it once; the stream then yields it unread."""
-    c, f = k3(n_slots=4)
-    fill(c, [0])
-    c.reset_stats()
-    counting(f)
-    it = c.stream([(0, 0), (0, 5)])
-    first = next(it)
-    assert first.key == (0, 0)
-    assert table(c)[1] == ("inflight", (0, 5), 0, 0)
-    x = c.get(0, 5)  # claims: reads it for the stream, then hits
-    assert f.reads == 1
-    assert table(c)[1] == ("ready", (0, 5), 2, 0)
-    second = next(it)  # already read: yielded without another read
-    assert second.key == (0, 5) and f.reads == 1
-    assert x.data.tobytes() == second.data.tobytes() == k3_expected(5)
-    for e in (first, second, x):
-        e.release()
-    assert list(it) == []
-    st = c.stats()
-    # stream: hit (0, 0), miss (0, 5); get: a hit after the claim
-    assert (st["requests"], st["hits"], st["misses"], st["io_bytes"],
-            st["payload_bytes"]) == (3, 2, 1, 1632, 1632)
-    assert table(c) == [("ready", (0, 0), 0, 0), ("ready", (0, 5), 0, 0),
-                        ("empty", None, 0, 0), ("empty", None, 0, 0)]
-    c.check()
+    f = IOFaults()
+    cont = engine.Container(str(k3_shard), io=f)
+    c = engine.ExpertCache(cont, **K3_LAYOUT, top_k=2, n_slots=4)
+
+    def scenario() -> None:
+        fill(c, [0])
+        c.reset_stats()
+        counting(f)
+        it = c.stream([(0, 0), (0, 5)])
+        first = next(it)
+        assert first.key == (0, 0)
+        assert table(c)[1] == ("inflight", (0, 5), 0, 0)
+        x = c.get(0, 5)  # claims: reads it for the stream, then hits
+        assert f.reads == 1
+        assert table(c)[1] == ("ready", (0, 5), 2, 0)
+        second = next(it)  # already read: yielded without another read
+        assert second.key == (0, 5) and f.reads == 1
+        assert x.data.tobytes() == second.data.tobytes() == k3_expected(5)
+        for e in (first, second, x):
+            e.release()
+        assert list(it) == []
+        st = c.stats()
+        # stream: hit (0, 0), miss (0, 5); get: a hit after the claim
+        assert (st["requests"], st["hits"], st["misses"], st["io_bytes"],
+                st["payload_bytes"]) == (3, 2, 1, 1632, 1632)
+        assert table(c) == [("ready", (0, 0), 0, 0), ("ready", (0, 5), 0, 0),
+                            ("empty", None, 0, 0), ("empty", None, 0, 0)]
+        c.check()
+
+    bounded(scenario, "get claims a stream reservation once")
+    c.close()
+    cont.close()
+    f.close()
 
 
-def test_a_stream_claims_another_streams_reservation_once(k3):
+def test_a_stream_claims_another_streams_reservation_once(k3_shard):
     """A second stream reads the first one's unread miss; neither reads it again."""
-    c, f = k3(n_slots=5)
-    counting(f)
-    a = c.stream([(0, 1), (0, 2)])  # two misses, no readers: both kept
-    first = next(a)
-    assert first.key == (0, 1) and f.reads == 1
-    b = list(c.stream([(0, 2), (0, 3)]))  # (0, 2) in flight for a: claimed
-    assert sorted(x.key for x in b) == [(0, 2), (0, 3)]
-    assert f.reads == 3
-    rest = list(a)
-    assert [x.key for x in rest] == [(0, 2)] and f.reads == 3
-    for x in [first, *b, *rest]:
-        assert x.data.tobytes() == k3_expected(x.key[1])
-        x.release()
-    st = c.stats()
-    # a: misses (0, 1), (0, 2); b: (0, 2) a hit once claimed, (0, 3) a miss
-    assert (st["requests"], st["hits"], st["misses"], st["io_bytes"],
-            st["payload_bytes"]) == (4, 1, 3, 3 * 1632, 3 * 1632)
-    assert all(s["holds"] == 0 and s["state"] != "inflight" for s in c.slots())
-    c.check()
+    f = IOFaults()
+    cont = engine.Container(str(k3_shard), io=f)
+    c = engine.ExpertCache(cont, **K3_LAYOUT, top_k=2, n_slots=5)
+
+    def scenario() -> None:
+        counting(f)
+        a = c.stream([(0, 1), (0, 2)])  # two misses, no readers: both kept
+        first = next(a)
+        assert first.key == (0, 1) and f.reads == 1
+        b = list(c.stream([(0, 2), (0, 3)]))  # (0, 2) in flight for a: claimed
+        assert sorted(x.key for x in b) == [(0, 2), (0, 3)]
+        assert f.reads == 3
+        rest = list(a)
+        assert [x.key for x in rest] == [(0, 2)] and f.reads == 3
+        for x in [first, *b, *rest]:
+            assert x.data.tobytes() == k3_expected(x.key[1])
+            x.release()
+        st = c.stats()
+        # a: misses (0, 1), (0, 2); b: (0, 2) a hit once claimed, (0, 3) a miss
+        assert (st["requests"], st["hits"], st["misses"], st["io_bytes"],
+                st["payload_bytes"]) == (4, 1, 3, 3 * 1632, 3 * 1632)
+        assert all(s["holds"] == 0 and s["state"] != "inflight" for s in c.slots())
+        c.check()
+
+    bounded(scenario, "a stream claims another streams reservation once")
+    c.close()
+    cont.close()
+    f.close()
 
 
-def test_a_stream_yields_a_reservation_a_get_served_after_its_read(k3):
+def test_a_stream_yields_a_reservation_a_get_served_after_its_read(k3_shard):
     """A get that claimed and released the expert leaves the stream's hold intact."""
-    c, f = k3(n_slots=3)
-    counting(f)
-    it = c.stream([(0, 4), (0, 6)])
-    c.get(0, 6).release()  # claimed and served before the consumer got to it
-    assert f.reads == 1
-    assert table(c)[1] == ("ready", (0, 6), 1, 0)  # the stream's own hold
-    got = list(it)
-    assert [x.key for x in got] == [(0, 6), (0, 4)] or \
-        [x.key for x in got] == [(0, 4), (0, 6)]
-    assert f.reads == 2
-    for x in got:
-        assert x.data.tobytes() == k3_expected(x.key[1])
-        x.release()
-    st = c.stats()
-    assert (st["requests"], st["hits"], st["misses"], st["io_bytes"]) == (
-        3, 1, 2, 2 * 1632)
-    assert table(c) == [("ready", (0, 4), 0, 0), ("ready", (0, 6), 0, 0),
-                        ("empty", None, 0, 0)]
-    c.check()
+    f = IOFaults()
+    cont = engine.Container(str(k3_shard), io=f)
+    c = engine.ExpertCache(cont, **K3_LAYOUT, top_k=2, n_slots=3)
+
+    def scenario() -> None:
+        counting(f)
+        it = c.stream([(0, 4), (0, 6)])
+        c.get(0, 6).release()  # claimed and served before the consumer got to it
+        assert f.reads == 1
+        assert table(c)[1] == ("ready", (0, 6), 1, 0)  # the stream's own hold
+        got = list(it)
+        assert [x.key for x in got] == [(0, 6), (0, 4)] or \
+            [x.key for x in got] == [(0, 4), (0, 6)]
+        assert f.reads == 2
+        for x in got:
+            assert x.data.tobytes() == k3_expected(x.key[1])
+            x.release()
+        st = c.stats()
+        assert (st["requests"], st["hits"], st["misses"], st["io_bytes"]) == (
+            3, 1, 2, 2 * 1632)
+        assert table(c) == [("ready", (0, 4), 0, 0), ("ready", (0, 6), 0, 0),
+                            ("empty", None, 0, 0)]
+        c.check()
+
+
+    bounded(scenario, "a stream yields a reservation a get served after its read")
+    c.close()
+    cont.close()
+    f.close()

@@ -28,6 +28,8 @@ from fixtures.reader import container_spec, verify
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
+#: scenario runs of the generic set (variants included), as tests/replay pins
+SCENARIO_RUNS = 27
 
 #: model -> (layers kept from the checkpoint, experts kept, the twin's
 #: expected layout: template, tensors in slot order, MoE layers, top-k)
@@ -150,8 +152,10 @@ def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
     names = run_scenarios(engine, tmp_path / "work", report, [],
                           container=str(twin))
     assert not report.failed, [c["detail"] for c in report.failed][:5]
-    assert len(names) + len(report.skipped) == 18
-    assert len(names) >= 17
+    # a twin with few keys may skip a scenario that needs more, saying why
+    assert len(report.skipped) <= 1
+    assert all(s["reason"] for s in report.skipped)
+    assert len(names) >= SCENARIO_RUNS - 2
     engine_reads = [c for c in report.checks if c["backend"] == "engine" and
                     "wrong_reads" in (c.get("actual") or {})]
     assert engine_reads and all(c["actual"]["wrong_reads"] == 0
@@ -188,7 +192,8 @@ def test_readme_three_commands_take_an_index_and_config_to_a_pass(model, tmp_pat
         outputs.append(p.stdout)
     assert re.search(r"^twin size: [\d,]+ bytes", outputs[0], re.M)
     assert f"fused: {'yes' if 'oss' in model else 'no'}" in outputs[1]
-    assert outputs[2].splitlines()[-1].startswith("PASS: 18 scenarios")
+    assert outputs[2].splitlines()[-1].startswith(
+        f"PASS: {SCENARIO_RUNS} scenarios")
 
 
 def test_no_engine_source_names_a_model():

@@ -16,7 +16,8 @@ import pytest
 
 import engine
 import fixtures
-from engine.layout import Layout, detect, resolve
+from engine.detect import detect
+from engine.layout import Layout, resolve
 
 save_file = pytest.importorskip("safetensors.numpy").save_file
 

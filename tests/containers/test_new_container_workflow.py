@@ -84,7 +84,8 @@ def _expected(model: str) -> dict:
 @pytest.mark.parametrize("model", sorted(CASES))
 def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
     """fixtures.detect and engine.layout find the same layout, the expected one."""
-    from engine.layout import detect, resolve
+    from engine.detect import detect
+    from engine.layout import resolve
 
     src, twin = twins[model]
     want = _expected(model)

@@ -1,0 +1,314 @@
+"""Detecting a container's expert layout from ``config.json`` and its names.
+
+:func:`detect` is the last step of :func:`engine.layout.resolve`: it reads
+``config.json`` beside the container (``text_config`` first when nested)
+and the tensor names, shapes and offsets the C reader validated, and
+returns the :class:`engine.layout.Layout` they describe, or raises
+:class:`engine.errors.LayoutError` listing what it found and the candidates
+(docs/LAYOUT.md "Detection").
+
+Detection knows generic structure only, never a model: ``layers.<N>``
+components, an ``experts`` module (``experts.<N>.<tensor>`` per expert, or
+``experts.<tensor>`` fused) and the module names of :data:`FUSED_MODULES`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.container import Container, TensorInfo
+from engine.errors import LayoutError
+from engine.layout import (
+    LAYOUT_FILE,
+    Layout,
+    _folder,
+    _is_int,
+    _missing,
+    _shape,
+    fused_slice,
+    ranges,
+)
+
+#: config.json keys giving the experts per layer, the first present wins.
+CONFIG_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
+#: config.json keys giving the experts each token is routed to.
+CONFIG_TOP_K = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
+#: config.json keys giving the number of decoder layers.
+CONFIG_LAYERS = ("num_hidden_layers",)
+#: Module names that hold fused (stacked) expert projections although no
+#: ``experts`` module encloses them.
+FUSED_MODULES = ("input_linear", "output_linear")
+#: Name components that are never routed experts: shared experts, routers
+#: and their score biases.
+NOT_ROUTED = ("shared_expert", "shared_experts", "router", "gate",
+              "e_score_correction_bias")
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """One tensor name that fits a routed-expert pattern."""
+
+    template: str
+    fused: bool
+    layer: int
+    expert: int  # -1 for fused
+    tensor: str
+
+
+def _layer_of(name: str) -> int | None:
+    """The N of the first ``layers.N`` in ``name``, or None."""
+    comps = name.split(".")
+    return next((int(comps[k + 1]) for k in range(len(comps) - 1)
+                 if comps[k] == "layers" and comps[k + 1].isdigit()), None)
+
+
+def _classify(name: str) -> _Hit | None:
+    """The routed-expert pattern ``name`` fits, or None."""
+    comps = name.split(".")
+    if any(c in NOT_ROUTED for c in comps):
+        return None
+    i = next((k for k in range(len(comps) - 1)
+              if comps[k] == "layers" and comps[k + 1].isdigit()), None)
+    if i is None:
+        return None
+    layer = int(comps[i + 1])
+    head = comps[:i] + ["layers", "{layer}"]
+    for j in range(i + 2, len(comps) - 1):
+        if comps[j] == "experts":
+            nxt = comps[j + 1]
+            if nxt.isdigit():
+                if j + 2 >= len(comps):
+                    return None
+                return _Hit(".".join(head + comps[i + 2:j + 1]
+                                     + ["{expert}", "{tensor}"]), False,
+                            layer, int(nxt), ".".join(comps[j + 2:]))
+            return _Hit(".".join(head + comps[i + 2:j + 1] + ["{tensor}"]),
+                        True, layer, -1, ".".join(comps[j + 1:]))
+    for k in range(i + 2, len(comps)):
+        if comps[k] in FUSED_MODULES:
+            return _Hit(".".join(head + comps[i + 2:k] + ["{tensor}"]), True,
+                        layer, -1, ".".join(comps[k:]))
+    return None
+
+
+def _generic(name: str) -> str:
+    """A name with its number components as ``N``, for lists of near-misses."""
+    return ".".join("N" if c.isdigit() else c for c in name.split("."))
+
+
+class _Config:
+    """The MoE keys of config.json (top level, or its ``text_config``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "config.json"
+        self.data: dict[str, Any] | None = None
+        if not self.path.is_file():
+            return
+        try:
+            data = json.loads(self.path.read_bytes())
+        except (OSError, ValueError) as e:
+            raise LayoutError(f"{self.path}: not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise LayoutError(f"{self.path}: must be a JSON object, got "
+                              f"{type(data).__name__}")
+        self.data = data
+
+    def get(self, key: str) -> Any:
+        """The value of ``key``: ``text_config``'s first, else the top level's."""
+        if self.data is None:
+            return None
+        text = self.data.get("text_config")
+        if isinstance(text, dict) and text.get(key) is not None:
+            return text[key]
+        return self.data.get(key)
+
+    def count(self, keys: Sequence[str], lo: int = 1) -> tuple[int, str] | None:
+        """The first of ``keys`` present, as (value, key); checked >= ``lo``."""
+        for k in keys:
+            v = self.get(k)
+            if v is None:
+                continue
+            if not _is_int(v) or v < lo:
+                raise LayoutError(f"{self.path}: {k} must be an integer of at "
+                                  f"least {lo}, got {v!r}")
+            return int(v), k
+        return None
+
+    def moe_layers(self) -> tuple[list[int], str] | None:
+        """The MoE layer ids the config implies, with the keys that said so."""
+        n = self.count(CONFIG_LAYERS)
+        if n is None:
+            return None
+        n_layers, key = n
+        why = [f"{key} {n_layers}"]
+        extra = self.count(("num_nextn_predict_layers",), lo=0)
+        total = n_layers
+        if extra:
+            total += extra[0]
+            why.append(f"num_nextn_predict_layers {extra[0]}")
+        ids = list(range(total))
+        first = self.count(("first_k_dense_replace",), lo=0)
+        if first is not None:
+            ids = [x for x in ids if x >= first[0]]
+            why.append(f"first_k_dense_replace {first[0]}")
+        freq = self.count(("moe_layer_freq",))
+        if freq is not None:
+            ids = [x for x in ids if x % freq[0] == 0]
+            why.append(f"moe_layer_freq {freq[0]}")
+        step = self.count(("decoder_sparse_step",))
+        if step is not None:
+            ids = [x for x in ids if (x + 1) % step[0] == 0]
+            why.append(f"decoder_sparse_step {step[0]}")
+        only = self.get("mlp_only_layers")
+        if only:
+            if not isinstance(only, list) or not all(_is_int(x) for x in only):
+                raise LayoutError(f"{self.path}: mlp_only_layers must be a "
+                                  f"list of integers, got {only!r}")
+            ids = [x for x in ids if x not in set(only)]
+            why.append(f"mlp_only_layers {only}")
+        return ids, ", ".join(why)
+
+
+def detect(path: str | os.PathLike[str], *,
+           container: Container | None = None) -> Layout:
+    """Detect the layout from ``config.json`` and the tensor names (docs/LAYOUT.md)."""
+    p = Path(os.fsdecode(path))
+    if container is None:
+        with Container(p) as c:
+            return _detect(p, c)
+    return _detect(p, container)
+
+
+def _detect(p: Path, c: Container) -> Layout:
+    folder = _folder(p)
+    cfg = _Config(folder)
+    infos = c.tensors()
+    groups: dict[str, list[tuple[_Hit, TensorInfo]]] = {}
+    near: dict[str, None] = {}
+    for info in infos:
+        hit = _classify(info.name)
+        if hit is None:
+            if "expert" in info.name.lower():
+                near[_generic(info.name)] = None
+            continue
+        groups.setdefault(hit.template, []).append((hit, info))
+    if not groups:
+        raise LayoutError(_no_experts(p, infos, list(near)))
+    if len(groups) > 1:
+        lines = []
+        for tmpl, hits in groups.items():
+            fam = "fused" if hits[0][0].fused else "per-expert"
+            lines.append(f"{tmpl} ({fam}, {len(hits)} tensors, layers "
+                         f"{ranges(h.layer for h, _ in hits)})")
+        raise LayoutError(f"{p}: several candidate expert layouts; give a "
+                          f"layout file ({LAYOUT_FILE}) to choose: "
+                          + "; ".join(lines))
+    template, hits = next(iter(groups.items()))
+    fused = hits[0][0].fused
+    names_layers = sorted({h.layer for h, _ in hits})
+    cfg_layers = cfg.moe_layers()
+    if cfg_layers is not None:
+        # a layer with no tensor at all is not in this container (a twin
+        # keeps some layers); every layer that is must agree with the config
+        present = {la for info in infos
+                   if (la := _layer_of(info.name)) is not None}
+        want = [x for x in cfg_layers[0] if x in present]
+        if want != names_layers:
+            raise LayoutError(
+                f"{cfg.path} and the tensor names disagree on the MoE layers: "
+                f"config.json says {ranges(want)} of the layers present "
+                f"({cfg_layers[1]}); the names have experts in layers "
+                f"{ranges(names_layers)}")
+    cfg_e = cfg.count(CONFIG_EXPERTS)
+    by_key: dict[tuple[int, int], dict[str, TensorInfo]] = {}
+    for h, info in hits:
+        by_key.setdefault((h.layer, h.expert), {})[h.tensor] = info
+    first = names_layers[0]
+    if fused:
+        lead = by_key[first, -1]
+        first_info = min(lead.values(), key=lambda t: (t.shard, t.offset))
+        n_experts = (cfg_e[0] if cfg_e is not None
+                     else first_info.shape[0] if first_info.shape else 0)
+        if n_experts < 1:
+            raise LayoutError(
+                f"fused expert tensor {first_info.name} (layer {first}) has "
+                f"shape {_shape(first_info.shape)}: no leading dimension to "
+                f"take n_experts from", layer=first)
+    else:
+        experts_of = {la: sorted({e for (la2, e) in by_key if la2 == la})
+                      for la in names_layers}
+        found = max(max(v) for v in experts_of.values()) + 1
+        if cfg_e is None:
+            n_experts = found
+        else:
+            n_experts = cfg_e[0]
+            same = all(v == list(range(found)) for v in experts_of.values())
+            if found > n_experts or (same and found != n_experts):
+                have = (f"0-{found - 1} in every layer" if same else
+                        ranges(e for v in experts_of.values() for e in v))
+                raise LayoutError(
+                    f"{cfg.path} and the tensor names disagree on the experts "
+                    f"per layer: config.json says {n_experts} ({cfg_e[1]}); "
+                    f"the names have experts {have}")
+        lead = by_key.get((first, 0), {})
+    parts = [t for t, _ in sorted(lead.items(),
+                                  key=lambda kv: (kv[1].shard, kv[1].offset))]
+    extra = sorted({h.tensor for h, _ in hits} - set(parts))
+    tensors = tuple(parts + extra)
+    top = cfg.count(CONFIG_TOP_K)
+    if top is None:
+        why = ("there is no config.json" if cfg.data is None
+               else "it has none of " + ", ".join(CONFIG_TOP_K))
+        raise LayoutError(f"{cfg.path}: top-k unknown ({why}); give a layout "
+                          f"file ({LAYOUT_FILE}) with top_k")
+    if top[0] > n_experts:
+        raise LayoutError(f"{cfg.path}: {top[1]} {top[0]} is more than the "
+                          f"{n_experts} experts per layer")
+    layout = Layout(template, tensors, tuple(names_layers), n_experts, top[0],
+                    "detected (config.json and tensor names)"
+                    if cfg.data is not None else "detected (tensor names)")
+    _check_detected(layout, by_key, c.shards)
+    return layout
+
+
+def _no_experts(p: Path, infos: list[TensorInfo], near: list[str]) -> str:
+    head = (f"{p}: no routed experts found: no tensor name has the form "
+            f"...layers.<N>....experts.<N>.<tensor> (one tensor per expert) or "
+            f"...layers.<N>....experts.<tensor> / "
+            + " / ".join(f"...layers.<N>....{m}..." for m in FUSED_MODULES)
+            + " (fused)")
+    if near:
+        shown = near[:8]
+        more = f" and {len(near) - len(shown)} more" if len(near) > 8 else ""
+        return head + "; names that mention experts: " + ", ".join(shown) + more
+    shown = [t.name for t in infos[:5]]
+    return head + f"; none of the {len(infos)} tensor names mentions experts" \
+        + (" (" + ", ".join(shown) + (", ..." if len(infos) > 5 else "") + ")"
+           if shown else "")
+
+
+def _check_detected(layout: Layout, by_key: dict[tuple[int, int],
+                    dict[str, TensorInfo]], shards: list[str]) -> None:
+    """Every layer has every expert, each in one shard; fused tensors split."""
+    for layer in layout.layers:
+        for e in range(layout.n_experts):
+            have = by_key.get((layer, -1 if layout.fused else e), {})
+            for t in layout.tensors:
+                if t not in have:
+                    raise _missing(layout, layer, e, t)
+            where = sorted({have[t].shard for t in layout.tensors})
+            if len(where) > 1:
+                names = ", ".join(os.path.basename(shards[s]) for s in where)
+                raise LayoutError(
+                    f"layer {layer} expert {e}: its tensors are split across "
+                    f"shards {names}; each expert's tensors must be in one "
+                    f"shard", layer=layer, expert=e)
+            if layout.fused:
+                for t in layout.tensors:
+                    fused_slice(have[t], layer, layout.n_experts)
+                break  # every expert of a fused layer has the same tensors

@@ -35,6 +35,7 @@ from engine import _lib
 from engine import errors as _err
 from engine.container import NUMPY_DTYPES
 from engine.errors import EngineError, InvariantError, misuse
+from engine.layout import UNSET, cache_keywords
 
 
 def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
@@ -105,9 +106,6 @@ def _gated(fn: Any) -> Any:
             busy.pop()
     return call
 
-
-#: a layout keyword that was not given (None is a value, and a misuse)
-_UNSET: Any = object()
 
 #: every open cache of this process, for the fork handler
 _OPEN: weakref.WeakSet[ExpertCache] = weakref.WeakSet()
@@ -341,9 +339,9 @@ class ExpertCache:
 
     def __init__(self, container: Any, *, layout: Any = None,
                  n_slots: int | None = None,
-                 budget_bytes: int | None = None, top_k: Any = _UNSET,
-                 expert_template: Any = _UNSET, tensors: Any = _UNSET,
-                 layers: Any = _UNSET, n_experts: Any = _UNSET,
+                 budget_bytes: int | None = None, top_k: Any = UNSET,
+                 expert_template: Any = UNSET, tensors: Any = UNSET,
+                 layers: Any = UNSET, n_experts: Any = UNSET,
                  policy: str = "lru",
                  chunk_bytes: int = 0, batch_threads: int = 2,
                  io_threads: int = 0, io_depth: int = 0,
@@ -354,24 +352,11 @@ class ExpertCache:
         self._ptr: Any = None
         self._busy: list[None] = []
         self._owns_container = False
-        given = {"expert_template": expert_template, "tensors": tensors,
-                 "layers": layers, "n_experts": n_experts, "top_k": top_k}
-        if layout is not None:
-            both = [k for k, v in given.items() if v is not _UNSET]
-            if both:
-                raise misuse(f"give either layout or the layout keywords "
-                             f"(expert_template, tensors, layers, n_experts, "
-                             f"top_k), not both: layout and "
-                             f"{', '.join(both)} were given")
-            from engine.layout import resolve_given  # noqa: PLC0415
-
-            kw = resolve_given(layout).cache_kwargs()
-            expert_template, tensors = kw["expert_template"], kw["tensors"]
-            layers, n_experts, top_k = kw["layers"], kw["n_experts"], kw["top_k"]
-        else:
-            for k, v in given.items():
-                if v is _UNSET:
-                    raise misuse(f"{k} is required (or give layout=)")
+        kw = cache_keywords(layout, {
+            "expert_template": expert_template, "tensors": tensors,
+            "layers": layers, "n_experts": n_experts, "top_k": top_k})
+        expert_template, tensors = kw["expert_template"], kw["tensors"]
+        layers, n_experts, top_k = kw["layers"], kw["n_experts"], kw["top_k"]
         if (n_slots is None) == (budget_bytes is None):
             raise misuse("give exactly one of n_slots and budget_bytes")
         handle = getattr(container, "_handle", None)

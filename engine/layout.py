@@ -293,6 +293,31 @@ def resolve_given(layout: Any) -> Layout:
                  f"{layout!r}")
 
 
+#: A layout keyword of ExpertCache left out (None is a value, and a misuse).
+UNSET: Any = object()
+
+
+def cache_keywords(layout: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The five layout keywords of a cache: from ``layout``, else ``given``.
+
+    ``given`` maps each of :data:`KEYS` to the caller's value or
+    :data:`UNSET`.  Giving ``layout`` and any keyword, or no layout and not
+    every keyword, is a MisuseError naming them.
+    """
+    if layout is not None:
+        both = [k for k in KEYS if given[k] is not UNSET]
+        if both:
+            raise misuse(f"give either layout or the layout keywords "
+                         f"(expert_template, tensors, layers, n_experts, "
+                         f"top_k), not both: layout and "
+                         f"{', '.join(both)} were given")
+        return resolve_given(layout).cache_kwargs()
+    for k in KEYS:
+        if given[k] is UNSET:
+            raise misuse(f"{k} is required (or give layout=)")
+    return dict(given)
+
+
 def _resolve_in(p: Path, c: Container) -> Layout:
     explicit = _folder(p) / LAYOUT_FILE
     if explicit.is_file():

@@ -102,6 +102,8 @@ def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
     assert stored.source.startswith("fixture spec")
     assert engine_view == fixtures_view == stored.cache_kwargs() | {
         "tensors": engine_view["tensors"]}
+    # the stored spec names the same tensors, in the order it was written
+    assert sorted(stored.tensors) == sorted(engine_view["tensors"])
     assert sorted(engine_view["tensors"]) == sorted(want["tensors"])
     assert {k: v for k, v in engine_view.items() if k != "tensors"} == {
         k: v for k, v in want.items() if k != "tensors"}

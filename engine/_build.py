@@ -25,7 +25,17 @@ Environment switches (flags of the build, not part of the digest):
 ``XC_RELEASE=1``
     adds ``-DNDEBUG``: the C core's ``assert()`` checks of internal
     preconditions are compiled out.  Without it (the default, the build the
-    tests and the sanitizer job use) they are compiled in.
+    tests and the sanitizer job use) they are compiled in: the flags end with
+    ``-UNDEBUG``, because the compiler command Python's build tools start
+    from already carries ``-DNDEBUG``.
+``XC_OBJ_CACHE=DIR``
+    (``build_into`` only, as ``replay.py`` and the mutation run build) keeps
+    each compiled object in DIR under a digest of everything that went into
+    it -- compiler command, flags, the source and every engine header -- and
+    compiles the missing ones two at a time.  A mutant differs from the last
+    build in one file, so it recompiles one object and links.  The source
+    digest then lives in an object of its own (``xc_build_digest`` is the
+    same function either way), so the cffi wrapper's object is reused too.
 """
 
 from __future__ import annotations
@@ -67,6 +77,8 @@ SANITIZE_ENV = "XC_SANITIZE"
 COVERAGE_ENV = "XC_COVERAGE"
 #: Set XC_RELEASE=1 to compile the C asserts out (-DNDEBUG).
 RELEASE_ENV = "XC_RELEASE"
+#: Set XC_OBJ_CACHE=DIR to reuse compiled objects across builds_into calls.
+OBJ_CACHE_ENV = "XC_OBJ_CACHE"
 
 #: The two cffi declaration files, in the order they are declared.
 CDEFS: tuple[str, ...] = ("_cdef.h", "_cdef_test.h")
@@ -118,15 +130,27 @@ def flags_from_env() -> tuple[list[str], list[str]]:
         ldflags += ["--coverage"]
     if os.environ.get(RELEASE_ENV, "").strip() not in ("", "0"):
         cflags += ["-DNDEBUG"]
+    else:
+        cflags += ["-UNDEBUG"]
     return cflags, ldflags
 
 
+def _digest_definition(root: Path, storage: str) -> str:
+    """C text defining ``xc_build_digest`` with ``storage`` ("static" or "")."""
+    return (f"{storage + ' ' if storage else ''}const char *"
+            "xc_build_digest(void)\n"
+            f'{{ return "{source_digest(root)}"; }}\n')
+
+
 def make_builder(src_dir: Path | None = None,
-                 module_name: str = "engine._xc") -> FFI:
+                 module_name: str = "engine._xc",
+                 digest_inline: bool = True) -> FFI:
     """Return an FFI builder for the engine sources under ``src_dir``.
 
     ``src_dir`` is an ``engine`` folder holding ``_cdef.h``, ``_cdef_test.h``
-    and ``csrc/``; it defaults to this package.
+    and ``csrc/``; it defaults to this package.  With ``digest_inline``
+    false the wrapper only declares ``xc_build_digest``; the caller compiles
+    its definition (:func:`_digest_definition`) as a separate object.
     """
     from cffi import FFI
 
@@ -140,8 +164,8 @@ def make_builder(src_dir: Path | None = None,
         ffi.cdef((root / name).read_text())
     ffi.cdef(DIGEST_CDEF)
     preamble = "".join(f'#include "{h}"\n' for h in HEADERS)
-    preamble += ("static const char *xc_build_digest(void)\n"
-                 f'{{ return "{source_digest(root)}"; }}\n')
+    preamble += (_digest_definition(root, "static") if digest_inline
+                 else "const char *xc_build_digest(void);\n")
     ffi.set_source(
         module_name,
         preamble,
@@ -164,8 +188,70 @@ def build_into(out_dir: Path, src_dir: Path | None = None) -> Path:
     """Compile the engine under ``src_dir`` into ``out_dir``; return the .so path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    cache = os.environ.get(OBJ_CACHE_ENV, "").strip()
+    if cache:
+        return _build_cached(out_dir, src_dir, Path(cache))
     ffi = make_builder(src_dir, module_name="_xc")
     return Path(ffi.compile(tmpdir=str(out_dir), verbose=False))
+
+
+def _build_cached(out_dir: Path, src_dir: Path | None, cache: Path) -> Path:
+    """``build_into`` through the object cache ``cache`` (see XC_OBJ_CACHE).
+
+    The compiler and its base command come from the same place cffi's build
+    takes them (the standard build tools' ``customize_compiler``), with the
+    same include folders and flags; only the compiling is done per object.
+    """
+    import contextlib
+    import io
+    import sysconfig
+    from concurrent.futures import ThreadPoolExecutor
+
+    import setuptools  # noqa: F401 - provides distutils on Python >= 3.12
+
+    # isort: split
+    from distutils.ccompiler import new_compiler
+    from distutils.sysconfig import customize_compiler
+
+    root = Path(src_dir) if src_dir is not None else HERE
+    cflags, ldflags = flags_from_env()
+    ffi = make_builder(root, module_name="_xc", digest_inline=False)
+    gen = out_dir / "_xc.c"
+    with contextlib.redirect_stdout(io.StringIO()):  # stdout is the .so path
+        ffi.emit_c_code(str(gen))
+    digest_c = out_dir / "_xc_digest.c"
+    digest_c.write_text(_digest_definition(root, ""))
+    sources = [gen, digest_c, *sorted((root / "csrc").glob("*.c"))]
+    includes = [str(root / "csrc"), sysconfig.get_paths()["include"]]
+    cc = new_compiler()
+    customize_compiler(cc)
+    common = hashlib.sha256()
+    for part in (cc.compiler_so, includes[1:], cflags):
+        common.update(repr(part).encode())
+    for h in source_files(root):
+        if h.suffix == ".h":
+            common.update(h.name.encode() + b"\0" + h.read_bytes())
+    cache.mkdir(parents=True, exist_ok=True)
+    (out_dir / "obj").mkdir(exist_ok=True)
+
+    def obj(i_src: tuple[int, Path]) -> str:
+        i, src = i_src
+        h = common.copy()
+        h.update(src.read_bytes())
+        cached = cache / f"{h.hexdigest()}.o"
+        if not cached.is_file():
+            made = cc.compile([str(src)], output_dir=str(out_dir / "obj" / str(i)),
+                              include_dirs=includes, extra_postargs=cflags)[0]
+            tmp = cache / f".{h.hexdigest()}.{os.getpid()}.{i}.tmp"
+            os.replace(made, tmp)
+            os.replace(tmp, cached)  # whole objects only, even when shared
+        return str(cached)
+
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        objects = list(ex.map(obj, enumerate(sources)))
+    so = out_dir / ("_xc" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cc.link_shared_object(objects, str(so), extra_postargs=ldflags)
+    return so
 
 
 if __name__ == "__main__":

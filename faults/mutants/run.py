@@ -42,6 +42,9 @@ from faults.mutants.catalogue import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The engine build's object-cache switch (engine/_build.py; faults never
+#: imports engine, so the name is repeated here).
+OBJ_CACHE_ENV = "XC_OBJ_CACHE"
 
 CAUGHT = "caught"
 MISSED = "missed"
@@ -233,15 +236,28 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
             replay_timeout: float = DEFAULT_REPLAY_TIMEOUT_S,
             pytest_sel: str | None = None,
             on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """Run every mutant, ``jobs`` at a time; results in catalogue order."""
+    """Run every mutant, ``jobs`` at a time; results in catalogue order.
+
+    The builds share one object cache (``XC_OBJ_CACHE``, engine/_build.py)
+    for the run unless the caller set one: a mutant recompiles only the file
+    it changed.
+    """
     def one(m: Mutant) -> Result:
         r = run_one(m, root, timeout, replay_timeout, pytest_sel)
         if on_result is not None:
             on_result(r)
         return r
 
-    with ThreadPoolExecutor(max_workers=jobs) as ex:
-        return list(ex.map(one, mutants))
+    before = os.environ.get(OBJ_CACHE_ENV)
+    with tempfile.TemporaryDirectory(prefix="xc-mutant-objs-") as objs:
+        if before is None:
+            os.environ[OBJ_CACHE_ENV] = objs
+        try:
+            with ThreadPoolExecutor(max_workers=jobs) as ex:
+                return list(ex.map(one, mutants))
+        finally:
+            if before is None:
+                os.environ.pop(OBJ_CACHE_ENV, None)
 
 
 def survivors(results: Sequence[Result]) -> list[str]:

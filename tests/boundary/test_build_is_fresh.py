@@ -102,13 +102,21 @@ def test_the_check_passes_on_the_build_in_use():
 
 
 def test_the_release_switch_adds_ndebug(monkeypatch):
-    """XC_RELEASE=1 compiles the C asserts out; the default build keeps them."""
+    """XC_RELEASE=1 compiles the C asserts out; the default build undoes NDEBUG."""
     monkeypatch.delenv(_build.RELEASE_ENV, raising=False)
-    assert "-DNDEBUG" not in _build.flags_from_env()[0]
+    flags = _build.flags_from_env()[0]
+    assert "-DNDEBUG" not in flags and flags[-1] == "-UNDEBUG"
     monkeypatch.setenv(_build.RELEASE_ENV, "1")
-    assert "-DNDEBUG" in _build.flags_from_env()[0]
+    flags = _build.flags_from_env()[0]
+    assert "-DNDEBUG" in flags and "-UNDEBUG" not in flags
     monkeypatch.setenv(_build.RELEASE_ENV, "0")
-    assert "-DNDEBUG" not in _build.flags_from_env()[0]
+    assert _build.flags_from_env()[0][-1] == "-UNDEBUG"
+
+
+def test_the_build_in_use_keeps_the_c_asserts():
+    """The build in use calls assert(): the -DNDEBUG Python adds is undone."""
+    so = Path(_lib.module().__file__ or "")
+    assert b"__assert_fail" in so.read_bytes()
 
 
 # -- the tables xc.h exposes ---------------------------------------------------

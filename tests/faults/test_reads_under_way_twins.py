@@ -29,6 +29,9 @@ from tests.helpers import K3_LAYOUT
 DELAY_US = 300_000
 BOUND_S = 10.0
 
+#: Caches with a call stuck in them: never closed (close waits for the call).
+ABANDONED: list[Any] = []
+
 
 def _await_fired(faults: IOFaults, n: int = 1) -> None:
     """Wait until the injector met ``n`` armed preads (the read is held)."""
@@ -66,6 +69,8 @@ def rig(k3_shard: Path, tmp_path: Path) -> Iterator[Callable[..., Any]]:
 
     yield make
     for faults, cont, cache in made:
+        if cache in ABANDONED:
+            continue  # a call is stuck in it: closing would wait forever
         cache.close()
         cont.close()
         faults.close()
@@ -80,7 +85,9 @@ def test_a_waiter_on_a_demand_read_is_woken_and_hits(rig, tmp_path):
     _await_fired(faults)
     second, got_second = _in_thread(lambda: _get_bytes(cache, (0, 5)))
     second.join(BOUND_S)
-    assert not second.is_alive(), "the waiting get was never woken"
+    if second.is_alive():
+        ABANDONED.append(cache)
+        pytest.fail("the get waiting on another thread's read was never woken")
     first.join(BOUND_S)
     assert got_first == got_second == [k3_expected(5)]
     s = cache.stats()
@@ -153,7 +160,7 @@ def test_read_ahead_reads_ending_out_of_order_keep_the_reservation_order(rig):
 
 
 def test_a_claimed_stream_read_is_a_demand_load(rig):
-    """A get claiming a stream miss publishes it as the stream's: no prefetch counted."""
+    """A get claiming a stream miss publishes it as the stream's: no prefetch."""
     _, cache = rig(n_slots=8, policy="lfu")
     with cache.stream([(0, 0), (0, 1), (0, 2)]) as st:
         assert _get_bytes(cache, (0, 2)) == k3_expected(2)

@@ -1,0 +1,128 @@
+"""The gate's ops on reads under way (fixtures/gate/race_ops.py).
+
+A call racing a read that never returns must fail its scenario within the
+step's bound, naming the key, and leave the run able to go on; the
+scenarios built on these ops pass on both backends on a k3-mini folder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures.gate import race_ops
+from fixtures.gate.report import Report
+
+
+def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             steps: list[dict[str, Any]], **cache: Any) -> tuple[list[str], Report]:
+    """Run one k3-mini scenario of ``steps`` through the gate's runner."""
+    import engine
+    from fixtures.gate import scenarios as gate_scenarios
+
+    sc = {"name": "race", "container": "k3-mini", "timeout_s": 30,
+          "cache": {"n_slots": 8, "faults": True, "batch_threads": 1, **cache},
+          "steps": steps}
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    (folder / "race-k3-mini.json").write_text(json.dumps(sc))
+    monkeypatch.setattr(gate_scenarios, "SCENARIO_DIR", folder)
+    report = Report()
+    names = gate_scenarios.run_scenarios(engine, tmp_path / "work", report, [])
+    return names, report
+
+
+def test_a_waiter_nobody_wakes_fails_its_scenario_naming_the_key(
+        tmp_path, monkeypatch):
+    """A waiting_get that never returns is a failed check on the engine, not a hang."""
+    from fixtures.gate.backends import EngineBackend
+
+    release = threading.Event()
+    real_get = EngineBackend.get
+    calls: list[tuple[int, int]] = []
+
+    def stuck_get(self: EngineBackend, layer: int, expert: int) -> bytes:
+        calls.append((layer, expert))
+        if len(calls) == 2:  # the waiting get: a waiter nobody wakes
+            release.wait()
+        return real_get(self, layer, expert)
+
+    monkeypatch.setattr(EngineBackend, "get", stuck_get)
+    abandoned = len(race_ops._ABANDONED)
+    try:
+        names, report = _run_one(tmp_path, monkeypatch, [
+            {"op": "get", "keys": [5]},
+            {"op": "waiting_get", "keys": [5], "bound_s": 0.2},
+            {"op": "check", "name": "woken",
+             "expect": {"reads": 2, "wait_hits": 1, "hits": 1}}])
+    finally:
+        release.set()
+    assert names == ["race"]
+    assert [(c["backend"], c["check"], c["detail"]) for c in report.failed] == [
+        ("engine", "scenario ran to completion",
+         "Stuck: a get of layer 0 expert 5 waiting for its read under way "
+         "did not return within 0.2 s (a waiter nobody woke)")]
+    assert [(c["backend"], c["check"]) for c in report.checks
+            if c["passed"]] == [("oracle", "woken")]
+    assert len(race_ops._ABANDONED) == abandoned + 1
+    race_ops._ABANDONED.pop().close()  # its call has returned now
+
+
+def test_await_read_with_no_armed_read_met_fails_within_its_bound(
+        tmp_path, monkeypatch):
+    """await_read names how many armed preads the injector met when none came."""
+    _, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "inject", "fault": "delay", "nth": 1, "arg": 1000},
+        {"op": "await_read", "bound_s": 0.1},
+        {"op": "check", "name": "after", "expect": {"requests": 0}}])
+    assert [(c["backend"], c["detail"]) for c in report.failed] == [
+        ("engine", "Stuck: await_read: the injector met 0 of 1 armed preads "
+                   "within 0.1 s")]
+
+
+def test_wait_hits_is_null_on_an_untraced_engine(tmp_path, monkeypatch):
+    """Without "trace": true the engine has no wait_hits to give; the oracle has."""
+    _, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "get", "keys": [1]},
+        {"op": "check", "name": "counts", "expect": {"wait_hits": 0}}])
+    got = {c["backend"]: c["actual"]["wait_hits"] for c in report.checks}
+    assert got == {"engine": None, "oracle": 0}
+
+
+def test_background_get_and_join_serve_exact_bytes(tmp_path, monkeypatch):
+    """A held background get, a waiting get of its key, the join: one miss, one wait."""
+    names, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "inject", "fault": "delay", "nth": 1, "arg": 100000},
+        {"op": "background_get", "range": [3, 4]},
+        {"op": "await_read"},
+        {"op": "waiting_get", "keys": [3]},
+        {"op": "join"},
+        {"op": "check", "name": "both served",
+         "expect": {"reads": 2, "wrong_reads": 0, "errors": [None, None],
+                    "requests": 2, "hits": 1, "misses": 1, "wait_hits": 1,
+                    "held": 0, "inflight_slots": 0, "resident": [[0, 3]]}}],
+        io_threads=1, trace=True)
+    assert names == ["race"] and not report.failed, report.failed
+    assert len(report.checks) == 2
+
+
+def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
+    """The reads-under-way scenarios pass, derived, on a k3-mini folder."""
+    import engine
+    import fixtures
+    from fixtures.gate.scenarios import run_scenarios
+
+    folder = tmp_path / "k3"
+    fixtures.generate("k3-mini", folder)
+    report = Report()
+    names = run_scenarios(engine, tmp_path / "work", report,
+                          ["reads-under-way", "completion-order",
+                           "stream-claim-kinds"], container=str(folder))
+    assert not report.failed, [c["detail"] for c in report.failed]
+    assert names == ["completion-order", "completion-order (fifo)",
+                     "reads-under-way", "stream-claim-kinds"]
+    assert not report.skipped

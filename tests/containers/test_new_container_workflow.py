@@ -29,7 +29,7 @@ from fixtures.reader import container_spec, verify
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
-SCENARIO_RUNS = 27
+SCENARIO_RUNS = 30
 
 #: model -> (layers kept from the checkpoint, experts kept, the twin's
 #: expected layout: template, tensors in slot order, MoE layers, top-k)

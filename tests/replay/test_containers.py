@@ -193,7 +193,8 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
                                   "batch-residents-pins", "key-bounds",
                                   "partial-reads", "chunk-faults",
                                   "reader-overlap", "in-flight",
-                                  "stream-claim"}
+                                  "stream-claim", "reader-index",
+                                  "trace-records", "check-probe"}
 
 
 def test_a_failed_requirement_is_a_skip_naming_the_values(tmp_path, monkeypatch):

@@ -1,0 +1,107 @@
+"""What the engine's recorded trace must hold, from the cache model.
+
+:class:`TracingCacheModel` is :class:`oracle.cache.CacheModel` that also
+lists, in ``records``, every record an engine cache opened with a trace path
+must write for the same calls (docs/TRACE_FORMAT.md): ``(layer, expert,
+kind, outcome)`` with the names of :data:`oracle.traces.ENGINE_TRACE_KINDS`
+and :data:`oracle.traces.ENGINE_TRACE_OUTCOMES`.
+
+The rules, from the format's description:
+
+* a demand access (one that moves ``requests``) is one record: ``hit`` when
+  the key was resident, else ``miss`` (recorded when its slot is reserved,
+  so a load that then fails keeps it); kind ``get``, or ``stream`` for every
+  key of a stream, those resolved later as gets included; a get that finds
+  no slot or names a bad key writes nothing;
+* a batch (``getmany`` / ``prefetch``; kind ``prefetch``, or ``speculative``)
+  writes one record per key named, in the order given: ``duplicate`` for a
+  key named earlier in the call, ``resident`` for a resident one, ``issued``
+  when a slot was reserved for it, ``no_slot`` when none was free.
+
+The model reaches every decision through the same few steps (``_count_demand``
+for demand, ``_touch`` and ``_victim`` inside a batch's reserve pass), so the
+records are taken there and cannot drift from the model's own choices.
+Nothing is ever in flight in the model, so ``wait_hit`` and ``inflight``
+never occur.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from oracle.cache import READY, CacheModel, Ref
+
+__all__ = ["TracingCacheModel", "TraceRecord"]
+
+#: One record: (layer, expert, kind name, outcome name).
+TraceRecord = tuple[int, int, str, str]
+
+
+class TracingCacheModel(CacheModel):
+    """The cache model, also listing the engine trace records its calls make."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: every record so far, in the order the engine must write them
+        self.records: list[TraceRecord] = []
+        self._demand_kind = "get"
+        #: inside a batch's reserve pass: its decisions (None outside)
+        self._decisions: list[str] | None = None
+
+    def _record(self, key: int, kind: str, outcome: str) -> None:
+        layer, expert = self.key_of(key)
+        self.records.append((layer, expert, kind, outcome))
+
+    # -- hooks on the model's own steps -------------------------------------
+    def _count_demand(self, key: int) -> None:
+        slot = self._index.get(key)
+        hit = slot is not None and self._state[slot] == READY
+        self._record(key, self._demand_kind, "hit" if hit else "miss")
+        super()._count_demand(key)
+
+    def _touch(self, slot: int) -> None:
+        if self._decisions is not None:
+            self._decisions.append("resident")
+        super()._touch(slot)
+
+    def _victim(self) -> int | None:
+        slot = super()._victim()
+        if self._decisions is not None:
+            self._decisions.append("no_slot" if slot is None else "issued")
+        return slot
+
+    # -- calls --------------------------------------------------------------
+    def stream(self, keys: Iterable[tuple[int, int]],
+               split_min_misses: int = 1) -> list[Ref]:
+        """As the model's stream; every demand record is of kind ``stream``."""
+        self._demand_kind = "stream"
+        try:
+            return super().stream(keys, split_min_misses)
+        finally:
+            self._demand_kind = "get"
+
+    def getmany(self, keys: Iterable[tuple[int, int]],
+                failures: Mapping[tuple[int, int], str] | None = None,
+                speculative: bool = False) -> int:
+        """As the model's getmany, recording one batch record per key named."""
+        keys = list(keys)
+        ids = [self.key_id(layer, expert) for layer, expert in keys]
+        # a key's decision is the first event its reserve step makes: a
+        # touch (resident) or a victim choice; publishing comes after all
+        self._decisions = []
+        try:
+            n = super().getmany(keys, failures, speculative)
+            decisions = self._decisions
+        finally:
+            self._decisions = None
+        kind = "speculative" if speculative else "prefetch"
+        seen: set[int] = set()
+        it = iter(decisions)
+        for key in ids:
+            if key in seen:
+                self._record(key, kind, "duplicate")
+                continue
+            seen.add(key)
+            self._record(key, kind, next(it))
+        return n

@@ -1,0 +1,150 @@
+"""The gate's trace and break_check steps on both backends (k3-mini)."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import engine
+from fixtures.gate import CannotRun
+from fixtures.gate.backends import EngineBackend, OracleBackend
+from fixtures.gate.check_probe import BREAK_NAMES, probe
+from fixtures.gate.containers import Target, make_target
+from fixtures.gate.report import Report
+from fixtures.gate.scenarios import ScenarioRun
+from fixtures.gate.trace_check import take, trace_path
+
+
+@pytest.fixture(scope="module")
+def k3(tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """The k3-mini preset as the gate generates it."""
+    return make_target("k3-mini", tmp_path_factory.mktemp("k3"))
+
+
+def _backends(k3: Target, tmp_path: Path, **opts: Any
+              ) -> tuple[EngineBackend, OracleBackend]:
+    folder = tmp_path / "c"
+    shutil.copytree(k3.pristine, folder)
+    o = {"n_slots": 6, **opts}
+    return EngineBackend(engine, folder, k3, o), OracleBackend(folder, k3, o)
+
+
+def _run(k3: Target, backend: Any) -> ScenarioRun:
+    """A scenario run named ``probe`` whose backend is ``backend``."""
+    sc = {"name": "probe", "container": "k3-mini", "cache": {}, "steps": []}
+    make = functools.partial(lambda *a: None, "engine")
+    run = ScenarioRun(sc, {}, [], k3, Path("/nonexistent"), make, Report())
+    run.backend = backend
+    return run
+
+
+def test_the_trace_file_sits_beside_the_folder(tmp_path):
+    """The engine's trace file is the scratch folder's name plus .xctrace."""
+    assert trace_path(tmp_path / "engine-3") == tmp_path / "engine-3.xctrace"
+
+
+def test_both_backends_give_the_same_records(k3, tmp_path):
+    """Gets, a batch and a stream: the engine's file equals the oracle's model."""
+    eng, orc = _backends(k3, tmp_path, trace=True)
+    try:
+        for b in (eng, orc):
+            b.get(0, 1)
+            b.get(0, 1)
+            b.getmany([(0, 2), (0, 1), (0, 2)])
+            b.stream_rest(b.stream_begin([(0, 3), (0, 2)]))
+        want = [[0, 1, "get", "miss"], [0, 1, "get", "hit"],
+                [0, 2, "prefetch", "issued"], [0, 1, "prefetch", "resident"],
+                [0, 2, "prefetch", "duplicate"], [0, 3, "stream", "miss"],
+                [0, 2, "stream", "hit"]]
+        assert take(eng) == take(orc) == {"trace": want, "trace_records": 7}
+        eng.get(0, 4)
+        orc.get(0, 4)
+        assert take(eng) == take(orc) == {
+            "trace": [[0, 4, "get", "miss"]], "trace_records": 1}
+    finally:
+        eng.close()
+        orc.close()
+
+
+def test_a_trace_step_needs_the_trace_option(k3, tmp_path):
+    """Without "trace": true in the cache options a trace step cannot run."""
+    eng, orc = _backends(k3, tmp_path)
+    try:
+        for b in (eng, orc):
+            with pytest.raises(CannotRun) as e:
+                take(b)
+            assert str(e.value) == ('a trace step needs "trace": true in the '
+                                    'cache options')
+        with pytest.raises(CannotRun) as e:
+            take(None)
+        assert str(e.value) == "a trace step needs an open cache"
+    finally:
+        eng.close()
+        orc.close()
+
+
+def test_check_names_the_broken_prefetch_accounting(k3, tmp_path):
+    """With an unused resident prefetch, a prefetch load too many is INV-PREFETCH."""
+    eng, orc = _backends(k3, tmp_path)
+    try:
+        for b in (eng, orc):
+            b.get(0, 0)
+            b.getmany([(0, 1), (0, 2)])
+            b.get(0, 1)
+        assert eng.values()["prefetch_unused_resident"] == 1
+        step = {"op": "break_check", "what": "PREFETCH"}
+        assert probe(_run(k3, eng), step) == {"check_broken": "INV-PREFETCH"}
+        assert probe(_run(k3, orc), step) == {"check_broken": "INV-PREFETCH"}
+        assert eng.values()["invariants"] == "clean"  # the hook restored it
+    finally:
+        eng.close()
+        orc.close()
+
+
+@pytest.mark.parametrize("what,extra", [
+    ("CLOCK", {"slot": 1, "variant": 0}), ("KEY_TWICE", {"slot": 0, "other": 1}),
+    ("INDEX", {"slot": 1}), ("EMPTY_FIELD", {"slot": "empty", "variant": 2}),
+    ("COUNTERS", {"variant": 3}), ("READS", {})])
+def test_each_break_is_named_as_the_table_says(k3, tmp_path, what, extra):
+    """The engine's check() names each break as BREAK_NAMES does; clean after."""
+    eng, orc = _backends(k3, tmp_path)
+    try:
+        eng.get(0, 0)
+        eng.get(0, 1)
+        got = probe(_run(k3, eng), {"what": what, **extra})
+        assert got == {"check_broken": BREAK_NAMES[what]}
+        assert eng.values()["invariants"] == "clean"
+    finally:
+        eng.close()
+        orc.close()
+
+
+def test_bad_break_steps_are_named(k3, tmp_path):
+    """An unknown break, a key in no slot or no free slot: CannotRun saying which."""
+    eng, orc = _backends(k3, tmp_path, n_slots=5)
+    try:
+        run = _run(k3, eng)
+        with pytest.raises(CannotRun) as e:
+            probe(run, {"what": "SLOW"})
+        assert str(e.value) == ("scenario probe: break_check what 'SLOW' is not "
+                                f"one of {', '.join(BREAK_NAMES)}")
+        with pytest.raises(CannotRun) as e:
+            probe(run, {"what": "INDEX", "slot": 3})
+        assert str(e.value) == ("scenario probe: break_check names key 3 = "
+                                "(0, 3), which holds no slot")
+        for x in range(5):
+            eng.get(0, x)
+        with pytest.raises(CannotRun) as e:
+            probe(run, {"what": "EMPTY_FIELD", "slot": "empty", "variant": 0})
+        assert str(e.value) == ("scenario probe: break_check names an empty "
+                                "slot but every slot is in use")
+        with pytest.raises(CannotRun) as e:
+            probe(_run(k3, None), {"what": "READS"})
+        assert str(e.value) == "scenario probe: break_check needs an open cache"
+    finally:
+        eng.close()
+        orc.close()

@@ -65,7 +65,7 @@ def direct_reads(offset: int, nbytes: int, chunk_bytes: int = 0,
 
 
 def window_ok(w: Window, got: int) -> bool:
-    """Whether a widened piece that returned ``got`` bytes before end of file is whole."""
+    """Whether a widened piece that got ``got`` bytes before end of file is whole."""
     return w.offset + got >= w.need_end
 
 

@@ -91,9 +91,9 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 27 scenarios, 236 checks, all pinned, none skipped."""
+    """On their home containers: 36 scenarios, 312 checks, all pinned, none skipped."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 27 and len(report.checks) == 236
+    assert len(names) == 36 and len(report.checks) == 312
     assert not report.failed and not report.skipped
     assert "reference (4 KiB chunks)" in names
     assert "policies (arc)" in names
@@ -104,8 +104,9 @@ def test_container_folder_runs_the_whole_set(tmp_path, folders, preset):
     """Every scenario runs on another fixture folder and passes on both backends."""
     names, report = _run(tmp_path / "work", str(folders[preset]))
     assert not report.failed, [c["detail"] for c in report.failed]
-    assert not report.skipped
-    assert len(names) == 27
+    # O_DIRECT cannot pack an expert scattered over its file (the presets')
+    assert [s["scenario"] for s in report.skipped] == ["state-direct"]
+    assert len(names) == 34
     assert {c["backend"] for c in report.checks} == {"engine", "oracle"}
     reads = [c for c in report.checks if c["check"].startswith(
         "routed reads are byte-exact") and c["backend"] == "engine"]
@@ -293,7 +294,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     p = _replay("--container", str(folders["deepseek-mini"]),
                 str(tmp_path / "out"), "--json", str(report))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
-    assert p.stdout.splitlines()[-1].startswith("PASS: 27 scenarios, 236 checks;")
+    assert p.stdout.splitlines()[-1].startswith("PASS: 36 scenarios, 312 checks;")
     assert "  PASS  serial reads are byte-exact [engine]" in p.stdout
     data = json.loads(report.read_text())
     assert data["container"] == str(folders["deepseek-mini"])

@@ -173,7 +173,8 @@ def test_contract_scenarios_pass_on_a_k3_mini_folder(tmp_path):
                            "chunk-faults", "reader-overlap", "in-flight",
                            "stream-claim"], container=str(folder))
     assert not report.failed, [c["detail"] for c in report.failed]
-    assert len(names) == 8
+    assert len(names) == 9  # "stream-claim" also picks stream-claim-kinds
+    assert "stream-claim-kinds" in names
     assert [s["scenario"] for s in report.skipped] == ["key-bounds"]
     assert "requires L >= 2; here L = 1" in report.skipped[0]["reason"]
 

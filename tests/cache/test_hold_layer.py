@@ -58,7 +58,7 @@ def test_views_are_the_files_bytes(k3_shard):
     experts = [3, 7, 11, 19]
     with c.hold_layer(0, experts) as views:
         assert len(views) == 4
-        for e, v in zip(experts, views):
+        for e, v in zip(experts, views, strict=True):
             assert payload(v) == expert_bytes(k3_shard, e)
             for name, arr in v.items():
                 assert arr.dtype.name == "uint8"
@@ -142,8 +142,8 @@ def test_a_failing_load_in_the_middle_leaves_nothing_held(k3_shard, faults):
         c.hold_layer(0, [0, 5, 6, 7, 1])
     offset = 20608 + 1632 * 6
     assert str(ei.value) == (
-        f"layer 0 expert 6: {k3_shard}: read of 1632 bytes at byte {offset} failed after 0 "
-        f"bytes: Input/output error (errno 5)")
+        f"layer 0 expert 6: {k3_shard}: read of 1632 bytes at byte {offset} "
+        f"failed after 0 bytes: Input/output error (errno 5)")
     assert (ei.value.layer, ei.value.expert) == (0, 6)
     assert holds(c) == [0] * 8
     assert c.resident() == {(0, 0), (0, 1), (0, 5), (0, 7)}
@@ -178,7 +178,7 @@ def test_a_failing_load_on_parallel_readers_leaves_nothing_held(k3_shard, faults
 
 
 def test_no_slot_gives_back_the_holds_taken(k3_shard):
-    """All five slots held by gets: the hit is given back, AllPinnedError names the key."""
+    """All five slots held by gets: the hit is given back; the error names the key."""
     c = make(k3_shard, n_slots=5)
     held = [c.get(0, e) for e in range(5)]
     with pytest.raises(AllPinnedError) as ei:

@@ -235,7 +235,7 @@ class ExpertCache:
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         self._new = ffi.new
         #: views by payload offset and spare C arrays of hold_layer
-        self._hold_views = HoldViews(self._arena, self._layout,
+        self._hold_views = HoldViews(lib, self._ptr, self._arena, self._layout,
                                      int(lib.xc_cache_n_slots(self._ptr)))
         self._pid = os.getpid()
         self._fork_note: str | None = None
@@ -435,6 +435,7 @@ class ExpertCache:
         # swap the entry points first: no new call reaches the C cache
         self._lib = _CLOSED_LIB
         self._hold = self._unhold = _closed
+        self._hold_views.refuse(_closed)
         if self._fork_note is None:
             while self._busy:  # calls in progress in other threads
                 time.sleep(0.0005)
@@ -445,7 +446,6 @@ class ExpertCache:
         else:
             self._ptr = None
         self._arena = None  # the views that remain keep the C arena alive
-        self._hold_views.close()
         _OPEN.discard(self)
         caches = getattr(self._container, "_caches", None)
         if caches is not None:
@@ -467,6 +467,7 @@ class ExpertCache:
         self._fork_note = note
         self._lib = _ClosedLib(refuse)
         self._hold = self._unhold = refuse
+        self._hold_views.refuse(refuse)
         _lib.ffi().gc(self._ptr, None)  # never xc_cache_close in the child
         self._busy = []  # the parent's threads are not here to pop
         for st in list(self._streams):  # never end them here: no readers

@@ -128,22 +128,30 @@ class Expert:
 
 
 class HoldViews:
-    """Per cache: tensor views by payload arena offset, and spare C buffers.
+    """Per cache: tensor views by payload arena offset, spare C buffers, C calls.
 
     ``views[offset]`` is the read-only mapping of tensor name to numpy view
     for a payload starting at ``offset`` in the arena: made at the first
     hold there, reused after.  ``free[n]`` are (handles, offsets) C arrays
     of n entries not in use; a list's ``pop``/``append`` are atomic under
-    the GIL, so threads share them without a lock.
+    the GIL, so threads share them without a lock.  ``hold`` and ``unhold``
+    are the two C calls bound once (the hit path is a few hundred ns and
+    lookups show); :meth:`refuse` swaps both for a function that raises,
+    as ``ExpertCache.close`` and the fork handler do with the cache's own.
     """
 
-    __slots__ = ("views", "free", "_arena", "_items", "_limit")
+    __slots__ = ("views", "free", "hold", "unhold", "ptr", "unpack",
+                 "_arena", "_items", "_limit")
 
-    def __init__(self, arena: np.ndarray | None, layout: SlotLayout,
-                 n_slots: int) -> None:
+    def __init__(self, lib: Any, ptr: Any, arena: np.ndarray,
+                 layout: SlotLayout, n_slots: int) -> None:
         self.views: dict[int, Mapping[str, np.ndarray]] = {}
         self.free: dict[int, list[tuple[Any, Any]]] = {}
-        self._arena = arena
+        self.hold = lib.xc_cache_hold_layer
+        self.unhold = lib.xc_cache_unhold_many
+        self.ptr = ptr
+        self.unpack = _lib.ffi().unpack
+        self._arena: np.ndarray | None = arena
         self._items = layout.items
         # O_DIRECT payloads start file_offset mod 4096 into their slot, so
         # one slot may show several offsets: bound the table all the same
@@ -163,23 +171,16 @@ class HoldViews:
         return v
 
     def buffers(self, n: int) -> tuple[Any, Any]:
-        """A spare (handles, offsets) pair of C arrays of n entries."""
-        pool = self.free.get(n)
-        if pool:
-            try:
-                return pool.pop()
-            except IndexError:  # another thread took the last one
-                pass
+        """A new (handles, offsets) pair of C arrays of n entries."""
         ffi = _lib.ffi()
         return (ffi.new("int64_t[]", max(n, 1)),
                 ffi.new("uint64_t[]", max(n, 1)))
 
-    def give_back(self, n: int, bufs: tuple[Any, Any]) -> None:
-        """Return a pair from :meth:`buffers` for reuse."""
-        self.free.setdefault(n, []).append(bufs)
-
-    def close(self) -> None:
-        """Drop every view (the arena lives on only in views others hold)."""
+    def refuse(self, fail: Any) -> None:
+        """From now on both C calls raise through ``fail``; drop the views."""
+        # ptr stays: a call that read the old functions (counted busy
+        # before this swap, so close waits for it) still needs it
+        self.hold = self.unhold = fail
         self._arena = None
         self.views = {}
 
@@ -216,16 +217,16 @@ class LayerHold:
 
     # _live is set while held: release() deletes it first, and deleting an
     # unset slot fails atomically, so of two racing releases exactly one
-    # gives the holds back.
-    __slots__ = ("_cache", "_bufs", "_n", "layer", "experts", "views",
+    # gives the holds back.  _pool is where the C buffers go back.
+    __slots__ = ("_cache", "_bufs", "_pool", "layer", "experts", "views",
                  "_live")
 
     def __init__(self, cache: ExpertCache, layer: int, experts: list[int],
-                 bufs: tuple[Any, Any], views: tuple[Mapping[str, np.ndarray], ...]
-                 ) -> None:
+                 bufs: tuple[Any, Any], pool: list[tuple[Any, Any]],
+                 views: list[Mapping[str, np.ndarray]]) -> None:
         self._cache = cache
         self._bufs = bufs
-        self._n = len(experts)
+        self._pool = pool
         self.layer = layer
         self.experts = experts
         self.views = views
@@ -247,8 +248,8 @@ class LayerHold:
         busy = cache._busy
         busy.append(None)
         try:
-            rc = cache._lib.xc_cache_unhold_many(cache._ptr, self._bufs[0],
-                                                 self._n)
+            hv = cache._hold_views
+            rc = hv.unhold(hv.ptr, self._bufs[0], len(self.views))
         except BaseException:
             self._live = True  # nothing was given back
             raise
@@ -257,9 +258,9 @@ class LayerHold:
         if rc:
             self._live = True
             _lib.check(rc)
-        cache._hold_views.give_back(self._n, self._bufs)
+        self._pool.append(self._bufs)
 
-    def __enter__(self) -> tuple[Mapping[str, np.ndarray], ...]:
+    def __enter__(self) -> list[Mapping[str, np.ndarray]]:
         return self.views
 
     def __exit__(self, *exc: object) -> None:
@@ -284,28 +285,30 @@ def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
         experts = _expert_list(experts)
     n = len(experts)
     hv = cache._hold_views
-    bufs = hv.buffers(n)
+    pool = hv.free.get(n)
+    if pool is None:
+        pool = hv.free.setdefault(n, [])
+    try:
+        bufs = pool.pop()
+    except IndexError:  # none spare
+        bufs = hv.buffers(n)
     busy = cache._busy
     busy.append(None)
     try:
-        rc = cache._lib.xc_cache_hold_layer(cache._ptr, layer, experts, n,
-                                            bufs[0], bufs[1])
+        rc = hv.hold(hv.ptr, layer, experts, n, bufs[0], bufs[1])
     except (OverflowError, TypeError) as e:  # cffi refused an argument
-        items = experts if type(experts) is list else []
         raise _err.conversion_error(
             e, [("layer", layer, *_err.INT32)] +
-            [(f"experts[{i}]", x, *_err.INT32) for i, x in enumerate(items)]
+            [(f"experts[{i}]", x, *_err.INT32) for i, x in enumerate(experts)]
         ) from None
     finally:
         busy.pop()
     if rc:
-        hv.give_back(n, bufs)
+        pool.append(bufs)
         _lib.check(rc)
-    views = hv.views
     try:
-        vs = tuple([views[o] for o in _lib.ffi().unpack(bufs[1], n)])
-    except KeyError:
-        make = hv.make
-        vs = tuple([views.get(o) or make(o)
-                    for o in _lib.ffi().unpack(bufs[1], n)])
-    return LayerHold(cache, layer, experts, bufs, vs)
+        views = list(map(hv.views.__getitem__, hv.unpack(bufs[1], n)))
+    except KeyError:  # a payload offset seen for the first time
+        get, make = hv.views.get, hv.make
+        views = [get(o) or make(o) for o in hv.unpack(bufs[1], n)]
+    return LayerHold(cache, layer, experts, bufs, pool, views)

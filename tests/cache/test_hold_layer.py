@@ -207,7 +207,7 @@ def test_no_experts_does_nothing(k3_shard):
     """An empty list holds nothing and counts nothing."""
     c = make(k3_shard)
     with c.hold_layer(0, []) as views:
-        assert views == ()
+        assert views == []
     assert c.stats()["requests"] == 0
     c.check()
 

@@ -17,6 +17,7 @@ Last line: each per expert, in multiples of the floor (goal for the API:
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads spin
 
 import fixtures  # noqa: E402
 from engine import Container, ExpertCache, _lib  # noqa: E402

@@ -318,3 +318,22 @@ def test_all_hits_allocate_nothing(k3_shard):
     c.hold_layer(0, [1, 2, 3]).release()
     assert alloc.stats() == before
     c.check()
+
+
+def test_a_streams_unread_reservation_is_read_then_hit(k3_shard):
+    """A key a stream reserved but nobody reads is read here, then counted a hit."""
+    c = make(k3_shard)
+    st = c.stream([(0, 5)])  # no readers: the miss waits for its consumer
+    assert [s["state"] for s in c.slots()][0] == "inflight"
+    with c.hold_layer(0, [5, 6]) as views:
+        assert payload(views[0]) == expert_bytes(k3_shard, 5)
+        assert holds(c)[:2] == [2, 1]  # the stream's hold and ours
+    assert counters(c, "requests", "hits", "misses") == {
+        "requests": 3, "hits": 1, "misses": 2}
+    c.check()
+    (x,) = list(st)
+    assert x.key == (0, 5) and bytes(x.data) == expert_bytes(k3_shard, 5)
+    x.release()
+    st.close()
+    assert holds(c) == [0] * 8
+    c.check()

@@ -264,8 +264,26 @@ class LayerHold:
         return self.views
 
     def __exit__(self, *exc: object) -> None:
-        if hasattr(self, "_live"):
-            self.release()
+        # release() inlined: this is every layer's exit on the hit path
+        try:
+            del self._live
+        except AttributeError:  # released inside the block: nothing to do
+            return
+        cache = self._cache
+        busy = cache._busy
+        busy.append(None)
+        try:
+            hv = cache._hold_views
+            rc = hv.unhold(hv.ptr, self._bufs[0], len(self.views))
+        except BaseException:
+            self._live = True  # nothing was given back
+            raise
+        finally:
+            busy.pop()
+        if rc:
+            self._live = True
+            _lib.check(rc)
+        self._pool.append(self._bufs)
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"

@@ -337,3 +337,51 @@ def test_a_streams_unread_reservation_is_read_then_hit(k3_shard):
     st.close()
     assert holds(c) == [0] * 8
     c.check()
+
+
+def test_threads_hold_overlapping_layers(k3_shard):
+    """Four threads holding overlapping top-4s: every view right, nothing left held."""
+    import threading
+    c = make(k3_shard, n_slots=20, batch_threads=2)
+    wrong = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(200):
+            experts = rng.sample(range(24), 4)
+            with c.hold_layer(0, experts) as views:
+                for e, v in zip(experts, views, strict=True):
+                    if payload(v) != expert_bytes(k3_shard, e):
+                        wrong.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    assert holds(c) == [0] * 20
+    assert c.stats()["requests"] == 4 * 200 * 4
+    c.check()
+
+
+def test_a_fork_child_refuses_hold_and_release(k3_shard):
+    """In a fork() child, hold_layer and a parent's hold's release are MisuseError."""
+    import os
+    c = make(k3_shard)
+    h = c.hold_layer(0, [1, 2])
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code, never by pytest
+        code = 0
+        for call in (lambda: c.hold_layer(0, [3]), h.release):
+            try:
+                call()
+                code = code * 2 + 1
+            except MisuseError as e:
+                code = code * 2 + ("child process" not in str(e))
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    h.release()  # the parent's hold is intact
+    assert holds(c) == [0] * 8
+    c.check()

@@ -385,3 +385,39 @@ def test_a_fork_child_refuses_hold_and_release(k3_shard):
     h.release()  # the parent's hold is intact
     assert holds(c) == [0] * 8
     c.check()
+
+
+@pytest.mark.parametrize("policy", ["s3fifo", "arc"])
+def test_queue_policies_keep_every_invariant(k3_shard, policy):
+    """Under the queue policies (inserts in stamp order) every step checks clean."""
+    rng = random.Random(11)
+    c = make(k3_shard, policy=policy, batch_threads=2)
+    for _ in range(80):
+        experts = rng.sample(range(24), 4)
+        with c.hold_layer(0, experts) as views:
+            assert [payload(v) for v in views] == [
+                expert_bytes(k3_shard, e) for e in experts]
+        c.check()
+    s = c.stats()
+    assert (s["requests"], s["hits"] + s["misses"]) == (320, 320)
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo", "lfu", "hotness", "s3fifo",
+                                    "arc"])
+def test_agrees_with_the_oracles_stream(k3_shard, policy):
+    """Every policy: hold_layer leaves the counters and slot keys of oracle.stream."""
+    from oracle.cache import CacheModel
+    rng = random.Random(5)
+    c = make(k3_shard, policy=policy)
+    m = CacheModel([0], 24, 4, expert_bytes=1632, n_slots=8, policy=policy)
+    names = ("requests", "hits", "misses", "evictions", "payload_bytes")
+    for step in range(60):
+        experts = rng.sample(range(24), 4)
+        with c.hold_layer(0, experts):
+            pass
+        for ref in m.stream([(0, e) for e in experts]):
+            m.release(ref)
+        assert [s["key"] for s in c.slots()] == [s.key for s in m.slots()], step
+    ms = m.stats()
+    assert counters(c, *names) == {n: ms[n] for n in names}
+    c.check()

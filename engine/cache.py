@@ -33,16 +33,13 @@ import numpy as np
 
 from engine import _lib
 from engine import errors as _err
-from engine.container import NUMPY_DTYPES
-from engine.errors import EngineError, InvariantError, misuse
+from engine.errors import InvariantError, misuse
+from engine.hold import Expert, HoldViews, LayerHold, SlotLayout, hold_layer
 from engine.layout import UNSET, cache_keywords
+from engine.stream import Stream
+from engine.stream import key_arrays as _key_arrays
 
-
-def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
-    """The layers and the experts of keys as two int32 arrays (never NULL)."""
-    new = _lib.ffi().new
-    return (new("int32_t[]", [k[0] for k in keys] or [0]),
-            new("int32_t[]", [k[1] for k in keys] or [0]))
+__all__ = ["TIMING_COUNTERS", "Expert", "ExpertCache", "LayerHold", "Stream"]
 
 
 #: Counters that depend on timing or on the machine, not on the semantics:
@@ -50,31 +47,6 @@ def _key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
 TIMING_COUNTERS = ("load_ns", "page_cache_loads", "device_loads",
                    "unknown_loads", "page_cache_bytes", "device_bytes",
                    "queue_fallbacks")
-_STREAM_END = 1
-
-
-class _Layout:
-    """Where each tensor sits in a payload, and how numpy should see it."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, ptr: Any) -> None:
-        ffi, lib = _lib.ffi(), _lib.lib()
-        info = ffi.new("xc_slot_tensor *")
-        items = []
-        for i in range(lib.xc_cache_n_tensors(ptr)):
-            _lib.check(lib.xc_cache_tensor(ptr, i, info))
-            name = ffi.string(info.name).decode()
-            dname = ffi.string(lib.xc_dtype_name(info.dtype)).decode()
-            shape = tuple(int(info.shape[d]) for d in range(info.ndim))
-            dtype = NUMPY_DTYPES.get(dname)
-            if dtype is None:  # numpy lacks it: raw bytes, shape kept if 8-bit
-                dtype = np.uint8
-                if lib.xc_dtype_bits(info.dtype) != 8:
-                    shape = (int(info.nbytes),)
-            items.append((name, int(info.offset), int(info.nbytes),
-                          np.dtype(dtype), shape))
-        self.items = tuple(items)
 
 
 def _closed(*_args: object) -> Any:
@@ -119,180 +91,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class Expert:
-    """A held reference to one resident expert; release it (or use ``with``)."""
-
-    # _h is the C handle of the hold (xc.h, xc_cache_hold): an int, so the
-    # hit path allocates no xc_ref and the views are made only when asked.
-    # _live is set while held: release() deletes it first, and deleting an
-    # unset slot fails atomically, so of two racing releases exactly one
-    # gives the hold back.
-    __slots__ = ("_cache", "_h", "key", "_live")
-
-    def __init__(self, cache: ExpertCache, handle: int,
-                 key: tuple[int, int]) -> None:
-        self._cache = cache
-        self._h = handle
-        self.key = key
-        self._live = True
-
-    @property
-    def _released(self) -> bool:
-        return not hasattr(self, "_live")
-
-    @property
-    def slot(self) -> int:
-        """The slot that holds this expert."""
-        return self._h & 0xFFFFFFFF
-
-    @property
-    def data(self) -> np.ndarray:
-        """The whole payload as a read-only zero-copy uint8 view."""
-        self._alive()
-        return self._cache._view(self._h)
-
-    @property
-    def tensors(self) -> dict[str, np.ndarray]:
-        """Each tensor as a read-only zero-copy view with its dtype and shape."""
-        data = self.data
-        return {name: data[off:off + n].view(dtype).reshape(shape)
-                for name, off, n, dtype, shape in self._cache._layout.items}
-
-    def release(self) -> None:
-        """Give the hold back; a second release is a MisuseError."""
-        try:  # C cannot tell our hold from another's: claim it here first
-            del self._live
-        except AttributeError:
-            raise misuse(f"expert {self.key} was released") from None
-        cache = self._cache
-        busy = cache._busy
-        busy.append(None)
-        try:
-            rc = cache._unhold(cache._ptr, self._h)
-        except BaseException:
-            self._live = True  # nothing was given back
-            raise
-        finally:
-            busy.pop()
-        if rc:
-            self._live = True
-            _lib.check(rc)
-
-    def _alive(self) -> None:
-        if not hasattr(self, "_live"):
-            raise misuse(f"expert {self.key} was released")
-
-    def __enter__(self) -> Expert:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._released:
-            self.release()
-
-    def __repr__(self) -> str:
-        state = "released" if self._released else "held"
-        return f"<Expert layer={self.key[0]} expert={self.key[1]} {state}>"
-
-
-class Stream:
-    """An open stream: yields held experts, resident ones first, then as reads complete.
-
-    Each yielded :class:`Expert` is the caller's to release.  A failed read
-    does not end the stream (docs/CACHE.md stream step 5): the other
-    experts are still yielded, and the first failure is raised, with its
-    own message, file and byte offset, once they all were; the next call
-    then stops.  :meth:`close` (also the context manager's exit, garbage
-    collection, and closing the cache) ends the stream early: the holds of
-    experts not yet yielded go back, reads it started are finished first.
-    One stream may be used from several threads: its calls take turns (a
-    lock), and a ``close()`` from another thread waits for a ``next()`` in
-    progress.
-    """
-
-    __slots__ = ("_cache", "_keys", "_st", "_ref", "_index", "_error",
-                 "_lock", "__weakref__")
-
-    def __init__(self, cache: ExpertCache, keys: Iterable[tuple[int, int]]
-                 ) -> None:
-        ffi = _lib.ffi()
-        self._st: Any = None
-        self._lock = threading.Lock()
-        self._cache = cache
-        self._keys = _err.check_keys("keys", keys)
-        layers, experts = _key_arrays(self._keys)
-        out = ffi.new("xc_stream **")
-        _lib.check(cache._lib.xc_cache_stream_begin(
-            cache._ptr, layers, experts, len(self._keys), out))
-        self._st = out[0]
-        self._ref = ffi.new("xc_ref *")
-        self._index = ffi.new("size_t *")
-        self._error: EngineError | None = None
-        cache._streams.add(self)
-
-    def __iter__(self) -> Stream:
-        return self
-
-    def __next__(self) -> Expert:
-        cache = self._cache
-        busy = cache._busy
-        busy.append(None)
-        try:
-            with self._lock:
-                ex = self._next_locked()
-        finally:
-            busy.pop()
-        if ex is None:
-            raise StopIteration
-        return ex
-
-    def _next_locked(self) -> Expert | None:
-        while True:
-            if self._st is None:
-                return None
-            cache = self._cache
-            rc = cache._lib.xc_cache_stream_next(self._st, self._ref,
-                                                 self._index)
-            if rc == _STREAM_END:
-                err, self._error = self._error, None
-                self._end_locked()
-                if err is not None:
-                    raise err
-                return None
-            if rc:
-                try:
-                    _lib.check(rc)
-                except EngineError as e:  # the stream goes on; raised last
-                    if self._error is None:
-                        self._error = e
-                    continue
-            ref = self._ref
-            h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
-            return Expert(cache, h, self._keys[self._index[0]])
-
-    def close(self) -> None:
-        """End the stream: give back the holds of experts not yet yielded."""
-        if self._st is None:
-            return
-        with self._lock:
-            self._end_locked()
-
-    def _end_locked(self) -> None:
-        st, self._st = self._st, None
-        if st is not None:
-            self._cache._streams.discard(self)
-            self._cache._clib.xc_cache_stream_end(st)
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_st", None) is not None:
-            self.close()
 
 
 class ExpertCache:
@@ -426,7 +224,7 @@ class ExpertCache:
             ffi.buffer(keeper, int(lib.xc_arena_bytes(arena))), np.uint8)
         self._arena.flags.writeable = False
         self._arena_addr = int(ffi.cast("uintptr_t", base))
-        self._layout = _Layout(self._ptr)
+        self._layout = SlotLayout(self._ptr)
         #: whether the slot arena is locked in memory, and why (not) in words
         self.mlock_active: bool = bool(lib.xc_cache_mlock_active(self._ptr))
         self.mlock_note: str = ffi.string(
@@ -436,6 +234,9 @@ class ExpertCache:
         self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         self._new = ffi.new
+        #: views by payload offset and spare C arrays of hold_layer
+        self._hold_views = HoldViews(lib, self._ptr, self._arena, self._layout,
+                                     int(lib.xc_cache_n_slots(self._ptr)))
         self._pid = os.getpid()
         self._fork_note: str | None = None
         caches = getattr(container, "_caches", None)
@@ -474,6 +275,10 @@ class ExpertCache:
         if h < 0:
             _lib.check(h)
         return Expert(self, h, (layer, expert))
+
+    #: ``with cache.hold_layer(layer, experts) as views:`` -- one layer's
+    #: experts held in one C call; see :func:`engine.hold.hold_layer`
+    hold_layer = hold_layer
 
     @_gated
     def getmany(self, keys: Iterable[tuple[int, int]]) -> int:
@@ -630,6 +435,7 @@ class ExpertCache:
         # swap the entry points first: no new call reaches the C cache
         self._lib = _CLOSED_LIB
         self._hold = self._unhold = _closed
+        self._hold_views.refuse(_closed)
         if self._fork_note is None:
             while self._busy:  # calls in progress in other threads
                 time.sleep(0.0005)
@@ -661,6 +467,7 @@ class ExpertCache:
         self._fork_note = note
         self._lib = _ClosedLib(refuse)
         self._hold = self._unhold = refuse
+        self._hold_views.refuse(refuse)
         _lib.ffi().gc(self._ptr, None)  # never xc_cache_close in the child
         self._busy = []  # the parent's threads are not here to pop
         for st in list(self._streams):  # never end them here: no readers

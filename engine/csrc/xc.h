@@ -550,6 +550,32 @@ int xc_cache_unhold(xc_cache *c, int64_t handle);
  * XC_E_MISUSE, when the handle holds nothing now.  Changes nothing. */
 const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
 
+/* One layer's experts held in one call (docs/CACHE.md "hold_layer"): the
+ * experts of layer counted, stamped and held exactly as a stream of those
+ * keys with split_min_misses 1 (a run of gets that hold, for the tick
+ * policies), the misses read in parallel on the batch pool as getmany
+ * reads.  On XC_OK handles[i] is the handle of experts[i] (give it back
+ * with xc_cache_unhold or xc_cache_unhold_many) and offsets[i] the byte
+ * offset of its payload in the slot arena (xc_cache_arena).  On failure
+ * nothing is held by the call, nothing is written to handles or offsets,
+ * and the counters, clock and slots are those of the gets that ran:
+ * XC_E_MISUSE (nothing changed) for an invalid or repeated key, NULL
+ * arrays, or more experts than slots; XC_E_NOMEM (nothing changed) for
+ * more than 64 experts and no memory; XC_E_ALL_PINNED when an expert
+ * found no slot (the experts before it were counted and loaded, then
+ * given back; it and those after it were not counted); XC_E_SHORT_READ /
+ * XC_E_IO / XC_E_CHANGED when a read failed (every read is published or
+ * counted as failed, every hold is given back, and the first failure in
+ * the order given is reported with its reader's record: file, byte, cause).
+ * n == 0 does nothing and returns XC_OK. */
+int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
+                        size_t n, int64_t *handles, uint64_t *offsets);
+
+/* Gives back one hold of each of handles[0..n-1] (xc_cache_unhold's
+ * rules), all or none: XC_E_MISUSE, nothing changed, when any handle holds
+ * nothing now.  Does not touch the clock. */
+int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n);
+
 /* Batch prefetch (docs/CACHE.md getmany steps 1-3): reserves slots for the
  * missing keys serially, reads them in parallel on the cache's readers and
  * publishes them serially; *published (may be NULL) receives how many were

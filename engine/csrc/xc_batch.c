@@ -17,6 +17,8 @@ void xc_read_one(const xc_cache *c, resv *r)
     r->rc = xc_load_read_src(&c->ld, r->key, xc_slot_mem(c, r->slot),
                              &r->payload_off, &r->asked_bytes, &r->src);
     r->ns = xc_now_ns() - t0;
+    if (r->rc != XC_OK && r->err != NULL)
+        *r->err = *xc_last_error(); /* this thread's: file, byte, cause */
 }
 
 /* How long a batch reader keeps polling for work before it sleeps on a
@@ -205,6 +207,7 @@ void *xc_readahead_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         r.slot = it.slot;
         r.key = it.key;
+        r.err = NULL;
         xc_read_one(c, &r);
         pthread_mutex_lock(&c->mu);
         xc_slot_finish(c, it.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
@@ -290,6 +293,7 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
         xc_trace_put(c, tkind, TRACE_OUT_ISSUED, key);
         rv[n_resv].slot = si;
         rv[n_resv].key = key;
+        rv[n_resv].err = NULL;
         n_resv++;
     }
     if (kind == KIND_SPEC)
@@ -383,3 +387,222 @@ void xc_pool_stop(xc_cache *c, int n_started)
         pthread_join(c->workers[i], NULL);
 }
 
+
+/* ------------------------------------------------------------------ */
+/* hold_layer: one layer's experts held in one call                     */
+/* ------------------------------------------------------------------ */
+
+/* Keys a hold_layer call keeps on the stack; more are allocated.  A
+ * layer's top-k is 1-16 in every model we know of (Kimi-K2/K3 and
+ * DeepSeek-V3: 8), so the hit path never allocates. */
+#define HOLD_STACK_KEYS 64
+#define HOLD_GEN_MASK 0x7fffffffu
+
+/* The slot a handle names if it holds a READY reference now (mu held), or
+ * NULL: the rule of xc_cache_unhold. */
+static slot *hold_slot(xc_cache *c, int64_t handle)
+{
+    int64_t si = handle & 0xffffffff;
+    slot *s;
+    if (handle < 0 || (uint64_t)si >= c->n_slots)
+        return NULL;
+    s = &c->slots[si];
+    if (s->state != XC_SLOT_READY || s->holds == 0 ||
+        (s->generation & HOLD_GEN_MASK) != (uint32_t)(handle >> 32))
+        return NULL;
+    return s;
+}
+
+/* Records the error of a failed read of item r (mu not needed): the
+ * reading thread's record when it was kept, else one naming the key. */
+static int hold_read_failed(const xc_cache *c, const resv *r)
+{
+    int32_t layer, expert;
+    if (r->err != NULL && r->err->code == r->rc)
+        return xc_fail_copy(r->err);
+    xc_load_unkey(&c->ld, r->key, &layer, &expert);
+    return xc_fail(r->rc, -1, layer, expert,
+                   "layer %d expert %d: read failed (%s)", (int)layer,
+                   (int)expert, xc_status_name(r->rc));
+}
+
+/*
+ * hold_layer (docs/CACHE.md "hold_layer"): (1) validate every key and
+ * refuse a repeat, (2) wait until none of them is in flight (a stream's
+ * unread reservation is read here instead, as get does), (3) in the order
+ * given: READY is a hit (counted, touched, held), missing is a miss
+ * reserved with its tick stamped now -- a stream's bookkeeping -- and a
+ * key that finds no slot ends the pass, (4) read the reserved misses in
+ * parallel on the batch pool, (5) publish them in the order given, each
+ * held, (6) on any failure give back every hold (1)-(5) took, else return
+ * the handles.
+ */
+int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
+                        size_t n, int64_t *handles, uint64_t *offsets)
+{
+    uint32_t kstack[HOLD_STACK_KEYS], *keys = kstack;
+    resv rstack[HOLD_STACK_KEYS], *rv = rstack;
+    xc_error *errs = NULL;
+    size_t i, j, n_done = 0, n_resv = 0;
+    int32_t pinned_expert = -1;
+    uint64_t seq;
+    int rc = XC_OK;
+
+    if (n > 0 && (experts == NULL || handles == NULL || offsets == NULL))
+        return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                       "hold_layer: NULL experts, handles or offsets");
+    if (n > c->n_slots)
+        return xc_fail(XC_E_MISUSE, -1, layer, -1,
+                       "hold_layer: %zu experts cannot be held at once in "
+                       "%zu slots", n, c->n_slots);
+    if (n > HOLD_STACK_KEYS) {
+        keys = xc_malloc(n * sizeof *keys);
+        rv = xc_malloc(n * sizeof *rv);
+        if (keys == NULL || rv == NULL) {
+            rc = xc_fail(XC_E_NOMEM, -1, layer, -1,
+                         "hold_layer: no memory for %zu keys", n);
+            goto out;
+        }
+    }
+    /* (1) validate */
+    for (i = 0; i < n; i++)
+        if ((rc = xc_load_key(&c->ld, layer, experts[i], &keys[i])) != XC_OK)
+            goto out;
+
+    pthread_mutex_lock(&c->mu);
+    seq = ++c->batch_seq;
+    for (i = 0; i < n; i++) {
+        if (c->seen[keys[i]] == seq) {
+            pthread_mutex_unlock(&c->mu);
+            rc = xc_fail(XC_E_MISUSE, -1, layer, experts[i],
+                         "hold_layer: layer %d expert %d is named twice",
+                         (int)layer, (int)experts[i]);
+            goto out;
+        }
+        c->seen[keys[i]] = seq;
+    }
+    /* (2) nothing changed yet: wait out every read of our keys */
+    for (i = 0; i < n;) {
+        int32_t si = c->index[keys[i]];
+        if (si < 0 || c->slots[si].state != XC_SLOT_INFLIGHT) {
+            i++;
+            continue;
+        }
+        if (c->slots[si].owner == OWNER_STREAM)
+            xc_stream_claim_read(c, c->slots[si].owner_stream,
+                                 c->slots[si].owner_item);
+        else
+            pthread_cond_wait(&c->ended, &c->mu);
+        i = 0; /* the lock was let go: look at every key again */
+    }
+    /* (3) hits and reservations in the order given */
+    for (n_done = 0; n_done < n; n_done++) {
+        uint32_t key = keys[n_done];
+        int32_t si = c->index[key];
+        if (si >= 0) { /* READY: (2) left nothing of ours in flight */
+            xc_slot_hit(c, si, key);
+            xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_HIT, key);
+            continue;
+        }
+        if ((si = xc_slot_miss_reserve(c, key)) < 0) {
+            pinned_expert = experts[n_done];
+            break; /* no slot: nothing changed for this key */
+        }
+        xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_MISS, key);
+        xc_slot_stamp(c, si);
+        c->slots[si].owner = OWNER_BATCH;
+        rv[n_resv].slot = si;
+        rv[n_resv].key = key;
+        rv[n_resv].err = NULL;
+        n_resv++;
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    /* (4) read the misses in parallel; a record per read when memory
+     * allows (without one, a failure is reported by key alone) */
+    if (n_resv > 0) {
+        errs = xc_malloc(n_resv * sizeof *errs);
+        for (j = 0; errs != NULL && j < n_resv; j++) {
+            errs[j].code = XC_OK;
+            rv[j].err = &errs[j];
+        }
+    }
+    read_batch(c, rv, n_resv);
+
+    /* (5) publish in the order given, each held */
+    pthread_mutex_lock(&c->mu);
+    for (j = 0; j < n_resv; j++) {
+        xc_slot_finish(c, rv[j].slot, rv[j].rc, rv[j].payload_off,
+                       rv[j].asked_bytes, rv[j].ns, KIND_STREAM, rv[j].src);
+        if (rv[j].rc == XC_OK)
+            c->slots[rv[j].slot].holds = 1;
+        else if (rc == XC_OK)
+            rc = rv[j].rc; /* the first failure in the order given */
+    }
+    if (n_resv)
+        pthread_cond_broadcast(&c->ended);
+    if (rc == XC_OK && n_done < n)
+        rc = XC_E_ALL_PINNED;
+    /* (6) all held, or none */
+    for (i = 0, j = 0; i < n_done; i++) {
+        int32_t si = c->index[keys[i]];
+        int is_miss = j < n_resv && rv[j].key == keys[i];
+        int ok = !is_miss || rv[j].rc == XC_OK;
+        j += is_miss;
+        if (!ok)
+            continue; /* emptied by its failed read: holds nothing */
+        assert(si >= 0 && c->slots[si].state == XC_SLOT_READY &&
+               c->slots[si].holds > 0);
+        if (rc != XC_OK) {
+            c->slots[si].holds--;
+            continue;
+        }
+        handles[i] = (int64_t)(c->slots[si].generation & HOLD_GEN_MASK) << 32 |
+                     (int64_t)si;
+        offsets[i] = (uint64_t)si * c->ld.stride + c->slots[si].payload_off;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc == XC_E_ALL_PINNED)
+        rc = xc_fail(XC_E_ALL_PINNED, -1, layer, pinned_expert,
+                     "hold_layer: layer %d expert %d: all %zu slots are "
+                     "held, pinned or in flight", (int)layer,
+                     (int)pinned_expert, c->n_slots);
+    else if (rc != XC_OK)
+        for (j = 0; j < n_resv; j++)
+            if (rv[j].rc != XC_OK) {
+                hold_read_failed(c, &rv[j]);
+                break;
+            }
+out:
+    xc_free(errs);
+    if (keys != kstack)
+        xc_free(keys);
+    if (rv != rstack)
+        xc_free(rv);
+    return rc;
+}
+
+int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n)
+{
+    size_t i;
+    if (n > 0 && handles == NULL)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "release: NULL handles");
+    pthread_mutex_lock(&c->mu);
+    for (i = 0; i < n; i++) {
+        slot *s = hold_slot(c, handles[i]);
+        if (s == NULL) {
+            int64_t bad = handles[i];
+            while (i-- > 0) /* put back what this call gave back */
+                c->slots[handles[i] & 0xffffffff].holds++;
+            pthread_mutex_unlock(&c->mu);
+            return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                           "release: handle %lld holds no reference "
+                           "(released twice, republished since, or of "
+                           "another cache)", (long long)bad);
+        }
+        s->holds--;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return XC_OK;
+}

@@ -82,6 +82,8 @@ typedef struct resv {
     uint32_t key;
     int rc, src;
     uint64_t payload_off, asked_bytes, ns;
+    xc_error *err; /* NULL, or where a failed read copies the reading
+                    * thread's error record (hold_layer reports it) */
 } resv;
 
 /* Who asked for a read: decides the publish rule (freq, marks, holds). */

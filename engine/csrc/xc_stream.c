@@ -156,6 +156,7 @@ void xc_stream_claim_read(xc_cache *c, xc_stream *stream, size_t i)
     resv r;
     r.slot = stream->slot[i];
     r.key = stream->keys[i];
+    r.err = NULL;
     /* a reservation nobody reads yet: claiming it twice would be two
      * reads into one slot */
     assert(stream->state[i] == STREAM_ITEM_LOCAL &&

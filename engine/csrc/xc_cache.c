@@ -157,11 +157,13 @@ void xc_slot_stamp(xc_cache *c, int32_t si)
  * publish would have given (insert first). */
 static void tell(xc_cache *c, slot *s)
 {
+    xc_pcand row;
     assert(s->state == XC_SLOT_READY && s->insert_pending);
     s->insert_pending = 0;
-    xc_policy_insert(&c->pol, s->key);
+    xc_slot_row(c, s, &row);
+    xc_policy_insert(&c->pol, &row);
     for (; s->pending_hits > 0; s->pending_hits--)
-        xc_policy_hit(&c->pol, s->key);
+        xc_policy_hit(&c->pol, &row);
 }
 
 /* Tells the untold inserts at the front of the order list, up to the
@@ -205,40 +207,97 @@ static void oq_sweep(xc_cache *c, int all)
 /* Victims                                                              */
 /* ------------------------------------------------------------------ */
 
+/* The view a policy chooses through (xc_policy.h).  A slot is a candidate
+ * when it is READY, unprotected and its insert was told. */
+typedef struct vctx {
+    xc_cache *c;
+    size_t n;      /* candidates listed in c->cand, once `listed` */
+    int listed;
+} vctx;
+
+static int is_candidate(const slot *s)
+{
+    if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))
+        return 0;
+    if (s->insert_pending)
+        return 0;
+    return 1;
+}
+
+static int view_row(const void *ctx, uint32_t key, xc_pcand *out)
+{
+    const xc_cache *c = ((const vctx *)ctx)->c;
+    int32_t si = c->index[key];
+    if (si < 0 || !is_candidate(&c->slots[si]))
+        return 0;
+    xc_slot_row(c, &c->slots[si], out);
+    return 1;
+}
+
+/* Lists the candidates in slot order in c->cand, once per choice: only a
+ * policy that samples by position (lfru) asks, and pays O(n_slots). */
+static void view_list(vctx *v)
+{
+    size_t i;
+    if (v->listed)
+        return;
+    for (i = 0; i < v->c->n_slots; i++)
+        if (is_candidate(&v->c->slots[i]))
+            xc_slot_row(v->c, &v->c->slots[i], &v->c->cand[v->n++]);
+    v->listed = 1;
+}
+
+static size_t view_count(const void *ctx)
+{
+    vctx *v = (vctx *)(uintptr_t)ctx;
+    view_list(v);
+    return v->n;
+}
+
+static void view_nth(const void *ctx, size_t j, xc_pcand *out)
+{
+    vctx *v = (vctx *)(uintptr_t)ctx;
+    view_list(v);
+    *out = v->c->cand[j];
+}
+
+/* The first untold slot on the order list that is READY and unprotected,
+ * or -1. */
+static int32_t untold_candidate(const xc_cache *c)
+{
+    int32_t si;
+    for (si = c->oq_first; si >= 0; si = c->slots[si].onext)
+        if (c->slots[si].state == XC_SLOT_READY &&
+            !SLOT_PROTECTED(&c->slots[si]))
+            return si;
+    return -1;
+}
+
 /* docs/CACHE.md "Victim choice": the lowest EMPTY slot, else the policy's
  * pick among READY unprotected slots whose insert it has been told, else
  * -1.  An untold slot is not a candidate (the policy does not know its
  * key yet); only when the untold ones are the only unprotected READY
  * slots are all untold inserts told first, in stamp order.  to_evict is
- * pure, and -1 changes nothing. */
+ * pure, and -1 changes nothing.  The EMPTY search starts at empty_lo (no
+ * EMPTY slot lies below it), so it is O(1) amortised: slots fill upwards
+ * and only a failed read lowers it. */
 int32_t xc_slot_victim(xc_cache *c)
 {
-    size_t i, n = 0, n_pending = 0;
-    for (i = 0; i < c->n_slots; i++)
+    vctx v = {c, 0, 0};
+    xc_pview view = {view_row, view_count, view_nth, &v};
+    size_t i;
+    int64_t k;
+    for (i = c->empty_lo; i < c->n_slots; i++)
         if (c->slots[i].state == XC_SLOT_EMPTY)
-            return (int32_t)i;
-    for (i = 0; i < c->n_slots; i++) {
-        const slot *s = &c->slots[i];
-        if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))
-            continue;
-        if (s->insert_pending) {
-            n_pending++;
-            continue;
-        }
-        c->cand[n].slot = (int32_t)i;
-        c->cand[n].key = s->key;
-        c->cand[n].last_use = s->last_use;
-        c->cand[n].insert_tick = s->insert_tick;
-        c->cand[n].freq = s->freq;
-        n++;
-    }
-    if (n == 0 && n_pending > 0) {
-        oq_sweep(c, 1); /* no untold slot is left: this recurses once */
-        return xc_slot_victim(c);
-    }
-    if (n == 0)
+            return (int32_t)(c->empty_lo = i);
+    c->empty_lo = c->n_slots;
+    k = c->pol.ops->to_evict(&c->pol, &view);
+    if (k >= 0)
+        return c->index[k];
+    if (untold_candidate(c) < 0)
         return -1;
-    return c->cand[c->pol.ops->to_evict(&c->pol, c->cand, n)].slot;
+    oq_sweep(c, 1); /* no untold slot is left: this recurses once */
+    return xc_slot_victim(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -328,7 +387,9 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
             cs->unknown_loads++;
         }
         if (!listed) {
-            xc_policy_insert(&c->pol, s->key);
+            xc_pcand row;
+            xc_slot_row(c, s, &row);
+            xc_policy_insert(&c->pol, &row);
             return;
         }
         /* told now if no earlier stamped read is under way */
@@ -338,6 +399,8 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         s->state = XC_SLOT_EMPTY;
         s->key = 0;
         s->last_use = 0;
+        if ((size_t)si < c->empty_lo)
+            c->empty_lo = (size_t)si;
         cs->load_failures++;
         if (rc == XC_E_SHORT_READ)
             cs->short_reads++;
@@ -368,13 +431,16 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
         c->stats.spec_used++;
     }
     s->freq++;
-    xc_slot_touch(c, s);
+    s->last_use = ++c->tick; /* the hit below tells the policy */
     s->holds++;
     xc_policy_request(&c->pol, key);
-    if (s->insert_pending)
+    if (s->insert_pending) {
         s->pending_hits++; /* told after its insert (tell) */
-    else
-        xc_policy_hit(&c->pol, key);
+    } else {
+        xc_pcand row;
+        xc_slot_row(c, s, &row);
+        xc_policy_hit(&c->pol, &row);
+    }
 }
 
 /* get step (4) up to the reservation (mu held): choose a victim, count the
@@ -841,7 +907,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     }
     for (i = 0; i < c->ld.n_keys; i++)
         c->index[i] = -1;
-    c->ordered = c->pol.ops->on_insert != xc_policy_nop;
+    c->ordered = c->pol.ops->stamp_order;
     c->oq_first = c->oq_last = -1;
     lock_arena(c, o->lock_memory);
     c->arena_ref->mlocked = c->mlocked;

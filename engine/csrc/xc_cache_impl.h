@@ -191,6 +191,7 @@ struct xc_cache {
     int ordered;
     int32_t oq_first, oq_last;
     uint32_t oq_n;
+    size_t empty_lo;       /* no slot below it is EMPTY (victim choice) */
     struct xc_stream *streams; /* open streams (begun, not ended) */
     uint64_t evictions_since_open, requests_since_open;
     xc_stats stats;        /* the derived fields are unused here */
@@ -242,10 +243,28 @@ static inline uint8_t *xc_slot_mem(const xc_cache *c, int32_t s)
     return c->arena + (size_t)s * c->ld.stride;
 }
 
-/* Gives s the next tick of the logical clock (mu held). */
+/* The policy's row of slot s. */
+static inline void xc_slot_row(const xc_cache *c, const slot *s,
+                               xc_pcand *out)
+{
+    out->slot = (int32_t)(s - c->slots);
+    out->key = s->key;
+    out->last_use = s->last_use;
+    out->insert_tick = s->insert_tick;
+    out->freq = s->freq;
+}
+
+/* Gives s the next tick of the logical clock (mu held).  A slot the policy
+ * holds (READY, its insert told) is a touch the policy hears of, so that
+ * a policy ordering keys by last_use keeps them in order. */
 static inline void xc_slot_touch(xc_cache *c, slot *s)
 {
     s->last_use = ++c->tick;
+    if (s->state == XC_SLOT_READY && !s->insert_pending) {
+        xc_pcand row;
+        xc_slot_row(c, s, &row);
+        xc_policy_touch(&c->pol, &row);
+    }
 }
 
 /* ------------------------------------------------------------------ */

@@ -3,10 +3,12 @@
  * without bytes, threads or locks.
  *
  * A simulated slot is exactly the row a policy sees (xc_pcand), so the
- * policy files run here unchanged: the same to_evict over the same
- * candidates in ascending slot order, the same callbacks in the same order
- * as xc_cache.c (xc_policy.h: a hit is request, hit; a miss is to_evict
- * when no slot is empty, request, evict, insert).  Slots fill in order
+ * policy files run here unchanged: the same to_evict through the same kind
+ * of view (a key is a candidate when it is in a slot the current step does
+ * not hold; the candidates in ascending slot order for lfru), the same
+ * callbacks in the same order as xc_cache.c (xc_policy.h: a hit is
+ * request, hit; a miss is to_evict when no slot is empty, request, evict,
+ * insert).  Slots fill in order
  * 0, 1, 2, ... and never empty again, which is the cache's "lowest EMPTY
  * slot first" rule for a run without failed reads.  Replaying a trace here
  * therefore gives the counters a live cache gives for the same gets.
@@ -22,8 +24,8 @@
  *   why that is exactly its to_evict; such a policy has no-op callbacks, so
  *   plain mode runs a loop of its own without them); opts.no_fast_path
  *   turns it off so tests can compare the two;
- * - in plain mode the candidate array is the slot table itself (every slot
- *   is a candidate), so nothing is copied per miss.
+ * - in plain mode every slot is a candidate, so the view's j-th candidate
+ *   is slot j; in step mode it steps over the few slots the step holds.
  *
  * Belady (farthest next use first; several never used again: the lowest
  * slot) is not a cache policy -- it needs the future -- and lives only here:
@@ -40,7 +42,8 @@
 /* Scratch shared by every run of one xc_sim_run call. */
 typedef struct simbuf {
     size_t cap;            /* slots allocated: min(n_slots, n_keys) */
-    xc_pcand *row, *cand;
+    size_t n_slots, n_held; /* of the current run, for the view */
+    xc_pcand *row;
     int32_t *key_slot;     /* per key: its slot or -1 */
     uint8_t *seen;         /* per key: accessed before */
     uint8_t *prot;         /* per slot: held by the current step */
@@ -54,7 +57,6 @@ typedef struct simbuf {
 static void buf_free(simbuf *b)
 {
     xc_free(b->row);
-    xc_free(b->cand);
     xc_free(b->key_slot);
     xc_free(b->seen);
     xc_free(b->prot);
@@ -71,7 +73,6 @@ static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
     memset(b, 0, sizeof *b);
     b->cap = cap;
     b->row = xc_calloc(cap, sizeof *b->row);
-    b->cand = xc_calloc(cap, sizeof *b->cand);
     b->key_slot = xc_calloc(n_keys, sizeof *b->key_slot);
     b->seen = xc_calloc(n_keys, 1);
     b->prot = xc_calloc(cap, 1);
@@ -81,7 +82,7 @@ static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
     b->slot_next = xc_calloc(cap, sizeof *b->slot_next);
     b->last = xc_calloc(n_keys, sizeof *b->last);
     b->nxt = xc_calloc(n ? n : 1, sizeof *b->nxt);
-    if (!b->row || !b->cand || !b->key_slot || !b->seen || !b->prot ||
+    if (!b->row || !b->key_slot || !b->seen || !b->prot ||
         !b->held || !b->prev || !b->next || !b->slot_next || !b->last ||
         !b->nxt) {
         buf_free(b);
@@ -110,6 +111,40 @@ static void q_push(simbuf *b, queue *q, int32_t s)
     if (q->tail >= 0) b->next[q->tail] = s;
     else q->head = s;
     q->tail = s;
+}
+
+/* The view (xc_policy.h) over the slots: a key is a candidate when it is
+ * in a slot the current step does not hold.  Victims are chosen only when
+ * every slot is filled. */
+static int view_row(const void *ctx, uint32_t key, xc_pcand *out)
+{
+    const simbuf *b = ctx;
+    int32_t s = b->key_slot[key];
+    if (s < 0 || b->prot[s])
+        return 0;
+    *out = b->row[s];
+    return 1;
+}
+
+static size_t view_count(const void *ctx)
+{
+    const simbuf *b = ctx;
+    return b->n_slots - b->n_held;
+}
+
+/* The j-th unheld slot: j plus the held slots at or below it. */
+static void view_nth(const void *ctx, size_t j, xc_pcand *out)
+{
+    const simbuf *b = ctx;
+    size_t s = j, before = 0, i, k;
+    do {
+        k = before;
+        before = 0;
+        for (i = 0; i < b->n_held; i++)
+            before += (size_t)b->held[i] <= s;
+        s = j + before;
+    } while (before != k);
+    *out = b->row[s];
 }
 
 /* The fast path in plain mode: nothing is protected, so the victim is the
@@ -183,6 +218,10 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
     uint64_t tick = 0;
     size_t i, filled = 0, n_held = 0;
 
+    xc_pview view = {view_row, view_count, view_nth, b};
+
+    b->n_slots = n_slots;
+    b->n_held = 0;
     memset(&pol, 0, sizeof pol);
     if (!belady) {
         if ((rc = xc_policy_open(&pol, o->policy, o->n_keys,
@@ -214,6 +253,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
         if (step && (i == 0 || starts[i])) {
             while (n_held)
                 b->prot[b->held[--n_held]] = 0;
+            b->n_held = 0;
         }
         out->requests++;
         if (s >= 0) {
@@ -226,7 +266,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                 b->slot_next[s] = b->nxt[i];
             } else {
                 xc_policy_request(&pol, key);
-                xc_policy_hit(&pol, key);
+                xc_policy_hit(&pol, r);
                 if (fast && pol.ops->order == XC_POLICY_ORDER_LAST_USE) {
                     q_unlink(b, &q, s);
                     q_push(b, &q, s);
@@ -257,16 +297,9 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                     ;
                 evict = 1;
             } else {
-                const xc_pcand *c = b->row;
-                size_t m = n_slots, j;
-                if (step) {
-                    for (j = m = 0; j < n_slots; j++)
-                        if (!b->prot[j])
-                            b->cand[m++] = b->row[j];
-                    c = b->cand;
-                }
-                if (m > 0)
-                    s = c[pol.ops->to_evict(&pol, c, m)].slot;
+                int64_t k = pol.ops->to_evict(&pol, &view);
+                if (k >= 0)
+                    s = b->key_slot[k];
                 evict = 1;
             }
             if (s < 0) {
@@ -297,7 +330,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             if (belady) {
                 b->slot_next[s] = b->nxt[i];
             } else {
-                xc_policy_insert(&pol, key);
+                xc_policy_insert(&pol, &b->row[s]);
                 if (fast) {
                     if (evict)
                         q_unlink(b, &q, s);
@@ -308,6 +341,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
         if (step && !b->prot[s]) {
             b->prot[s] = 1;
             b->held[n_held++] = s;
+            b->n_held = n_held;
         }
     }
     while (n_held)

@@ -289,8 +289,10 @@ int32_t xc_slot_victim(xc_cache *c)
     int64_t k;
     for (i = c->empty_lo; i < c->n_slots; i++)
         if (c->slots[i].state == XC_SLOT_EMPTY)
-            return (int32_t)(c->empty_lo = i);
-    c->empty_lo = c->n_slots;
+            break;
+    c->empty_lo = i;
+    if (i < c->n_slots)
+        return (int32_t)i;
     k = c->pol.ops->to_evict(&c->pol, &view);
     if (k >= 0)
         return c->index[k];

@@ -211,7 +211,7 @@ static void oq_sweep(xc_cache *c, int all)
  * when it is READY, unprotected and its insert was told. */
 typedef struct vctx {
     xc_cache *c;
-    size_t n;      /* candidates listed in c->cand, once `listed` */
+    size_t n;      /* non-candidate slots at the front of c->nc, once listed */
     int listed;
 } vctx;
 
@@ -234,16 +234,31 @@ static int view_row(const void *ctx, uint32_t key, xc_pcand *out)
     return 1;
 }
 
-/* Lists the candidates in slot order in c->cand, once per choice: only a
- * policy that samples by position (lfru) asks, and pays O(n_slots). */
+static int by_slot(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Once per choice, for a policy that samples by position: drops the noted
+ * slots that are candidates again, and sorts the rest (the slots that are
+ * not candidates: few).  Every slot is non-EMPTY here, so the candidates
+ * are the other slots. */
 static void view_list(vctx *v)
 {
-    size_t i;
+    xc_cache *c = v->c;
+    size_t i, n = 0;
     if (v->listed)
         return;
-    for (i = 0; i < v->c->n_slots; i++)
-        if (is_candidate(&v->c->slots[i]))
-            xc_slot_row(v->c, &v->c->slots[i], &v->c->cand[v->n++]);
+    for (i = 0; i < c->nc_n; i++) {
+        slot *s = &c->slots[c->nc[i]];
+        if (is_candidate(s))
+            s->noted = 0;
+        else
+            c->nc[n++] = c->nc[i];
+    }
+    c->nc_n = v->n = n;
+    qsort(c->nc, n, sizeof *c->nc, by_slot);
     v->listed = 1;
 }
 
@@ -251,14 +266,19 @@ static size_t view_count(const void *ctx)
 {
     vctx *v = (vctx *)(uintptr_t)ctx;
     view_list(v);
-    return v->n;
+    return v->c->n_slots - v->n;
 }
 
+/* The j-th candidate: slot j moved past every non-candidate at or below
+ * it (c->nc ascending). */
 static void view_nth(const void *ctx, size_t j, xc_pcand *out)
 {
     vctx *v = (vctx *)(uintptr_t)ctx;
+    size_t i, s = j;
     view_list(v);
-    *out = v->c->cand[j];
+    for (i = 0; i < v->n && (size_t)v->c->nc[i] <= s; i++)
+        s++;
+    xc_slot_row(v->c, &v->c->slots[s], out);
 }
 
 /* The first untold slot on the order list that is READY and unprotected,
@@ -326,6 +346,7 @@ void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key)
         xc_policy_evict(&c->pol, s->key);
     }
     s->state = XC_SLOT_INFLIGHT;
+    xc_slot_note(c, s);
     s->key = key;
     s->unused_prefetch = 0;
     s->unused_spec = 0;
@@ -435,6 +456,7 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
     s->freq++;
     s->last_use = ++c->tick; /* the hit below tells the policy */
     s->holds++;
+    xc_slot_note(c, s);
     xc_policy_request(&c->pol, key);
     if (s->insert_pending) {
         s->pending_hits++; /* told after its insert (tell) */
@@ -667,8 +689,10 @@ static int repin_key(xc_cache *c, int32_t layer, int32_t expert, int delta,
         rc = xc_fail(XC_E_MISUSE, -1, layer, expert,
                      "%s: layer %d expert %d is not pinned", what,
                      (int)layer, (int)expert);
-    else if (delta > 0)
+    else if (delta > 0) {
         c->slots[si].pins++;
+        xc_slot_note(c, &c->slots[si]);
+    }
     else
         c->slots[si].pins--;
     pthread_mutex_unlock(&c->mu);
@@ -744,6 +768,7 @@ static void destroy(xc_cache *c, int synced)
     xc_free(c->slots);
     xc_free(c->index);
     xc_free(c->cand);
+    xc_free(c->nc);
     xc_free(c->scratch);
     xc_free(c->seen);
     xc_free(c->workers);
@@ -883,6 +908,8 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         c->arena = c->arena_ref->data;
     c->slots = xc_calloc(c->n_slots, sizeof *c->slots);
     c->cand = xc_calloc(c->n_slots, sizeof *c->cand);
+    if (c->pol.ops->by_position)
+        c->nc = xc_malloc(c->n_slots * sizeof *c->nc);
     c->index = xc_malloc(c->ld.n_keys * sizeof *c->index);
     c->scratch = xc_malloc(c->ld.n_keys * sizeof *c->scratch);
     c->seen = xc_calloc(c->ld.n_keys, sizeof *c->seen);
@@ -898,6 +925,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         c->tr_buf = xc_malloc(c->tr_cap * TRACE_RECORD_BYTES);
     }
     if (!c->arena || !c->slots || !c->cand || !c->index || !c->scratch ||
+        (c->pol.ops->by_position && !c->nc) ||
         !c->seen || !c->workers || !c->io || !c->aq ||
         (o->trace_path != NULL && !c->tr_buf)) {
         /* record before destroy(): the message reads c */

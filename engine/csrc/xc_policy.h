@@ -133,6 +133,7 @@ typedef struct xc_policy_ops {
     /* A held key's last_use moved without a hit (a getmany() naming it):
      * the row after the touch.  Policies that ignore ticks ignore it. */
     void (*on_touch)(xc_policy *p, const xc_pcand *row);
+    int by_position;       /* 1: to_evict uses the view's count and nth */
 } xc_policy_ops;
 
 /* Parses spec ("lru", "lfru:sample=3,seed=7"; NULL means "lru") and

@@ -182,5 +182,5 @@ static int arc_check(const xc_policy *p)
 const xc_policy_ops xc_policy_arc_ops = {
     "arc", {NULL}, {0}, arc_init, arc_fini, arc_to_evict, xc_policy_nop,
     arc_on_hit, arc_on_insert, arc_on_evict, arc_check, XC_POLICY_ORDER_NONE,
-    1, xc_policy_row_nop,
+    1, xc_policy_row_nop, 0,
 };

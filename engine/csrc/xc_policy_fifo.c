@@ -100,5 +100,5 @@ static void fifo_on_insert(xc_policy *p, const xc_pcand *row)
 const xc_policy_ops xc_policy_fifo_ops = {
     "fifo", {NULL}, {0}, fifo_init, fifo_fini, fifo_to_evict,
     xc_policy_nop, xc_policy_row_nop, fifo_on_insert, fifo_on_evict,
-    fifo_check, XC_POLICY_ORDER_INSERT, 0, xc_policy_row_nop,
+    fifo_check, XC_POLICY_ORDER_INSERT, 0, xc_policy_row_nop, 0,
 };

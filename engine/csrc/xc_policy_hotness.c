@@ -137,5 +137,5 @@ static int hot_check(const xc_policy *p)
 const xc_policy_ops xc_policy_hotness_ops = {
     "hotness", {"period", NULL}, {256}, hot_init, hot_fini, hot_to_evict,
     hot_on_request, hot_place, hot_place, hot_on_evict, hot_check,
-    XC_POLICY_ORDER_NONE, 0, hot_place,
+    XC_POLICY_ORDER_NONE, 0, hot_place, 0,
 };

@@ -68,5 +68,6 @@ static int64_t lfru_to_evict(const xc_policy *p, const xc_pview *v)
 const xc_policy_ops xc_policy_lfru_ops = {
     "lfru", {"sample", "seed", NULL}, {4, 0}, lfru_init, lfru_fini,
     lfru_to_evict, xc_policy_nop, xc_policy_row_nop, xc_policy_row_nop,
-    xc_policy_nop, xc_policy_check_nop, XC_POLICY_ORDER_NONE, 0, xc_policy_row_nop,
+    xc_policy_nop, xc_policy_check_nop, XC_POLICY_ORDER_NONE, 0,
+    xc_policy_row_nop, 1,
 };

@@ -60,5 +60,5 @@ static int lfu_check(const xc_policy *p)
 const xc_policy_ops xc_policy_lfu_ops = {
     "lfu", {NULL}, {0}, lfu_init, lfu_fini, lfu_to_evict,
     xc_policy_nop, lfu_place, lfu_place, lfu_on_evict,
-    lfu_check, XC_POLICY_ORDER_NONE, 0, lfu_place,
+    lfu_check, XC_POLICY_ORDER_NONE, 0, lfu_place, 0,
 };

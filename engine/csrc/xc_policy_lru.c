@@ -99,5 +99,5 @@ static int lru_check(const xc_policy *p)
 const xc_policy_ops xc_policy_lru_ops = {
     "lru", {NULL}, {0}, lru_init, lru_fini, lru_to_evict,
     xc_policy_nop, lru_place, lru_place, lru_on_evict,
-    lru_check, XC_POLICY_ORDER_LAST_USE, 0, lru_place,
+    lru_check, XC_POLICY_ORDER_LAST_USE, 0, lru_place, 0,
 };

@@ -248,5 +248,5 @@ static int s3_check(const xc_policy *p)
 const xc_policy_ops xc_policy_s3fifo_ops = {
     "s3fifo", {"small", NULL}, {10}, s3_init, s3_fini, s3_to_evict,
     xc_policy_nop, s3_on_hit, s3_on_insert, s3_on_evict, s3_check,
-    XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop,
+    XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop, 0,
 };

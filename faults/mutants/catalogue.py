@@ -83,9 +83,13 @@ CATALOGUE: tuple[Mutant, ...] = (
        "            break;\n    if (i == (size_t)-1)\n        i = c->n_slots;\n",
        "an empty slot is taken from the top, not the lowest", "victim"),
     _m("M03", "xc_cache.c",
-       "    if (k >= 0)\n        return c->index[k];\n",
-       "    if (untold_candidate(c) >= 0)\n        return untold_candidate(c);\n"
-       "    if (k >= 0)\n        return c->index[k];\n",
+       "    oq_sweep(c, 1); /* no untold slot is left: this recurses once */\n"
+       "    return xc_slot_victim(c);\n",
+       "    for (i = 0; i < c->n_slots; i++)\n"
+       "        if (c->slots[i].state == XC_SLOT_READY &&\n"
+       "            !SLOT_PROTECTED(&c->slots[i]))\n"
+       "            return (int32_t)i; /* untold, never told */\n"
+       "    return -1;\n",
        "untold (held-back) inserts become victim candidates", "readahead-order"),
     _m("M04", "xc_cache.c",
        "        c->index[s->key] = -1;\n        xc_policy_evict(&c->pol, s->key);",

@@ -128,14 +128,12 @@ void xc_kl_remove(xc_klinks *l, xc_klist *q, uint32_t key)
     q->n--;
 }
 
-void xc_kl_insert_by(xc_klinks *l, xc_klist *q, uint32_t key,
-                     const uint64_t *val)
+/* Links key (on no list) into q right after `at` (at the front when at is
+ * XC_KNIL). */
+static void kl_insert_after(xc_klinks *l, xc_klist *q, uint32_t at,
+                            uint32_t key)
 {
-    uint32_t at = q->tail, b;
-    while (at != XC_KNIL && val[at] > val[key])
-        at = l->prev[at];
-    /* key goes right after `at` (at the front when at is XC_KNIL) */
-    b = at != XC_KNIL ? l->next[at] : q->head;
+    uint32_t b = at != XC_KNIL ? l->next[at] : q->head;
     l->prev[key] = at;
     l->next[key] = b;
     if (at != XC_KNIL)
@@ -147,6 +145,15 @@ void xc_kl_insert_by(xc_klinks *l, xc_klist *q, uint32_t key,
     else
         q->tail = key;
     q->n++;
+}
+
+void xc_kl_insert_by(xc_klinks *l, xc_klist *q, uint32_t key,
+                     const uint64_t *val)
+{
+    uint32_t at = q->tail;
+    while (at != XC_KNIL && val[at] > val[key])
+        at = l->prev[at];
+    kl_insert_after(l, q, at, key);
 }
 
 void xc_kl_concat(xc_klinks *l, xc_klist *a, xc_klist *b)
@@ -295,26 +302,21 @@ void xc_bset_place(xc_bset *s, uint32_t key, uint64_t v, uint64_t tick)
     s->n++;
 }
 
-/* Merges bucket src's keys into dst by tick; src is left empty. */
-static void bucket_merge(xc_bset *s, uint32_t dst, uint32_t src)
+/* Moves bucket gone's keys into bucket keep, in tick order, from the
+ * back: each goes in behind the keys of keep that are newer, so a merge
+ * costs gone's keys plus the keys of keep newer than gone's oldest. */
+static void bucket_merge(xc_bset *s, uint32_t keep, uint32_t gone)
 {
-    xc_klist out, *a = &s->b[dst].l, *b = &s->b[src].l;
-    xc_klinks *l = &s->kl;
-    xc_kl_init(&out);
-    while (a->head != XC_KNIL || b->head != XC_KNIL) {
-        xc_klist *from;
-        uint32_t k;
-        if (b->head == XC_KNIL ||
-            (a->head != XC_KNIL && s->tick[a->head] <= s->tick[b->head]))
-            from = a;
-        else
-            from = b;
-        k = from->head;
-        xc_kl_remove(l, from, k);
-        xc_kl_push(l, &out, k);
-        s->bucket_of[k] = dst;
+    xc_klist *a = &s->b[keep].l, *b = &s->b[gone].l;
+    uint32_t at = a->tail;
+    while (b->tail != XC_KNIL) {
+        uint32_t x = b->tail;
+        xc_kl_remove(&s->kl, b, x);
+        while (at != XC_KNIL && s->tick[at] > s->tick[x])
+            at = s->kl.prev[at];
+        kl_insert_after(&s->kl, a, at, x);
+        s->bucket_of[x] = keep;
     }
-    *a = out;
 }
 
 void xc_bset_halve(xc_bset *s)
@@ -324,8 +326,11 @@ void xc_bset_halve(xc_bset *s)
         uint32_t nx = s->b[bi].next, pv = s->b[bi].prev;
         s->b[bi].v >>= 1;
         if (pv != XC_KNIL && s->b[pv].v == s->b[bi].v) {
-            bucket_merge(s, pv, bi);
-            bucket_drop(s, bi);
+            /* the larger bucket stays; the smaller one's keys move */
+            uint32_t keep = s->b[pv].l.n >= s->b[bi].l.n ? pv : bi;
+            uint32_t gone = keep == pv ? bi : pv;
+            bucket_merge(s, keep, gone);
+            bucket_drop(s, gone);
         }
         bi = nx;
     }

@@ -57,8 +57,9 @@
  *   for the rest of the call, so there is still only one predicate.
  * - The clock is logical and unique per touch, so every recency rule is a
  *   total order and the numpy oracle reproduces every victim exactly.
- * - The policy sees only candidates (xc_policy.h), never this file's
- *   structures, so an offline simulator runs the same policy code.
+ * - The policy sees keys, their rows and a view that says which are
+ *   candidates (xc_policy.h), never this file's structures, so an offline
+ *   simulator runs the same policy code.
  * - Counters change only under the lock and only together with the state
  *   they describe, so check() can relate them (INV-COUNTERS, INV-PREFETCH)
  *   at any call boundary, even with other threads mid-call.

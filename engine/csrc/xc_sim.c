@@ -29,7 +29,8 @@
  *
  * Belady (farthest next use first; several never used again: the lowest
  * slot) is not a cache policy -- it needs the future -- and lives only here:
- * a scan of the slots' next-use positions, with the same protection rule.
+ * a heap of the slots' next-use positions, with the same protection rule
+ * (a scan when a step holds more slots than the heap sets aside).
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
@@ -52,7 +53,15 @@ typedef struct simbuf {
     int64_t *slot_next;    /* per slot: next use (belady) */
     int64_t *last;         /* per key: scratch for next-use (belady) */
     int64_t *nxt;          /* per access of the run: next use (belady) */
+    struct bent *heap;     /* belady: (next use, slot), farthest on top */
+    size_t heap_n, heap_cap;
 } simbuf;
+
+/* A belady heap entry: current while slot_next[slot] == next. */
+typedef struct bent {
+    int64_t next;
+    int32_t slot;
+} bent;
 
 static void buf_free(simbuf *b)
 {
@@ -66,6 +75,7 @@ static void buf_free(simbuf *b)
     xc_free(b->slot_next);
     xc_free(b->last);
     xc_free(b->nxt);
+    xc_free(b->heap);
 }
 
 static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
@@ -82,9 +92,11 @@ static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
     b->slot_next = xc_calloc(cap, sizeof *b->slot_next);
     b->last = xc_calloc(n_keys, sizeof *b->last);
     b->nxt = xc_calloc(n ? n : 1, sizeof *b->nxt);
+    b->heap_cap = 2 * cap + 64;
+    b->heap = xc_calloc(b->heap_cap, sizeof *b->heap);
     if (!b->row || !b->key_slot || !b->seen || !b->prot ||
         !b->held || !b->prev || !b->next || !b->slot_next || !b->last ||
-        !b->nxt) {
+        !b->nxt || !b->heap) {
         buf_free(b);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "sim: no memory for %zu slots, %u keys, %zu accesses",
@@ -204,6 +216,101 @@ static void run_queue_plain(simbuf *b, int by_last_use, const uint32_t *keys,
     out->evictions += evictions;
 }
 
+/* Belady's victim is the unheld slot of farthest next use, the lowest such
+ * slot on a tie (only "never again" ties).  A heap of (next use, slot)
+ * entries in that order finds it in O(log n): every hit and insert pushes
+ * its slot's new entry, entries whose slot has moved on are dropped when
+ * they surface, and the heap is rebuilt from the slots when full. */
+static int bent_above(const bent *x, const bent *y)
+{
+    return x->next > y->next || (x->next == y->next && x->slot < y->slot);
+}
+
+static void heap_up(bent *h, size_t i)
+{
+    bent e = h[i];
+    while (i > 0 && bent_above(&e, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = e;
+}
+
+static void heap_down(bent *h, size_t n, size_t i)
+{
+    bent e = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && bent_above(&h[c + 1], &h[c]))
+            c++;
+        if (!bent_above(&h[c], &e))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = e;
+}
+
+static void heap_pop(simbuf *b)
+{
+    b->heap[0] = b->heap[--b->heap_n];
+    if (b->heap_n)
+        heap_down(b->heap, b->heap_n, 0);
+}
+
+/* Pushes slot s's current entry; when full, first rebuilds the heap from
+ * the filled slots 0..filled-1 (one current entry each). */
+static void heap_push(simbuf *b, int32_t s, size_t filled)
+{
+    if (b->heap_n == b->heap_cap) {
+        size_t j;
+        b->heap_n = 0;
+        for (j = 0; j < filled; j++)
+            if ((int32_t)j != s) {
+                b->heap[b->heap_n].next = b->slot_next[j];
+                b->heap[b->heap_n++].slot = (int32_t)j;
+            }
+        for (j = b->heap_n / 2; j-- > 0;)
+            heap_down(b->heap, b->heap_n, j);
+    }
+    b->heap[b->heap_n].next = b->slot_next[s];
+    b->heap[b->heap_n].slot = s;
+    heap_up(b->heap, b->heap_n++);
+}
+
+/* The victim: the top current entry of an unheld slot, or -1.  Entries of
+ * held slots are set aside and pushed back. */
+static int32_t heap_victim(simbuf *b)
+{
+    bent keep[64];
+    size_t n_keep = 0, j;
+    int32_t v = -1;
+    while (b->heap_n > 0) {
+        bent top = b->heap[0];
+        if (b->slot_next[top.slot] != top.next) {
+            heap_pop(b); /* its slot moved on */
+            continue;
+        }
+        if (!b->prot[top.slot]) {
+            v = top.slot;
+            break;
+        }
+        if (n_keep == sizeof keep / sizeof keep[0]) {
+            v = -2; /* many held: fall back to the scan */
+            break;
+        }
+        keep[n_keep++] = top;
+        heap_pop(b);
+    }
+    for (j = 0; j < n_keep; j++) {
+        b->heap[b->heap_n] = keep[j];
+        heap_up(b->heap, b->heap_n++);
+    }
+    return v;
+}
+
 /* One independent cache of n_slots over keys[0..n-1]; adds to *out. */
 static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                const uint8_t *starts, size_t n, const size_t *pos,
@@ -222,6 +329,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
 
     b->n_slots = n_slots;
     b->n_held = 0;
+    b->heap_n = 0;
     memset(&pol, 0, sizeof pol);
     if (!belady) {
         if ((rc = xc_policy_open(&pol, o->policy, o->n_keys,
@@ -264,6 +372,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             r->last_use = ++tick;
             if (belady) {
                 b->slot_next[s] = b->nxt[i];
+                heap_push(b, s, filled);
             } else {
                 xc_policy_request(&pol, key);
                 xc_policy_hit(&pol, r);
@@ -286,11 +395,13 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             } else if (belady) {
                 int64_t far = -1;
                 size_t j;
-                for (j = 0; j < n_slots; j++)
-                    if (!b->prot[j] && b->slot_next[j] > far) {
-                        far = b->slot_next[j];
-                        s = (int32_t)j;
-                    }
+                s = heap_victim(b);
+                if (s == -2)
+                    for (j = 0, s = -1; j < n_slots; j++)
+                        if (!b->prot[j] && b->slot_next[j] > far) {
+                            far = b->slot_next[j];
+                            s = (int32_t)j;
+                        }
                 evict = 1;
             } else if (fast) {
                 for (s = q.head; s >= 0 && b->prot[s]; s = b->next[s])
@@ -329,6 +440,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             b->key_slot[key] = s;
             if (belady) {
                 b->slot_next[s] = b->nxt[i];
+                heap_push(b, s, filled);
             } else {
                 xc_policy_insert(&pol, &b->row[s]);
                 if (fast) {

@@ -8,6 +8,7 @@
  * bench/scale.py:
  *
  *   scale_live <shard> <n_layers> <n_experts> <slots> <policy> <rounds>
+ *              [<misses per round, default 200000>]
  *
  * prints "hit_ns miss_ns": the best of <rounds> rounds of get+release over
  * resident keys in a shuffled order (every one a hit), and of get+release
@@ -75,7 +76,7 @@ int main(int argc, char **argv)
     xc_stats s0, s1;
     int32_t *layers, L, E;
     size_t slots, i, n_keys, n_hit, n_miss;
-    long r, rounds;
+    long r, rounds, per_round;
     uint32_t *hk, *mk;
     double t0, hit = 1e30, miss = 1e30;
     if (argc < 7) {
@@ -88,6 +89,7 @@ int main(int argc, char **argv)
     E = atoi(argv[3]);
     slots = (size_t)atol(argv[4]);
     rounds = atol(argv[6]);
+    per_round = argc > 7 ? atol(argv[7]) : 200000;
     n_keys = (size_t)L * (size_t)E;
     layers = malloc((size_t)L * sizeof *layers);
     for (i = 0; i < (size_t)L; i++)
@@ -146,7 +148,7 @@ int main(int argc, char **argv)
     }
     xc_cache_stats(c, &s0);
     for (r = 0; r < rounds; r++) {
-        size_t n = n_miss < 200000 ? n_miss : 200000;
+        size_t n = n_miss < (size_t)per_round ? n_miss : (size_t)per_round;
         xc_stats a, b;
         xc_cache_stats(c, &a);
         t0 = now();

@@ -57,8 +57,9 @@
  *   for the rest of the call, so there is still only one predicate.
  * - The clock is logical and unique per touch, so every recency rule is a
  *   total order and the numpy oracle reproduces every victim exactly.
- * - The policy sees only candidates (xc_policy.h), never this file's
- *   structures, so an offline simulator runs the same policy code.
+ * - The policy sees keys, their rows and a view that says which are
+ *   candidates (xc_policy.h), never this file's structures, so an offline
+ *   simulator runs the same policy code.
  * - Counters change only under the lock and only together with the state
  *   they describe, so check() can relate them (INV-COUNTERS, INV-PREFETCH)
  *   at any call boundary, even with other threads mid-call.
@@ -157,11 +158,13 @@ void xc_slot_stamp(xc_cache *c, int32_t si)
  * publish would have given (insert first). */
 static void tell(xc_cache *c, slot *s)
 {
+    xc_pcand row;
     assert(s->state == XC_SLOT_READY && s->insert_pending);
     s->insert_pending = 0;
-    xc_policy_insert(&c->pol, s->key);
+    xc_slot_row(c, s, &row);
+    xc_policy_insert(&c->pol, &row);
     for (; s->pending_hits > 0; s->pending_hits--)
-        xc_policy_hit(&c->pol, s->key);
+        xc_policy_hit(&c->pol, &row);
 }
 
 /* Tells the untold inserts at the front of the order list, up to the
@@ -205,40 +208,119 @@ static void oq_sweep(xc_cache *c, int all)
 /* Victims                                                              */
 /* ------------------------------------------------------------------ */
 
+/* The view a policy chooses through (xc_policy.h).  A slot is a candidate
+ * when it is READY, unprotected and its insert was told. */
+typedef struct vctx {
+    xc_cache *c;
+    size_t n;      /* non-candidate slots at the front of c->nc, once listed */
+    int listed;
+} vctx;
+
+static int is_candidate(const slot *s)
+{
+    if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))
+        return 0;
+    if (s->insert_pending)
+        return 0;
+    return 1;
+}
+
+static int view_row(const void *ctx, uint32_t key, xc_pcand *out)
+{
+    const xc_cache *c = ((const vctx *)ctx)->c;
+    int32_t si = c->index[key];
+    if (si < 0 || !is_candidate(&c->slots[si]))
+        return 0;
+    xc_slot_row(c, &c->slots[si], out);
+    return 1;
+}
+
+static int by_slot(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Once per choice, for a policy that samples by position: drops the noted
+ * slots that are candidates again, and sorts the rest (the slots that are
+ * not candidates: few).  Every slot is non-EMPTY here, so the candidates
+ * are the other slots. */
+static void view_list(vctx *v)
+{
+    xc_cache *c = v->c;
+    size_t i, n = 0;
+    if (v->listed)
+        return;
+    for (i = 0; i < c->nc_n; i++) {
+        slot *s = &c->slots[c->nc[i]];
+        if (is_candidate(s))
+            s->noted = 0;
+        else
+            c->nc[n++] = c->nc[i];
+    }
+    c->nc_n = v->n = n;
+    qsort(c->nc, n, sizeof *c->nc, by_slot);
+    v->listed = 1;
+}
+
+static size_t view_count(const void *ctx)
+{
+    vctx *v = (vctx *)(uintptr_t)ctx;
+    view_list(v);
+    return v->c->n_slots - v->n;
+}
+
+/* The j-th candidate: slot j moved past every non-candidate at or below
+ * it (c->nc ascending). */
+static void view_nth(const void *ctx, size_t j, xc_pcand *out)
+{
+    vctx *v = (vctx *)(uintptr_t)ctx;
+    size_t i, s = j;
+    view_list(v);
+    for (i = 0; i < v->n && (size_t)v->c->nc[i] <= s; i++)
+        s++;
+    xc_slot_row(v->c, &v->c->slots[s], out);
+}
+
+/* The first untold slot on the order list that is READY and unprotected,
+ * or -1. */
+static int32_t untold_candidate(const xc_cache *c)
+{
+    int32_t si;
+    for (si = c->oq_first; si >= 0; si = c->slots[si].onext)
+        if (c->slots[si].state == XC_SLOT_READY &&
+            !SLOT_PROTECTED(&c->slots[si]))
+            return si;
+    return -1;
+}
+
 /* docs/CACHE.md "Victim choice": the lowest EMPTY slot, else the policy's
  * pick among READY unprotected slots whose insert it has been told, else
  * -1.  An untold slot is not a candidate (the policy does not know its
  * key yet); only when the untold ones are the only unprotected READY
  * slots are all untold inserts told first, in stamp order.  to_evict is
- * pure, and -1 changes nothing. */
+ * pure, and -1 changes nothing.  The EMPTY search starts at empty_lo (no
+ * EMPTY slot lies below it), so it is O(1) amortised: slots fill upwards
+ * and only a failed read lowers it. */
 int32_t xc_slot_victim(xc_cache *c)
 {
-    size_t i, n = 0, n_pending = 0;
-    for (i = 0; i < c->n_slots; i++)
+    vctx v = {c, 0, 0};
+    xc_pview view = {view_row, view_count, view_nth, &v};
+    size_t i;
+    int64_t k;
+    for (i = c->empty_lo; i < c->n_slots; i++)
         if (c->slots[i].state == XC_SLOT_EMPTY)
-            return (int32_t)i;
-    for (i = 0; i < c->n_slots; i++) {
-        const slot *s = &c->slots[i];
-        if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))
-            continue;
-        if (s->insert_pending) {
-            n_pending++;
-            continue;
-        }
-        c->cand[n].slot = (int32_t)i;
-        c->cand[n].key = s->key;
-        c->cand[n].last_use = s->last_use;
-        c->cand[n].insert_tick = s->insert_tick;
-        c->cand[n].freq = s->freq;
-        n++;
-    }
-    if (n == 0 && n_pending > 0) {
-        oq_sweep(c, 1); /* no untold slot is left: this recurses once */
-        return xc_slot_victim(c);
-    }
-    if (n == 0)
+            break;
+    c->empty_lo = i;
+    if (i < c->n_slots)
+        return (int32_t)i;
+    k = c->pol.ops->to_evict(&c->pol, &view);
+    if (k >= 0)
+        return c->index[k];
+    if (untold_candidate(c) < 0)
         return -1;
-    return c->cand[c->pol.ops->to_evict(&c->pol, c->cand, n)].slot;
+    oq_sweep(c, 1); /* no untold slot is left: this recurses once */
+    return xc_slot_victim(c);
 }
 
 /* ------------------------------------------------------------------ */
@@ -265,6 +347,7 @@ void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key)
         xc_policy_evict(&c->pol, s->key);
     }
     s->state = XC_SLOT_INFLIGHT;
+    xc_slot_note(c, s);
     s->key = key;
     s->unused_prefetch = 0;
     s->unused_spec = 0;
@@ -328,7 +411,9 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
             cs->unknown_loads++;
         }
         if (!listed) {
-            xc_policy_insert(&c->pol, s->key);
+            xc_pcand row;
+            xc_slot_row(c, s, &row);
+            xc_policy_insert(&c->pol, &row);
             return;
         }
         /* told now if no earlier stamped read is under way */
@@ -338,6 +423,8 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
         s->state = XC_SLOT_EMPTY;
         s->key = 0;
         s->last_use = 0;
+        if ((size_t)si < c->empty_lo)
+            c->empty_lo = (size_t)si;
         cs->load_failures++;
         if (rc == XC_E_SHORT_READ)
             cs->short_reads++;
@@ -368,13 +455,17 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
         c->stats.spec_used++;
     }
     s->freq++;
-    xc_slot_touch(c, s);
+    s->last_use = ++c->tick; /* the hit below tells the policy */
     s->holds++;
+    xc_slot_note(c, s);
     xc_policy_request(&c->pol, key);
-    if (s->insert_pending)
+    if (s->insert_pending) {
         s->pending_hits++; /* told after its insert (tell) */
-    else
-        xc_policy_hit(&c->pol, key);
+    } else {
+        xc_pcand row;
+        xc_slot_row(c, s, &row);
+        xc_policy_hit(&c->pol, &row);
+    }
 }
 
 /* get step (4) up to the reservation (mu held): choose a victim, count the
@@ -599,8 +690,10 @@ static int repin_key(xc_cache *c, int32_t layer, int32_t expert, int delta,
         rc = xc_fail(XC_E_MISUSE, -1, layer, expert,
                      "%s: layer %d expert %d is not pinned", what,
                      (int)layer, (int)expert);
-    else if (delta > 0)
+    else if (delta > 0) {
         c->slots[si].pins++;
+        xc_slot_note(c, &c->slots[si]);
+    }
     else
         c->slots[si].pins--;
     pthread_mutex_unlock(&c->mu);
@@ -676,6 +769,7 @@ static void destroy(xc_cache *c, int synced)
     xc_free(c->slots);
     xc_free(c->index);
     xc_free(c->cand);
+    xc_free(c->nc);
     xc_free(c->scratch);
     xc_free(c->seen);
     xc_free(c->workers);
@@ -815,6 +909,8 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         c->arena = c->arena_ref->data;
     c->slots = xc_calloc(c->n_slots, sizeof *c->slots);
     c->cand = xc_calloc(c->n_slots, sizeof *c->cand);
+    if (c->pol.ops->by_position)
+        c->nc = xc_malloc(c->n_slots * sizeof *c->nc);
     c->index = xc_malloc(c->ld.n_keys * sizeof *c->index);
     c->scratch = xc_malloc(c->ld.n_keys * sizeof *c->scratch);
     c->seen = xc_calloc(c->ld.n_keys, sizeof *c->seen);
@@ -830,6 +926,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
         c->tr_buf = xc_malloc(c->tr_cap * TRACE_RECORD_BYTES);
     }
     if (!c->arena || !c->slots || !c->cand || !c->index || !c->scratch ||
+        (c->pol.ops->by_position && !c->nc) ||
         !c->seen || !c->workers || !c->io || !c->aq ||
         (o->trace_path != NULL && !c->tr_buf)) {
         /* record before destroy(): the message reads c */
@@ -841,7 +938,7 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     }
     for (i = 0; i < c->ld.n_keys; i++)
         c->index[i] = -1;
-    c->ordered = c->pol.ops->on_insert != xc_policy_nop;
+    c->ordered = c->pol.ops->stamp_order;
     c->oq_first = c->oq_last = -1;
     lock_arena(c, o->lock_memory);
     c->arena_ref->mlocked = c->mlocked;

@@ -59,6 +59,7 @@ typedef struct slot {
      * earlier stamped read has not ended. */
     int32_t onext;
     uint64_t pending_hits;
+    uint8_t noted;         /* on the cache's `nc` list */
 } slot;
 
 /* Owner of an INFLIGHT slot's read (slot.owner).  OWNER_STREAM is the one
@@ -193,6 +194,13 @@ struct xc_cache {
     int ordered;
     int32_t oq_first, oq_last;
     uint32_t oq_n;
+    size_t empty_lo;       /* no slot below it is EMPTY (victim choice) */
+    /* For a policy that samples by position (ops->by_position): every slot
+     * that may have stopped being a candidate since the last choice (it
+     * was reserved, held, touched held or pinned), each once (slot.noted);
+     * the choice drops those that are candidates again.  NULL otherwise. */
+    int32_t *nc;
+    size_t nc_n;
     struct xc_stream *streams; /* open streams (begun, not ended) */
     uint64_t evictions_since_open, requests_since_open;
     xc_stats stats;        /* the derived fields are unused here */
@@ -244,10 +252,38 @@ static inline uint8_t *xc_slot_mem(const xc_cache *c, int32_t s)
     return c->arena + (size_t)s * c->ld.stride;
 }
 
-/* Gives s the next tick of the logical clock (mu held). */
+/* The policy's row of slot s. */
+static inline void xc_slot_row(const xc_cache *c, const slot *s,
+                               xc_pcand *out)
+{
+    out->slot = (int32_t)(s - c->slots);
+    out->key = s->key;
+    out->last_use = s->last_use;
+    out->insert_tick = s->insert_tick;
+    out->freq = s->freq;
+}
+
+/* Notes slot s as maybe not a candidate (see xc_cache.nc; mu held). */
+static inline void xc_slot_note(xc_cache *c, slot *s)
+{
+    if (c->nc != NULL && !s->noted) {
+        s->noted = 1;
+        c->nc[c->nc_n++] = (int32_t)(s - c->slots);
+    }
+}
+
+/* Gives s the next tick of the logical clock (mu held).  A slot the policy
+ * holds (READY, its insert told) is a touch the policy hears of, so that
+ * a policy ordering keys by last_use keeps them in order. */
 static inline void xc_slot_touch(xc_cache *c, slot *s)
 {
     s->last_use = ++c->tick;
+    xc_slot_note(c, s); /* a getmany() touches what it holds */
+    if (s->state == XC_SLOT_READY && !s->insert_pending) {
+        xc_pcand row;
+        xc_slot_row(c, s, &row);
+        xc_policy_touch(&c->pol, &row);
+    }
 }
 
 /* ------------------------------------------------------------------ */

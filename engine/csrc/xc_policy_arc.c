@@ -21,26 +21,28 @@
  *   it exists and (|T1| > p or there is no t2), else t2.  |T1| counts
  *   protected entries too.
  * - evict: a T1 victim goes to B1's back, a T2 victim to B2's back.
+ *
+ * The four lists are key lists (xc_klist), so every move is O(1) and the
+ * victim walk steps only over protected keys.
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
 
 enum { W_NONE = 0, W_T1 = 1, W_T2 = 2, W_B1 = 3, W_B2 = 4 };
 
+/* The four lists share one link set: a key is on at most one. */
 typedef struct arc {
-    uint32_t *l[5];     /* l[W_T1] .. l[W_B2], oldest first */
-    size_t n[5];
+    xc_klinks kl;
+    xc_klist l[5];      /* l[W_T1] .. l[W_B2], oldest first */
     uint64_t p;
     uint8_t *where;
 } arc;
 
 static void arc_free(arc *a)
 {
-    int i;
     if (a == NULL)
         return;
-    for (i = 1; i < 5; i++)
-        xc_free(a->l[i]);
+    xc_kl_free(&a->kl);
     xc_free(a->where);
     xc_free(a);
 }
@@ -48,20 +50,16 @@ static void arc_free(arc *a)
 static int arc_init(xc_policy *p)
 {
     size_t nk = p->n_keys ? p->n_keys : 1;
-    int i, ok;
+    int i;
     arc *a = xc_calloc(1, sizeof *a);
-    ok = a != NULL;
-    for (i = 1; ok && i < 5; i++)
-        ok = (a->l[i] = xc_calloc(nk, sizeof *a->l[i])) != NULL;
-    if (ok)
-        ok = (a->where = xc_calloc(nk, 1)) != NULL;
-    if (ok)
-        ok = (p->scratch = xc_calloc(nk, sizeof *p->scratch)) != NULL;
-    if (!ok) {
+    if (a == NULL || xc_kl_alloc(&a->kl, p->n_keys, "arc") != XC_OK ||
+        (a->where = xc_calloc(nk, 1)) == NULL) {
         arc_free(a);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "policy arc: no memory for %u keys", p->n_keys);
     }
+    for (i = 0; i < 5; i++)
+        xc_kl_init(&a->l[i]);
     p->priv = a;
     return XC_OK;
 }
@@ -69,66 +67,67 @@ static int arc_init(xc_policy *p)
 static void arc_fini(xc_policy *p)
 {
     arc_free(p->priv);
-    xc_free(p->scratch);
     p->priv = NULL;
-    p->scratch = NULL;
 }
 
 static void take(arc *a, uint32_t key)
 {
     int w = a->where[key];
     if (w != W_NONE)
-        xc_pq_remove_at(a->l[w], &a->n[w], xc_pq_find(a->l[w], a->n[w], key));
+        xc_kl_remove(&a->kl, &a->l[w], key);
     a->where[key] = W_NONE;
 }
 
 static void put(arc *a, int w, uint32_t key)
 {
-    a->l[w][a->n[w]++] = key;
+    xc_kl_push(&a->kl, &a->l[w], key);
     a->where[key] = (uint8_t)w;
 }
 
-static size_t arc_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
+/* The oldest key of list w that v shows as a candidate, or -1. */
+static int64_t oldest(const arc *a, int w, const xc_pview *v)
+{
+    xc_pcand row;
+    uint32_t k;
+    for (k = a->l[w].head; k != XC_KNIL; k = a->kl.next[k])
+        if (v->row(v->ctx, k, &row))
+            return k;
+    return -1;
+}
+
+static int64_t arc_to_evict(const xc_policy *p, const xc_pview *v)
 {
     const arc *a = p->priv;
-    uint32_t *is_cand = p->scratch;
-    size_t i, pick = SIZE_MAX, t1 = SIZE_MAX, t2 = SIZE_MAX;
-    for (i = 0; i < n; i++)
-        is_cand[c[i].key] = (uint32_t)i + 1;
-    for (i = 0; i < a->n[W_T1] && t1 == SIZE_MAX; i++)
-        if (is_cand[a->l[W_T1][i]])
-            t1 = is_cand[a->l[W_T1][i]] - 1;
-    for (i = 0; i < a->n[W_T2] && t2 == SIZE_MAX; i++)
-        if (is_cand[a->l[W_T2][i]])
-            t2 = is_cand[a->l[W_T2][i]] - 1;
-    if (t1 != SIZE_MAX && (a->n[W_T1] > a->p || t2 == SIZE_MAX))
-        pick = t1;
-    else
-        pick = t2;
-    for (i = 0; i < n; i++)
-        is_cand[c[i].key] = 0;
-    return pick == SIZE_MAX ? 0 : pick;
+    int64_t t;
+    if (a->l[W_T1].n > a->p && (t = oldest(a, W_T1, v)) >= 0)
+        return t;
+    if ((t = oldest(a, W_T2, v)) >= 0)
+        return t;
+    return oldest(a, W_T1, v);
 }
 
-static void arc_on_hit(xc_policy *p, uint32_t key)
+static void arc_on_hit(xc_policy *p, const xc_pcand *row)
 {
     arc *a = p->priv;
-    take(a, key);
-    put(a, W_T2, key);
+    take(a, row->key);
+    put(a, W_T2, row->key);
 }
 
-static void arc_on_insert(xc_policy *p, uint32_t key)
+static void arc_on_insert(xc_policy *p, const xc_pcand *row)
 {
     arc *a = p->priv;
+    uint32_t key = row->key;
     uint64_t c = p->n_slots, d;
+    size_t *n1 = &a->l[W_T1].n, *n2 = &a->l[W_T2].n, *nb1 = &a->l[W_B1].n,
+           *nb2 = &a->l[W_B2].n;
     if (a->where[key] == W_B1) {
-        d = a->n[W_B2] / a->n[W_B1];
+        d = *nb2 / *nb1;
         d = d < 1 ? 1 : d;
         a->p = a->p + d < c ? a->p + d : c;
         take(a, key);
         put(a, W_T2, key);
     } else if (a->where[key] == W_B2) {
-        d = a->n[W_B1] / a->n[W_B2];
+        d = *nb1 / *nb2;
         d = d < 1 ? 1 : d;
         a->p = a->p > d ? a->p - d : 0;
         take(a, key);
@@ -137,11 +136,10 @@ static void arc_on_insert(xc_policy *p, uint32_t key)
         take(a, key);
         put(a, W_T1, key);
     }
-    while (a->n[W_T1] + a->n[W_B1] > c && a->n[W_B1] > 0)
-        take(a, a->l[W_B1][0]);
-    while (a->n[W_T1] + a->n[W_T2] + a->n[W_B1] + a->n[W_B2] > 2 * c &&
-           a->n[W_B1] + a->n[W_B2] > 0)
-        take(a, a->n[W_B2] ? a->l[W_B2][0] : a->l[W_B1][0]);
+    while (*n1 + *nb1 > c && *nb1 > 0)
+        take(a, a->l[W_B1].head);
+    while (*n1 + *n2 + *nb1 + *nb2 > 2 * c && *nb1 + *nb2 > 0)
+        take(a, *nb2 ? a->l[W_B2].head : a->l[W_B1].head);
 }
 
 static void arc_on_evict(xc_policy *p, uint32_t key)
@@ -165,19 +163,24 @@ static int arc_check(const xc_policy *p)
         if (a->where[i] < 5)
             n[a->where[i]]++;
     for (i = 1; i < 5; i++)
-        if (n[i] != a->n[i])
+        if (n[i] != a->l[i].n)
             return xc_fail(XC_E_MISUSE, -1, -1, -1,
                            "arc: list %zu holds %zu keys, marks say %zu", i,
-                           a->n[i], n[i]);
-    if (a->n[W_T1] + a->n[W_T2] > p->n_slots || a->p > p->n_slots)
+                           a->l[i].n, n[i]);
+    if (a->l[W_T1].n + a->l[W_T2].n > p->n_slots || a->p > p->n_slots)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "arc: %zu + %zu resident in %zu slots, p %llu",
-                       a->n[W_T1], a->n[W_T2], p->n_slots,
+                       a->l[W_T1].n, a->l[W_T2].n, p->n_slots,
                        (unsigned long long)a->p);
+    for (i = 1; i < 5; i++)
+        if (xc_kl_check(&a->kl, &a->l[i], a->where, (uint8_t)i, NULL,
+                        "arc") != 0)
+            return -1;
     return 0;
 }
 
 const xc_policy_ops xc_policy_arc_ops = {
     "arc", {NULL}, {0}, arc_init, arc_fini, arc_to_evict, xc_policy_nop,
     arc_on_hit, arc_on_insert, arc_on_evict, arc_check, XC_POLICY_ORDER_NONE,
+    1, xc_policy_row_nop, 0,
 };

@@ -7,70 +7,135 @@
  * count each `period` requests lets yesterday's heat fade.  The victim is
  * min (count[key], last_use).  Counts are kept across reset_stats: they are
  * policy state, not statistics.
+ *
+ * Halving is lazy: a key's count is stored with the epoch (number of
+ * halvings) it was last brought up to date at, and read as count >> (epochs
+ * since); so a halving costs nothing per key.  The keys the policy holds
+ * sit in count buckets, each a list in ascending last_use (xc_bset); a
+ * halving maps every bucket value v to v >> 1, merging the pairs of
+ * buckets that meet, so it costs the buckets, not the keys, plus the keys
+ * of buckets that merge.  A request of a held key takes it off its bucket
+ * and the hit that follows puts it back at (count, last_use).
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
 
 enum { P_PERIOD = 0 };
 
+typedef struct hot {
+    xc_bset bs;
+    uint32_t *epoch;   /* per key: the epoch count[key] is up to date at */
+    uint32_t now;      /* halvings so far */
+    uint8_t *held;     /* per key: inserted and not evicted */
+} hot;
+
+/* count[key] brought up to date (its halvings since applied). */
+static uint32_t cnt(const xc_policy *p, uint32_t key)
+{
+    const hot *h = p->priv;
+    uint32_t d = h->now - h->epoch[key];
+    return d >= 32 ? 0 : p->count[key] >> d;
+}
+
+static void hot_free(xc_policy *p)
+{
+    hot *h = p->priv;
+    if (h != NULL) {
+        if (h->bs.b != NULL)
+            xc_bset_free(&h->bs);
+        xc_free(h->epoch);
+        xc_free(h->held);
+        xc_free(h);
+    }
+    xc_free(p->count);
+    p->count = NULL;
+    p->priv = NULL;
+}
+
 static int hot_init(xc_policy *p)
 {
+    size_t nk = p->n_keys ? p->n_keys : 1;
+    hot *h;
     if (p->param[P_PERIOD] == 0)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "policy hotness: period must be at least 1");
-    p->count = xc_calloc(p->n_keys ? p->n_keys : 1, sizeof *p->count);
-    if (p->count == NULL)
+    p->count = xc_calloc(nk, sizeof *p->count);
+    p->priv = h = xc_calloc(1, sizeof *h);
+    if (p->count == NULL || h == NULL ||
+        (h->epoch = xc_calloc(nk, sizeof *h->epoch)) == NULL ||
+        (h->held = xc_calloc(nk, 1)) == NULL ||
+        xc_bset_alloc(&h->bs, p->n_keys, "hotness") != XC_OK) {
+        hot_free(p);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "policy hotness: no memory for %u key counts",
                        p->n_keys);
+    }
     return XC_OK;
 }
 
-static void hot_fini(xc_policy *p)
-{
-    xc_free(p->count);
-    p->count = NULL;
-}
+static void hot_fini(xc_policy *p) { hot_free(p); }
 
-static size_t hot_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
+static int64_t hot_to_evict(const xc_policy *p, const xc_pview *v)
 {
-    size_t i, best = 0;
-    for (i = 1; i < n; i++) {
-        uint32_t a = p->count[c[i].key], b = p->count[c[best].key];
-        if (a < b || (a == b && c[i].last_use < c[best].last_use))
-            best = i;
-    }
-    return best;
+    const hot *h = p->priv;
+    return xc_bset_first(&h->bs, v);
 }
 
 /* Called after xc_policy_request() counted the request in n_requests. */
 static void hot_on_request(xc_policy *p, uint32_t key)
 {
-    uint32_t k;
-    if (p->count[key] < UINT32_MAX)
-        p->count[key]++;
-    if (p->n_requests % p->param[P_PERIOD] == 0)
-        for (k = 0; k < p->n_keys; k++)
-            p->count[k] >>= 1;
+    hot *h = p->priv;
+    uint32_t n = cnt(p, key);
+    p->count[key] = n < UINT32_MAX ? n + 1 : n;
+    h->epoch[key] = h->now;
+    if (h->held[key])
+        xc_bset_remove(&h->bs, key); /* its hit puts it back */
+    if (p->n_requests % p->param[P_PERIOD] == 0) {
+        h->now++;
+        xc_bset_halve(&h->bs);
+    }
+}
+
+/* Insert and hit: the key goes to (count, last_use). */
+static void hot_place(xc_policy *p, const xc_pcand *row)
+{
+    hot *h = p->priv;
+    h->held[row->key] = 1;
+    xc_bset_place(&h->bs, row->key, cnt(p, row->key), row->last_use);
+}
+
+static void hot_on_evict(xc_policy *p, uint32_t key)
+{
+    hot *h = p->priv;
+    h->held[key] = 0;
+    xc_bset_remove(&h->bs, key);
 }
 
 static int hot_check(const xc_policy *p)
 {
+    const hot *h = p->priv;
     uint64_t sum = 0;
     uint32_t k;
-    if (p->count == NULL)
+    if (p->count == NULL || h == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "hotness: no count table");
     for (k = 0; k < p->n_keys; k++)
-        sum += p->count[k];
+        sum += cnt(p, k);
     if (sum > p->n_requests)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "hotness: counts sum to %llu > %llu requests",
                        (unsigned long long)sum,
                        (unsigned long long)p->n_requests);
-    return 0;
+    for (k = 0; k < p->n_keys; k++)
+        if (h->held[k] != (h->bs.bucket_of[k] != XC_KNIL) ||
+            (h->held[k] && h->bs.b[h->bs.bucket_of[k]].v != cnt(p, k)))
+            return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                           "hotness: key %u (held %d, count %u) is out of "
+                           "its bucket", k, h->held[k], cnt(p, k));
+    return xc_bset_check(&h->bs, "hotness");
 }
 
 const xc_policy_ops xc_policy_hotness_ops = {
     "hotness", {"period", NULL}, {256}, hot_init, hot_fini, hot_to_evict,
-    hot_on_request, xc_policy_nop, xc_policy_nop, xc_policy_nop, hot_check, XC_POLICY_ORDER_NONE,
+    hot_on_request, hot_place, hot_place, hot_on_evict, hot_check,
+    XC_POLICY_ORDER_NONE, 0, hot_place, 0,
 };

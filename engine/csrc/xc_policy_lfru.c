@@ -7,7 +7,9 @@
  * oracle, so it is a pure function of (seed, e, i): index
  * h(seed, e*s + i) % m into the candidates in slot order, where e counts the
  * policy's evictions since open and h is splitmix64 of (seed << 32) ^ x.
- * Among the sample the victim is min (freq, last_use), as in LFU.
+ * Among the sample the victim is min (freq, last_use), as in LFU.  It
+ * keeps no state: the view lists the candidates in slot order (count,
+ * nth), so a choice costs s lookups there.
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
@@ -37,27 +39,35 @@ static int better(const xc_pcand *a, const xc_pcand *b)
            (a->freq == b->freq && a->last_use < b->last_use);
 }
 
-static size_t lfru_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
+static int64_t lfru_to_evict(const xc_policy *p, const xc_pview *v)
 {
     uint64_t s = p->param[P_SAMPLE], seed = p->param[P_SEED], i;
-    size_t best = 0, j;
+    size_t n = v->count(v->ctx), j;
+    xc_pcand best, c;
+    if (n == 0)
+        return -1;
     if (s >= n) {
-        for (j = 1; j < n; j++)
-            if (better(&c[j], &c[best]))
-                best = j;
-        return best;
+        v->nth(v->ctx, 0, &best);
+        for (j = 1; j < n; j++) {
+            v->nth(v->ctx, j, &c);
+            if (better(&c, &best))
+                best = c;
+        }
+        return best.key;
     }
     for (i = 0; i < s; i++) {
         uint64_t x = p->n_evicted * s + i;
         j = (size_t)(splitmix64((seed << 32) ^ x) % n);
-        if (i == 0 || better(&c[j], &c[best]))
-            best = j;
+        v->nth(v->ctx, j, &c);
+        if (i == 0 || better(&c, &best))
+            best = c;
     }
-    return best;
+    return best.key;
 }
 
 const xc_policy_ops xc_policy_lfru_ops = {
     "lfru", {"sample", "seed", NULL}, {4, 0}, lfru_init, lfru_fini,
-    lfru_to_evict, xc_policy_nop, xc_policy_nop, xc_policy_nop,
-    xc_policy_nop, xc_policy_check_nop, XC_POLICY_ORDER_NONE,
+    lfru_to_evict, xc_policy_nop, xc_policy_row_nop, xc_policy_row_nop,
+    xc_policy_nop, xc_policy_check_nop, XC_POLICY_ORDER_NONE, 0,
+    xc_policy_row_nop, 1,
 };

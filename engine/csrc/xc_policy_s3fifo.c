@@ -28,18 +28,24 @@
  * anything; on_evict(victim) re-derives the same moves from the state and
  * the victim alone (which pass found it follows from where it is and its
  * freq), so choosing stays pure and protection only limits who may go.
+ *
+ * Cost: the queues are key lists (xc_klist), so every move is O(1).  A
+ * pass stops at the first candidate of freq 0; everything it steps over
+ * before that is a protected key (few) or a key whose freq the eviction
+ * then lowers (a promotion or a loss of at least 1), and freq only rises by
+ * hits, so the walks cost O(1) amortised per access, as CLOCK's hand does.
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
 
-#include <string.h>
-
 enum { P_SMALL = 0 };
 enum { W_NONE = 0, W_S = 1, W_M = 2, W_G = 3 };
 
+/* S, M and G share one link set: a key is on at most one. */
 typedef struct s3 {
-    uint32_t *sq, *mq, *gq;   /* oldest first */
-    size_t ns, nm, ng, s_target, g_cap;
+    xc_klinks kl;
+    xc_klist q[4];            /* q[W_S], q[W_M], q[W_G], oldest first */
+    size_t s_target, g_cap;
     uint8_t *where, *freq;    /* per key */
 } s3;
 
@@ -47,9 +53,7 @@ static void s3_free(s3 *q)
 {
     if (q == NULL)
         return;
-    xc_free(q->sq);
-    xc_free(q->mq);
-    xc_free(q->gq);
+    xc_kl_free(&q->kl);
     xc_free(q->where);
     xc_free(q->freq);
     xc_free(q);
@@ -58,27 +62,21 @@ static void s3_free(s3 *q)
 static int s3_init(xc_policy *p)
 {
     size_t nk = p->n_keys ? p->n_keys : 1;
+    int i;
     s3 *q;
     if (p->param[P_SMALL] > 100)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "policy s3fifo: small is a percentage 0..100");
     q = xc_calloc(1, sizeof *q);
-    if (q != NULL) {
-        q->sq = xc_calloc(nk, sizeof *q->sq);
-        q->mq = xc_calloc(nk, sizeof *q->mq);
-        q->gq = xc_calloc(nk, sizeof *q->gq);
-        q->where = xc_calloc(nk, 1);
-        q->freq = xc_calloc(nk, 1);
-        p->scratch = xc_calloc(nk, sizeof *p->scratch);
-    }
-    if (q == NULL || !q->sq || !q->mq || !q->gq || !q->where || !q->freq ||
-        !p->scratch) {
+    if (q == NULL || xc_kl_alloc(&q->kl, p->n_keys, "s3fifo") != XC_OK ||
+        (q->where = xc_calloc(nk, 1)) == NULL ||
+        (q->freq = xc_calloc(nk, 1)) == NULL) {
         s3_free(q);
-        xc_free(p->scratch);
-        p->scratch = NULL;
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "policy s3fifo: no memory for %u keys", p->n_keys);
     }
+    for (i = 0; i < 4; i++)
+        xc_kl_init(&q->q[i]);
     q->s_target = p->n_slots * p->param[P_SMALL] / 100;
     if (q->s_target < 1)
         q->s_target = 1;
@@ -92,145 +90,136 @@ static int s3_init(xc_policy *p)
 static void s3_fini(xc_policy *p)
 {
     s3_free(p->priv);
-    xc_free(p->scratch);
     p->priv = NULL;
-    p->scratch = NULL;
 }
 
-/* The M pass over mq (then, when promoted, S's entries with freq >= 1 at
- * freq 0): the first candidate of least freq, or UINT32_MAX. */
-static uint32_t m_pass(const s3 *q, const uint32_t *is_cand, int promoted)
+static int is_cand(const xc_pview *v, uint32_t key)
 {
-    uint32_t best = UINT32_MAX, best_f = 4;
-    size_t i;
-    for (i = 0; i < q->nm; i++) {
-        uint32_t k = q->mq[i];
-        if (is_cand[k] && q->freq[k] < best_f) {
+    xc_pcand row;
+    return v->row(v->ctx, key, &row);
+}
+
+#define NEXT(q, k) ((q)->kl.next[k])
+
+/* The M pass over M (then, when promoted, S's entries with freq >= 1 at
+ * freq 0): the first candidate of least freq, or -1.  It stops at a
+ * candidate of freq 0: none can come before it. */
+static int64_t m_pass(const s3 *q, const xc_pview *v, int promoted)
+{
+    int64_t best = -1;
+    uint32_t best_f = 4, k;
+    for (k = q->q[W_M].head; k != XC_KNIL && best_f > 0; k = NEXT(q, k))
+        if (q->freq[k] < best_f && is_cand(v, k)) {
             best = k;
             best_f = q->freq[k];
         }
-    }
     if (promoted && best_f > 0)
-        for (i = 0; i < q->ns; i++) {
-            uint32_t k = q->sq[i];
-            if (q->freq[k] >= 1 && is_cand[k])
+        for (k = q->q[W_S].head; k != XC_KNIL; k = NEXT(q, k))
+            if (q->freq[k] >= 1 && is_cand(v, k))
                 return k;
-        }
     return best;
 }
 
-static size_t s3_to_evict(const xc_policy *p, const xc_pcand *c, size_t n)
+static int64_t s3_to_evict(const xc_policy *p, const xc_pview *v)
 {
     const s3 *q = p->priv;
-    uint32_t *is_cand = p->scratch, v = UINT32_MAX;
-    size_t i;
-    for (i = 0; i < n; i++)
-        is_cand[c[i].key] = (uint32_t)i + 1;
-    if (q->ns < q->s_target && q->nm > 0)
-        v = m_pass(q, is_cand, 0);
-    if (v == UINT32_MAX)
-        for (i = 0; i < q->ns; i++) {
-            uint32_t k = q->sq[i];
-            if (q->freq[k] == 0 && is_cand[k]) {
-                v = k;
+    int64_t vk = -1;
+    uint32_t k;
+    if (q->q[W_S].n < q->s_target && q->q[W_M].n > 0)
+        vk = m_pass(q, v, 0);
+    if (vk < 0)
+        for (k = q->q[W_S].head; k != XC_KNIL; k = NEXT(q, k)) {
+            if (q->freq[k] == 0 && is_cand(v, k)) {
+                vk = k;
                 break;
             }
         }
-    if (v == UINT32_MAX)
-        v = m_pass(q, is_cand, 1);
-    /* n >= 1 candidates, each in S or M, so some pass found one. */
-    i = v == UINT32_MAX ? 0 : is_cand[v] - 1;
-    for (size_t j = 0; j < n; j++)
-        is_cand[c[j].key] = 0;
-    return i;
+    if (vk < 0)
+        vk = m_pass(q, v, 1);
+    return vk;
 }
 
-/* Moves S's entries with freq >= 1 at positions < end to M's back. */
-static void promote(s3 *q, size_t end)
+/* Moves S's entries with freq >= 1 in front of `end` (XC_KNIL: all) to
+ * M's back. */
+static void promote(s3 *q, uint32_t end)
 {
-    size_t i = 0;
-    while (i < end && i < q->ns) {
-        uint32_t k = q->sq[i];
+    uint32_t k = q->q[W_S].head, nx;
+    for (; k != XC_KNIL && k != end; k = nx) {
+        nx = NEXT(q, k);
         if (q->freq[k] >= 1) {
-            xc_pq_remove_at(q->sq, &q->ns, i);
-            end--;
+            xc_kl_remove(&q->kl, &q->q[W_S], k);
             q->freq[k] = 0;
             q->where[k] = W_M;
-            q->mq[q->nm++] = k;
-        } else {
-            i++;
+            xc_kl_push(&q->kl, &q->q[W_M], k);
         }
     }
 }
 
 static void ghost_add(s3 *q, uint32_t key)
 {
-    if (q->ng == q->g_cap) {
-        q->where[q->gq[0]] = W_NONE;
-        xc_pq_remove_at(q->gq, &q->ng, 0);
+    if (q->q[W_G].n == q->g_cap) {
+        uint32_t old = q->q[W_G].head;
+        xc_kl_remove(&q->kl, &q->q[W_G], old);
+        q->where[old] = W_NONE;
     }
-    q->gq[q->ng++] = key;
+    xc_kl_push(&q->kl, &q->q[W_G], key);
     q->where[key] = W_G;
 }
 
 static void s3_on_evict(xc_policy *p, uint32_t v)
 {
     s3 *q = p->priv;
-    int m_first = q->ns < q->s_target && q->nm > 0;
-    size_t j, i, nm;
-    uint8_t f;
+    int m_first = q->q[W_S].n < q->s_target && q->q[W_M].n > 0;
+    uint32_t k, nx;
+    unsigned f;
     if (q->where[v] == W_S && q->freq[v] == 0) {
         /* found by the S pass */
-        j = xc_pq_find(q->sq, q->ns, v);
-        promote(q, j);
-        j = xc_pq_find(q->sq, q->ns, v);
-        xc_pq_remove_at(q->sq, &q->ns, j);
+        promote(q, v);
+        xc_kl_remove(&q->kl, &q->q[W_S], v);
         q->freq[v] = 0;
         ghost_add(q, v);
         return;
     }
     if (!(m_first && q->where[v] == W_M))
-        promote(q, q->ns); /* the S pass ran through without a victim */
-    /* found by the M pass: rotate M past it */
-    j = xc_pq_find(q->mq, q->nm, v);
+        promote(q, XC_KNIL); /* the S pass ran through without a victim */
+    if (q->where[v] != W_M)
+        return; /* not a key the passes could choose: nothing moves */
+    /* found by the M pass: the entries before v lose f + 1 and go to the
+     * back, in order; those after it lose f */
     f = q->freq[v];
-    nm = q->nm;
-    for (i = 0; i < nm; i++) {
-        uint32_t k = q->mq[i];
-        unsigned loss = i < j ? f + 1u : f;
-        q->freq[k] = q->freq[k] > loss ? (uint8_t)(q->freq[k] - loss) : 0;
+    if (f > 0)
+        for (k = NEXT(q, v); k != XC_KNIL; k = NEXT(q, k))
+            q->freq[k] = q->freq[k] > f ? (uint8_t)(q->freq[k] - f) : 0;
+    for (k = q->q[W_M].head; k != v; k = nx) {
+        nx = NEXT(q, k);
+        q->freq[k] = q->freq[k] > f + 1 ? (uint8_t)(q->freq[k] - f - 1) : 0;
+        xc_kl_remove(&q->kl, &q->q[W_M], k);
+        xc_kl_push(&q->kl, &q->q[W_M], k);
     }
-    if (j < nm) {
-        /* new order: after v, then before v */
-        memcpy(p->scratch, q->mq, j * sizeof *q->mq);
-        memmove(q->mq, q->mq + j + 1, (nm - j - 1) * sizeof *q->mq);
-        memcpy(q->mq + (nm - j - 1), p->scratch, j * sizeof *q->mq);
-        memset(p->scratch, 0, j * sizeof *p->scratch);
-        q->nm = nm - 1;
-    }
+    xc_kl_remove(&q->kl, &q->q[W_M], v);
     q->where[v] = W_NONE;
     q->freq[v] = 0;
 }
-
-static void s3_on_insert(xc_policy *p, uint32_t key)
+static void s3_on_insert(xc_policy *p, const xc_pcand *row)
 {
     s3 *q = p->priv;
+    uint32_t key = row->key;
     if (q->where[key] == W_G) {
-        xc_pq_remove_at(q->gq, &q->ng, xc_pq_find(q->gq, q->ng, key));
-        q->mq[q->nm++] = key;
+        xc_kl_remove(&q->kl, &q->q[W_G], key);
+        xc_kl_push(&q->kl, &q->q[W_M], key);
         q->where[key] = W_M;
     } else {
-        q->sq[q->ns++] = key;
+        xc_kl_push(&q->kl, &q->q[W_S], key);
         q->where[key] = W_S;
     }
     q->freq[key] = 0;
 }
 
-static void s3_on_hit(xc_policy *p, uint32_t key)
+static void s3_on_hit(xc_policy *p, const xc_pcand *row)
 {
     s3 *q = p->priv;
-    if (q->freq[key] < 3)
-        q->freq[key]++;
+    if (q->freq[row->key] < 3)
+        q->freq[row->key]++;
 }
 
 static int s3_check(const xc_policy *p)
@@ -241,17 +230,23 @@ static int s3_check(const xc_policy *p)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "s3fifo: no state");
     for (i = 0; i < p->n_keys; i++)
         n[q->where[i] & 3]++;
-    if (n[W_S] != q->ns || n[W_M] != q->nm || n[W_G] != q->ng ||
-        q->ns + q->nm > p->n_slots || q->ng > q->g_cap)
+    if (n[W_S] != q->q[W_S].n || n[W_M] != q->q[W_M].n ||
+        n[W_G] != q->q[W_G].n || q->q[W_S].n + q->q[W_M].n > p->n_slots ||
+        q->q[W_G].n > q->g_cap)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "s3fifo: queues hold %zu/%zu/%zu keys, marks say "
-                       "%zu/%zu/%zu (slots %zu, ghost cap %zu)", q->ns, q->nm,
-                       q->ng, n[W_S], n[W_M], n[W_G], p->n_slots, q->g_cap);
+                       "%zu/%zu/%zu (slots %zu, ghost cap %zu)", q->q[W_S].n,
+                       q->q[W_M].n, q->q[W_G].n, n[W_S], n[W_M], n[W_G],
+                       p->n_slots, q->g_cap);
+    for (i = W_S; i <= W_G; i++)
+        if (xc_kl_check(&q->kl, &q->q[i], q->where, (uint8_t)i, NULL,
+                        "s3fifo") != 0)
+            return -1;
     return 0;
 }
 
 const xc_policy_ops xc_policy_s3fifo_ops = {
     "s3fifo", {"small", NULL}, {10}, s3_init, s3_fini, s3_to_evict,
     xc_policy_nop, s3_on_hit, s3_on_insert, s3_on_evict, s3_check,
-    XC_POLICY_ORDER_NONE,
+    XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop, 0,
 };

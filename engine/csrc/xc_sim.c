@@ -3,10 +3,12 @@
  * without bytes, threads or locks.
  *
  * A simulated slot is exactly the row a policy sees (xc_pcand), so the
- * policy files run here unchanged: the same to_evict over the same
- * candidates in ascending slot order, the same callbacks in the same order
- * as xc_cache.c (xc_policy.h: a hit is request, hit; a miss is to_evict
- * when no slot is empty, request, evict, insert).  Slots fill in order
+ * policy files run here unchanged: the same to_evict through the same kind
+ * of view (a key is a candidate when it is in a slot the current step does
+ * not hold; the candidates in ascending slot order for lfru), the same
+ * callbacks in the same order as xc_cache.c (xc_policy.h: a hit is
+ * request, hit; a miss is to_evict when no slot is empty, request, evict,
+ * insert).  Slots fill in order
  * 0, 1, 2, ... and never empty again, which is the cache's "lowest EMPTY
  * slot first" rule for a run without failed reads.  Replaying a trace here
  * therefore gives the counters a live cache gives for the same gets.
@@ -22,12 +24,13 @@
  *   why that is exactly its to_evict; such a policy has no-op callbacks, so
  *   plain mode runs a loop of its own without them); opts.no_fast_path
  *   turns it off so tests can compare the two;
- * - in plain mode the candidate array is the slot table itself (every slot
- *   is a candidate), so nothing is copied per miss.
+ * - in plain mode every slot is a candidate, so the view's j-th candidate
+ *   is slot j; in step mode it steps over the few slots the step holds.
  *
  * Belady (farthest next use first; several never used again: the lowest
  * slot) is not a cache policy -- it needs the future -- and lives only here:
- * a scan of the slots' next-use positions, with the same protection rule.
+ * a heap of the slots' next-use positions, with the same protection rule
+ * (a scan when a step holds more slots than the heap sets aside).
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
@@ -40,7 +43,8 @@
 /* Scratch shared by every run of one xc_sim_run call. */
 typedef struct simbuf {
     size_t cap;            /* slots allocated: min(n_slots, n_keys) */
-    xc_pcand *row, *cand;
+    size_t n_slots, n_held; /* of the current run, for the view */
+    xc_pcand *row;
     int32_t *key_slot;     /* per key: its slot or -1 */
     uint8_t *seen;         /* per key: accessed before */
     uint8_t *prot;         /* per slot: held by the current step */
@@ -49,12 +53,19 @@ typedef struct simbuf {
     int64_t *slot_next;    /* per slot: next use (belady) */
     int64_t *last;         /* per key: scratch for next-use (belady) */
     int64_t *nxt;          /* per access of the run: next use (belady) */
+    struct bent *heap;     /* belady: (next use, slot), farthest on top */
+    size_t heap_n, heap_cap;
 } simbuf;
+
+/* A belady heap entry: current while slot_next[slot] == next. */
+typedef struct bent {
+    int64_t next;
+    int32_t slot;
+} bent;
 
 static void buf_free(simbuf *b)
 {
     xc_free(b->row);
-    xc_free(b->cand);
     xc_free(b->key_slot);
     xc_free(b->seen);
     xc_free(b->prot);
@@ -64,6 +75,7 @@ static void buf_free(simbuf *b)
     xc_free(b->slot_next);
     xc_free(b->last);
     xc_free(b->nxt);
+    xc_free(b->heap);
 }
 
 static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
@@ -71,7 +83,6 @@ static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
     memset(b, 0, sizeof *b);
     b->cap = cap;
     b->row = xc_calloc(cap, sizeof *b->row);
-    b->cand = xc_calloc(cap, sizeof *b->cand);
     b->key_slot = xc_calloc(n_keys, sizeof *b->key_slot);
     b->seen = xc_calloc(n_keys, 1);
     b->prot = xc_calloc(cap, 1);
@@ -81,9 +92,11 @@ static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
     b->slot_next = xc_calloc(cap, sizeof *b->slot_next);
     b->last = xc_calloc(n_keys, sizeof *b->last);
     b->nxt = xc_calloc(n ? n : 1, sizeof *b->nxt);
-    if (!b->row || !b->cand || !b->key_slot || !b->seen || !b->prot ||
+    b->heap_cap = 2 * cap + 64;
+    b->heap = xc_calloc(b->heap_cap, sizeof *b->heap);
+    if (!b->row || !b->key_slot || !b->seen || !b->prot ||
         !b->held || !b->prev || !b->next || !b->slot_next || !b->last ||
-        !b->nxt) {
+        !b->nxt || !b->heap) {
         buf_free(b);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "sim: no memory for %zu slots, %u keys, %zu accesses",
@@ -110,6 +123,40 @@ static void q_push(simbuf *b, queue *q, int32_t s)
     if (q->tail >= 0) b->next[q->tail] = s;
     else q->head = s;
     q->tail = s;
+}
+
+/* The view (xc_policy.h) over the slots: a key is a candidate when it is
+ * in a slot the current step does not hold.  Victims are chosen only when
+ * every slot is filled. */
+static int view_row(const void *ctx, uint32_t key, xc_pcand *out)
+{
+    const simbuf *b = ctx;
+    int32_t s = b->key_slot[key];
+    if (s < 0 || b->prot[s])
+        return 0;
+    *out = b->row[s];
+    return 1;
+}
+
+static size_t view_count(const void *ctx)
+{
+    const simbuf *b = ctx;
+    return b->n_slots - b->n_held;
+}
+
+/* The j-th unheld slot: j plus the held slots at or below it. */
+static void view_nth(const void *ctx, size_t j, xc_pcand *out)
+{
+    const simbuf *b = ctx;
+    size_t s = j, before = 0, i, k;
+    do {
+        k = before;
+        before = 0;
+        for (i = 0; i < b->n_held; i++)
+            before += (size_t)b->held[i] <= s;
+        s = j + before;
+    } while (before != k);
+    *out = b->row[s];
 }
 
 /* The fast path in plain mode: nothing is protected, so the victim is the
@@ -169,6 +216,101 @@ static void run_queue_plain(simbuf *b, int by_last_use, const uint32_t *keys,
     out->evictions += evictions;
 }
 
+/* Belady's victim is the unheld slot of farthest next use, the lowest such
+ * slot on a tie (only "never again" ties).  A heap of (next use, slot)
+ * entries in that order finds it in O(log n): every hit and insert pushes
+ * its slot's new entry, entries whose slot has moved on are dropped when
+ * they surface, and the heap is rebuilt from the slots when full. */
+static int bent_above(const bent *x, const bent *y)
+{
+    return x->next > y->next || (x->next == y->next && x->slot < y->slot);
+}
+
+static void heap_up(bent *h, size_t i)
+{
+    bent e = h[i];
+    while (i > 0 && bent_above(&e, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = e;
+}
+
+static void heap_down(bent *h, size_t n, size_t i)
+{
+    bent e = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && bent_above(&h[c + 1], &h[c]))
+            c++;
+        if (!bent_above(&h[c], &e))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = e;
+}
+
+static void heap_pop(simbuf *b)
+{
+    b->heap[0] = b->heap[--b->heap_n];
+    if (b->heap_n)
+        heap_down(b->heap, b->heap_n, 0);
+}
+
+/* Pushes slot s's current entry; when full, first rebuilds the heap from
+ * the filled slots 0..filled-1 (one current entry each). */
+static void heap_push(simbuf *b, int32_t s, size_t filled)
+{
+    if (b->heap_n == b->heap_cap) {
+        size_t j;
+        b->heap_n = 0;
+        for (j = 0; j < filled; j++)
+            if ((int32_t)j != s) {
+                b->heap[b->heap_n].next = b->slot_next[j];
+                b->heap[b->heap_n++].slot = (int32_t)j;
+            }
+        for (j = b->heap_n / 2; j-- > 0;)
+            heap_down(b->heap, b->heap_n, j);
+    }
+    b->heap[b->heap_n].next = b->slot_next[s];
+    b->heap[b->heap_n].slot = s;
+    heap_up(b->heap, b->heap_n++);
+}
+
+/* The victim: the top current entry of an unheld slot, or -1.  Entries of
+ * held slots are set aside and pushed back. */
+static int32_t heap_victim(simbuf *b)
+{
+    bent keep[64];
+    size_t n_keep = 0, j;
+    int32_t v = -1;
+    while (b->heap_n > 0) {
+        bent top = b->heap[0];
+        if (b->slot_next[top.slot] != top.next) {
+            heap_pop(b); /* its slot moved on */
+            continue;
+        }
+        if (!b->prot[top.slot]) {
+            v = top.slot;
+            break;
+        }
+        if (n_keep == sizeof keep / sizeof keep[0]) {
+            v = -2; /* many held: fall back to the scan */
+            break;
+        }
+        keep[n_keep++] = top;
+        heap_pop(b);
+    }
+    for (j = 0; j < n_keep; j++) {
+        b->heap[b->heap_n] = keep[j];
+        heap_up(b->heap, b->heap_n++);
+    }
+    return v;
+}
+
 /* One independent cache of n_slots over keys[0..n-1]; adds to *out. */
 static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                const uint8_t *starts, size_t n, const size_t *pos,
@@ -183,6 +325,11 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
     uint64_t tick = 0;
     size_t i, filled = 0, n_held = 0;
 
+    xc_pview view = {view_row, view_count, view_nth, b};
+
+    b->n_slots = n_slots;
+    b->n_held = 0;
+    b->heap_n = 0;
     memset(&pol, 0, sizeof pol);
     if (!belady) {
         if ((rc = xc_policy_open(&pol, o->policy, o->n_keys,
@@ -214,6 +361,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
         if (step && (i == 0 || starts[i])) {
             while (n_held)
                 b->prot[b->held[--n_held]] = 0;
+            b->n_held = 0;
         }
         out->requests++;
         if (s >= 0) {
@@ -224,9 +372,10 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             r->last_use = ++tick;
             if (belady) {
                 b->slot_next[s] = b->nxt[i];
+                heap_push(b, s, filled);
             } else {
                 xc_policy_request(&pol, key);
-                xc_policy_hit(&pol, key);
+                xc_policy_hit(&pol, r);
                 if (fast && pol.ops->order == XC_POLICY_ORDER_LAST_USE) {
                     q_unlink(b, &q, s);
                     q_push(b, &q, s);
@@ -246,27 +395,22 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             } else if (belady) {
                 int64_t far = -1;
                 size_t j;
-                for (j = 0; j < n_slots; j++)
-                    if (!b->prot[j] && b->slot_next[j] > far) {
-                        far = b->slot_next[j];
-                        s = (int32_t)j;
-                    }
+                s = heap_victim(b);
+                if (s == -2)
+                    for (j = 0, s = -1; j < n_slots; j++)
+                        if (!b->prot[j] && b->slot_next[j] > far) {
+                            far = b->slot_next[j];
+                            s = (int32_t)j;
+                        }
                 evict = 1;
             } else if (fast) {
                 for (s = q.head; s >= 0 && b->prot[s]; s = b->next[s])
                     ;
                 evict = 1;
             } else {
-                const xc_pcand *c = b->row;
-                size_t m = n_slots, j;
-                if (step) {
-                    for (j = m = 0; j < n_slots; j++)
-                        if (!b->prot[j])
-                            b->cand[m++] = b->row[j];
-                    c = b->cand;
-                }
-                if (m > 0)
-                    s = c[pol.ops->to_evict(&pol, c, m)].slot;
+                int64_t k = pol.ops->to_evict(&pol, &view);
+                if (k >= 0)
+                    s = b->key_slot[k];
                 evict = 1;
             }
             if (s < 0) {
@@ -296,8 +440,9 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
             b->key_slot[key] = s;
             if (belady) {
                 b->slot_next[s] = b->nxt[i];
+                heap_push(b, s, filled);
             } else {
-                xc_policy_insert(&pol, key);
+                xc_policy_insert(&pol, &b->row[s]);
                 if (fast) {
                     if (evict)
                         q_unlink(b, &q, s);
@@ -308,6 +453,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
         if (step && !b->prot[s]) {
             b->prot[s] = 1;
             b->held[n_held++] = s;
+            b->n_held = n_held;
         }
     }
     while (n_held)

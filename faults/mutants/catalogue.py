@@ -71,18 +71,25 @@ def _m(id: str, file: str, original: str, replacement: str, description: str,
 CATALOGUE: tuple[Mutant, ...] = (
     # -- victim choice and reservation ------------------------------------
     _m("M01", "xc_cache.c",
-       "if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))\n            continue;",
-       "if (s->state != XC_SLOT_READY)\n            continue;",
+       "if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))\n        return 0;",
+       "if (s->state != XC_SLOT_READY)\n        return 0;",
        "victim choice ignores holds and pins", "holds-pins"),
     _m("M02", "xc_cache.c",
-       "for (i = 0; i < c->n_slots; i++)\n"
-       "        if (c->slots[i].state == XC_SLOT_EMPTY)",
+       "for (i = c->empty_lo; i < c->n_slots; i++)\n"
+       "        if (c->slots[i].state == XC_SLOT_EMPTY)\n"
+       "            break;\n    c->empty_lo = i;\n",
        "for (i = c->n_slots; i-- > 0;)\n"
-       "        if (c->slots[i].state == XC_SLOT_EMPTY)",
+       "        if (c->slots[i].state == XC_SLOT_EMPTY)\n"
+       "            break;\n    if (i == (size_t)-1)\n        i = c->n_slots;\n",
        "an empty slot is taken from the top, not the lowest", "victim"),
     _m("M03", "xc_cache.c",
-       "            n_pending++;\n            continue;\n",
-       "            n_pending++;\n",
+       "    oq_sweep(c, 1); /* no untold slot is left: this recurses once */\n"
+       "    return xc_slot_victim(c);\n",
+       "    for (i = 0; i < c->n_slots; i++)\n"
+       "        if (c->slots[i].state == XC_SLOT_READY &&\n"
+       "            !SLOT_PROTECTED(&c->slots[i]))\n"
+       "            return (int32_t)i; /* untold, never told */\n"
+       "    return -1;\n",
        "untold (held-back) inserts become victim candidates", "readahead-order"),
     _m("M04", "xc_cache.c",
        "        c->index[s->key] = -1;\n        xc_policy_evict(&c->pol, s->key);",
@@ -256,34 +263,45 @@ CATALOGUE: tuple[Mutant, ...] = (
        "a stream's misses are not stamped in the order given", "readahead-order"),
     # -- policies ----------------------------------------------------------
     _m("M39", "xc_policy_lru.c",
-       "if (c[i].last_use < c[best].last_use)",
-       "if (c[i].last_use > c[best].last_use)",
+       "for (k = s->q.head; k != XC_KNIL; k = s->kl.next[k])",
+       "for (k = s->q.tail; k != XC_KNIL; k = s->kl.prev[k])",
        "lru evicts the most recently used", "policy-lru"),
     _m("M40", "xc_policy_fifo.c",
-       "if (c[i].insert_tick < c[best].insert_tick)",
-       "if (c[i].last_use < c[best].last_use)",
+       "    s->tick[row->key] = row->insert_tick;\n"
+       "    xc_kl_insert_by(&s->kl, &s->q, row->key, s->tick);\n"
+       "    s->on[row->key] = 1;\n}\n\n"
+       "const xc_policy_ops xc_policy_fifo_ops = {\n"
+       "    \"fifo\", {NULL}, {0}, fifo_init, fifo_fini, fifo_to_evict,\n"
+       "    xc_policy_nop, xc_policy_row_nop, fifo_on_insert,",
+       "    s->tick[row->key] = row->last_use;\n"
+       "    xc_kl_insert_by(&s->kl, &s->q, row->key, s->tick);\n"
+       "    s->on[row->key] = 1;\n}\n\n"
+       "const xc_policy_ops xc_policy_fifo_ops = {\n"
+       "    \"fifo\", {NULL}, {0}, fifo_init, fifo_fini, fifo_to_evict,\n"
+       "    xc_policy_nop, fifo_on_insert, fifo_on_insert,",
        "fifo orders by last use (lru) instead of insertion", "policy-fifo"),
     _m("M41", "xc_policy_lfu.c",
-       "(c[i].freq == c[best].freq && c[i].last_use < c[best].last_use)",
-       "(c[i].freq == c[best].freq && c[i].last_use > c[best].last_use)",
+       "xc_bset_place(p->priv, row->key, row->freq, row->last_use);",
+       "xc_bset_place(p->priv, row->key, row->freq, UINT64_MAX - row->last_use);",
        "lfu breaks frequency ties by the most recent use", "policy-lfu"),
     _m("M42", "xc_policy_lfru.c",
-       "if (i == 0 || better(&c[j], &c[best]))",
-       "if (better(&c[j], &c[best]))",
+       "if (i == 0 || better(&c, &best))",
+       "if (i == 0 ? (v->nth(v->ctx, 0, &best), better(&c, &best))\n"
+       "                   : better(&c, &best))",
        "lfru's first sample is never taken (candidate 0 is the default)",
        "policy-lfru"),
     _m("M43", "xc_policy_hotness.c",
-       "if (a < b || (a == b && c[i].last_use < c[best].last_use))",
-       "if (a < b)",
+       "xc_bset_place(&h->bs, row->key, cnt(p, row->key), row->last_use);",
+       "xc_bset_place(&h->bs, row->key, cnt(p, row->key), row->slot);",
        "hotness ties go to the first candidate, not the least recent",
        "policy-hotness"),
     _m("M44", "xc_policy_s3fifo.c",
-       "if (q->freq[k] == 0 && is_cand[k]) {",
-       "if (q->freq[k] <= 1 && is_cand[k]) {",
+       "if (q->freq[k] == 0 && is_cand(v, k)) {",
+       "if (q->freq[k] <= 1 && is_cand(v, k)) {",
        "s3fifo's small-queue pass evicts entries hit once", "policy-s3fifo"),
     _m("M45", "xc_policy_arc.c",
-       "if (t1 != SIZE_MAX && (a->n[W_T1] > a->p || t2 == SIZE_MAX))",
-       "if (t1 != SIZE_MAX && (a->n[W_T1] >= a->p || t2 == SIZE_MAX))",
+       "if (a->l[W_T1].n > a->p && ",
+       "if (a->l[W_T1].n >= a->p && ",
        "arc evicts from T1 when it is exactly at its target p", "policy-arc"),
     # -- the reader's checks ----------------------------------------------
     _m("M46", "xc_header.c",

@@ -180,6 +180,9 @@ def test_policy_counts(k3_shard, variant, text):
 
 @pytest.mark.parametrize("policy,text", [
     ("hotness", "hotness: counts sum to 7 > 3 requests"),
+    ("lru", "lru: no state"),
+    ("fifo", "fifo: no state"),
+    ("lfu", "lfu: no state"),
     ("arc", "arc: no state"),
     ("s3fifo", "s3fifo: no state")])
 def test_policy_own_check(k3_shard, policy, text):
@@ -222,8 +225,8 @@ def test_order_list_of_a_policy_told_no_inserts(k3_shard):
 
 
 def test_policy_state_without_state_is_refused(k3_shard):
-    """LRU keeps no state to break: the hook refuses with MISUSE, writes nothing."""
-    cache = open_cache(k3_shard)
+    """LFRU keeps no state to break: the hook refuses with MISUSE, writes nothing."""
+    cache = open_cache(k3_shard, "lfru")
     rc, msg = brk(cache, "POLICY_STATE")
     assert rc == _lib.lib().XC_E_MISUSE
     assert msg == "test hook: bad corruption 13 (a -1, b -1) for this cache"

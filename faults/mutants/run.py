@@ -42,6 +42,26 @@ from faults.mutants.catalogue import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+#: ``--pytest behaviour``: the tests that catch the catalogue's bugs by what
+#: the engine does (bytes, counters, slot states, errors, check()), not by
+#: a message's wording or a time (docs/QUALITY.md, "Mutation").
+BEHAVIOUR_TESTS: tuple[str, ...] = (
+    "tests/cache/test_behaviour_twins.py",
+    "tests/faults/test_partial_reads.py",
+    "tests/faults/test_state_twins.py",
+    "tests/faults/test_reads_under_way_twins.py",
+    "tests/faults/test_index_corruptions.py",
+    "tests/replay/test_probe_steps.py",
+    "tests/faults/test_corruptions.py",
+    "tests/policies/test_victims_by_hand.py",
+    "tests/cache/test_k3_mini_bytes_and_counters.py",
+    "tests/faults/test_io_faults_on_every_read_path.py",
+    "tests/faults/test_injector.py",
+    "tests/policies",
+    "tests/lab/test_live_equals_simulator.py",
+    "tests/lab/test_c_simulator.py",
+    "tests/cache/test_engine_vs_oracle_stateful.py",
+)
 #: The engine build's object-cache switch (engine/_build.py; faults never
 #: imports engine, so the name is repeated here).
 OBJ_CACHE_ENV = "XC_OBJ_CACHE"
@@ -343,7 +363,8 @@ def parser() -> argparse.ArgumentParser:
                     f"{DEFAULT_REPLAY_TIMEOUT_S:g})")
     ap.add_argument("--pytest", metavar="SELECTION",
                     help='also run this pytest selection against each mutant, '
-                         'e.g. "tests/ -m \'not slow\'"')
+                         'e.g. "tests/ -m \'not slow\'"; "behaviour" names '
+                         'the behaviour selection (BEHAVIOUR_TESTS)')
     ap.add_argument("--json", dest="json_path", metavar="FILE",
                     help="write the report as JSON")
     ap.add_argument("--catalogue", metavar="FILE",
@@ -370,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not ns.replay_timeout > 0:
             raise ToolError(f"--replay-timeout {ns.replay_timeout:g}: it must "
                             "be above 0")
+        if ns.pytest is not None and ns.pytest.strip() == "behaviour":
+            ns.pytest = " ".join(BEHAVIOUR_TESTS)
         if ns.pytest is not None and not ns.pytest.strip():
             raise ToolError("--pytest: an empty selection")
         root = Path(ns.root).resolve()

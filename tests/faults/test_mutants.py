@@ -172,3 +172,13 @@ def test_runner_verdicts_on_a_tiny_catalogue(
     assert doc["summary"] == {"caught": 1, "missed": 1, "did-not-compile": 1,
                               "not-applicable": 1}
     assert "survivors: T2" in capsys.readouterr().out
+
+
+def test_the_behaviour_selection_names_existing_test_files() -> None:
+    """Every path of BEHAVIOUR_TESTS is a test file or folder of this checkout."""
+    from faults.mutants.run import BEHAVIOUR_TESTS, ROOT
+
+    assert len(BEHAVIOUR_TESTS) == len(set(BEHAVIOUR_TESTS)) == 15
+    for rel in BEHAVIOUR_TESTS:
+        path = ROOT / rel
+        assert path.is_dir() or (path.is_file() and path.name.startswith("test_")), rel

@@ -51,7 +51,7 @@ def test_x_ticks_are_the_measured_sizes():
 
 
 def test_belady_is_a_filled_region_not_a_policy_curve():
-    """Belady is one shaded polygon from 0 up to its miss ratios, with no marker line."""
+    """Belady is one shaded polygon from 0 up to its miss ratios, not a curve."""
     from matplotlib.collections import PolyCollection  # noqa: PLC0415
 
     rows = sweep(["lru", "belady"], [2, 4, 8])
@@ -88,7 +88,7 @@ def test_colours_markers_styles_are_stable_across_runs():
 
 
 def test_a_spec_with_parameters_keeps_its_name_colour_and_marker():
-    """hotness:period=4 has hotness's colour and marker, hollow, in a line style of its own."""
+    """hotness:period=4: hotness's colour and marker, hollow, its own line style."""
     assert style_for("hotness:period=4")[:2] == ("#9467bd", "D")
     assert style_for("hotness:period=4") == style_for("hotness:period=4")
     assert style_for("hotness:period=4")[2] != STYLES["hotness"][2]
@@ -97,7 +97,7 @@ def test_a_spec_with_parameters_keeps_its_name_colour_and_marker():
 
 
 def test_coincident_curves_are_labelled_and_all_visible():
-    """hotness with a 4-request period equals LRU here: both drawn, both labels say so."""
+    """hotness:period=4 equals LRU here: both drawn, both labels say so."""
     rows = sweep(["lru", "hotness:period=4", "fifo"], [2, 4, 7, 8, 12])
     lru = [r["misses"] for r in rows if r["policy"] == "lru"]
     hot = [r["misses"] for r in rows if r["policy"] == "hotness:period=4"]

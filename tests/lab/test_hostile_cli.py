@@ -139,7 +139,7 @@ def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
     for name in summary.RESULT_FILES:
         (out / name).write_text(f"earlier {name}\n")
 
-    def interrupted(rows: object, path: str, title: str) -> None:
+    def interrupted(rows: object, path: str, title: str, *_: object) -> None:
         Path(path).write_bytes(b"\x89PNG half")
         raise KeyboardInterrupt
 

@@ -387,7 +387,6 @@ void xc_pool_stop(xc_cache *c, int n_started)
         pthread_join(c->workers[i], NULL);
 }
 
-
 /* ------------------------------------------------------------------ */
 /* hold_layer: one layer's experts held in one call                     */
 /* ------------------------------------------------------------------ */
@@ -396,22 +395,6 @@ void xc_pool_stop(xc_cache *c, int n_started)
  * layer's top-k is 1-16 in every model we know of (Kimi-K2/K3 and
  * DeepSeek-V3: 8), so the hit path never allocates. */
 #define HOLD_STACK_KEYS 64
-#define HOLD_GEN_MASK 0x7fffffffu
-
-/* The slot a handle names if it holds a READY reference now (mu held), or
- * NULL: the rule of xc_cache_unhold. */
-static slot *hold_slot(xc_cache *c, int64_t handle)
-{
-    int64_t si = handle & 0xffffffff;
-    slot *s;
-    if (handle < 0 || (uint64_t)si >= c->n_slots)
-        return NULL;
-    s = &c->slots[si];
-    if (s->state != XC_SLOT_READY || s->holds == 0 ||
-        (s->generation & HOLD_GEN_MASK) != (uint32_t)(handle >> 32))
-        return NULL;
-    return s;
-}
 
 /* Records the error of a failed read of item r (mu not needed): the
  * reading thread's record when it was kept, else one naming the key. */
@@ -557,8 +540,7 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
             c->slots[si].holds--;
             continue;
         }
-        handles[i] = (int64_t)(c->slots[si].generation & HOLD_GEN_MASK) << 32 |
-                     (int64_t)si;
+        handles[i] = xc_handle_of(c, si);
         offsets[i] = (uint64_t)si * c->ld.stride + c->slots[si].payload_off;
     }
     pthread_mutex_unlock(&c->mu);
@@ -590,7 +572,7 @@ int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n)
                        "release: NULL handles");
     pthread_mutex_lock(&c->mu);
     for (i = 0; i < n; i++) {
-        slot *s = hold_slot(c, handles[i]);
+        slot *s = xc_held_slot(c, handles[i]);
         if (s == NULL) {
             int64_t bad = handles[i];
             while (i-- > 0) /* put back what this call gave back */

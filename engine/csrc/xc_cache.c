@@ -609,37 +609,21 @@ int xc_cache_release(xc_cache *c, const xc_ref *ref)
 /* Integer handles (xc.h: xc_cache_hold)                                */
 /* ------------------------------------------------------------------ */
 
-#define GEN_MASK 0x7fffffffu
-
-/* The slot a handle names if it is a held READY reference (mu held), or
- * NULL. */
-static slot *held_slot(xc_cache *c, int64_t handle)
-{
-    int64_t si = handle & 0xffffffff;
-    slot *s;
-    if (handle < 0 || (uint64_t)si >= c->n_slots)
-        return NULL;
-    s = &c->slots[si];
-    if (s->state != XC_SLOT_READY || s->holds == 0 ||
-        (s->generation & GEN_MASK) != (uint32_t)(handle >> 32))
-        return NULL;
-    return s;
-}
-
 int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert)
 {
     xc_ref ref;
     int rc = xc_cache_get(c, layer, expert, &ref);
     if (rc != XC_OK)
         return rc;
-    return (int64_t)(ref.generation & GEN_MASK) << 32 | (int64_t)ref.slot;
+    return (int64_t)(ref.generation & XC_HANDLE_GEN_MASK) << 32 |
+           (int64_t)ref.slot;
 }
 
 int xc_cache_unhold(xc_cache *c, int64_t handle)
 {
     slot *s;
     pthread_mutex_lock(&c->mu);
-    if ((s = held_slot(c, handle)) == NULL) {
+    if ((s = xc_held_slot(c, handle)) == NULL) {
         pthread_mutex_unlock(&c->mu);
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "release: handle %lld holds no reference (released "
@@ -656,7 +640,7 @@ const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle)
     const uint8_t *p = NULL;
     slot *s;
     pthread_mutex_lock(&c->mu);
-    if ((s = held_slot(c, handle)) != NULL)
+    if ((s = xc_held_slot(c, handle)) != NULL)
         p = xc_slot_mem(c, (int32_t)(handle & 0xffffffff)) + s->payload_off;
     pthread_mutex_unlock(&c->mu);
     if (p == NULL)

@@ -252,6 +252,32 @@ static inline uint8_t *xc_slot_mem(const xc_cache *c, int32_t s)
     return c->arena + (size_t)s * c->ld.stride;
 }
 
+/* Integer handles (xc.h: xc_cache_hold, xc_cache_hold_layer): the slot
+ * index in the low 32 bits, the slot's generation (31 bits) above it. */
+#define XC_HANDLE_GEN_MASK 0x7fffffffu
+
+/* The handle of slot si as it is now (mu held). */
+static inline int64_t xc_handle_of(const xc_cache *c, int32_t si)
+{
+    return (int64_t)(c->slots[si].generation & XC_HANDLE_GEN_MASK) << 32 |
+           (int64_t)si;
+}
+
+/* The slot a handle names if it is a held READY reference now (mu held),
+ * or NULL: the one rule every call taking handles applies. */
+static inline slot *xc_held_slot(xc_cache *c, int64_t handle)
+{
+    int64_t si = handle & 0xffffffff;
+    slot *s;
+    if (handle < 0 || (uint64_t)si >= c->n_slots)
+        return NULL;
+    s = &c->slots[si];
+    if (s->state != XC_SLOT_READY || s->holds == 0 ||
+        (s->generation & XC_HANDLE_GEN_MASK) != (uint32_t)(handle >> 32))
+        return NULL;
+    return s;
+}
+
 /* The policy's row of slot s. */
 static inline void xc_slot_row(const xc_cache *c, const slot *s,
                                xc_pcand *out)

@@ -85,6 +85,24 @@ def test_malformed_trace_names_file_and_line(tmp_path, capsys):
     assert err.startswith(f"replay.py predict: {path}:2: ")
 
 
+def test_empty_trace(tmp_path, capsys):
+    """A TRACE with no record is named."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    rc, err = errors(capsys, [str(path), str(tmp_path / "out")])
+    assert (rc, err) == (2, f"replay.py predict: {path}:0: no records")
+
+
+def test_malformed_train_trace_names_file_and_line(tmp_path, capsys):
+    """A malformed --train trace line is named by file and line."""
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"tok": 1, "layers": [[0, 1], [2, 3]]}\n{"tok": 2}\n')
+    rc, err = errors(capsys, [tiny_file(tmp_path), str(tmp_path / "out"),
+                              "--train", str(other)])
+    assert rc == 2
+    assert err.startswith(f"replay.py predict: {other}:2: ")
+
+
 def test_missing_train_trace(tmp_path, capsys):
     """A --train file that does not exist is named with the option."""
     other = tmp_path / "other.jsonl"

@@ -7,6 +7,8 @@
 - ``lab``: ``python replay.py lab TRACE OUTDIR`` replays a routing trace
   through every cache policy and size (:mod:`fixtures.lab`);
   ``python replay.py --trace TRACE ... OUTDIR`` is the same command.
+- ``predict``: ``python replay.py predict TRACE OUTDIR`` measures route
+  predictors against a cache driven by the trace (:mod:`fixtures.lab.predict`).
 
 The first argument picks the command: a command name, else the lab when
 ``--trace`` appears anywhere, else the gate with every argument.  Each
@@ -23,7 +25,7 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-COMMANDS = ("gate", "lab")
+COMMANDS = ("gate", "lab", "predict")
 
 
 def version() -> str:
@@ -43,11 +45,13 @@ def parser() -> argparse.ArgumentParser:
     """The front door's own options and the list of commands, for ``--help``."""
     from fixtures.gate.cli import SUMMARY as GATE  # noqa: PLC0415
     from fixtures.lab.cli import SUMMARY as LAB  # noqa: PLC0415
+    from fixtures.lab.predict.cli import SUMMARY as PREDICT  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(
         prog="replay.py",
         usage="replay.py [gate] <dir> [options]\n"
               "       replay.py lab TRACE OUTDIR [options]\n"
+              "       replay.py predict TRACE OUTDIR [options]\n"
               "       replay.py [--help | --version]",
         description="Pinned replays that gate engine changes, and the policy "
                     "lab.",
@@ -60,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
                                  help="the command to run (default: gate)")
     commands.add_parser("gate", help=GATE, add_help=False)
     commands.add_parser("lab", help=LAB, add_help=False)
+    commands.add_parser("predict", help=PREDICT, add_help=False)
     return ap
 
 
@@ -94,6 +99,10 @@ def _dispatch(args: list[str]) -> int:
         from fixtures.lab.cli import run  # noqa: PLC0415
 
         return run(args[1:])
+    if first == "predict":
+        from fixtures.lab.predict.cli import run as predict  # noqa: PLC0415
+
+        return predict(args[1:])
     if any(a == "--trace" or a.startswith("--trace=") for a in args):
         from fixtures.lab.cli import run  # noqa: PLC0415
 

@@ -392,8 +392,8 @@ void xc_pool_stop(xc_cache *c, int n_started)
 /* ------------------------------------------------------------------ */
 
 /* Keys a hold_layer call keeps on the stack; more are allocated.  A
- * layer's top-k is 1-16 in every model we know of (Kimi-K2/K3 and
- * DeepSeek-V3: 8), so the hit path never allocates. */
+ * layer's top-k is far below this in practice (single digits to 16), so
+ * the hit path never allocates. */
 #define HOLD_STACK_KEYS 64
 
 /* Records the error of a failed read of item r (mu not needed): the

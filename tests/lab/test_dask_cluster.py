@@ -6,6 +6,7 @@ every bad use of the option is a clear error."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from fixtures.lab.sweep import run_cells
 from oracle.traces import write_csv
 from replay import main
 from tests.helpers import TRACES_DIR, synthetic
+from tests.lab.test_hostile_cli import group_members, sigint_mid_run
 
 ROOT = Path(__file__).resolve().parents[2]
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
@@ -244,3 +246,19 @@ def test_predict_workers_need_an_executor(tmp_path, capsys):
     assert capsys.readouterr().err == ("replay.py predict: --workers: needs "
                                        "--executor (the predictors run here "
                                        "otherwise)\n")
+
+
+@pytest.mark.nosan
+def test_ctrl_c_ends_predict_on_dask(tmp_path):
+    """SIGINT once a running cell's steps are counted: exit 130, no process, no file."""
+    pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    rc, err, pgid = sigint_mid_run(
+        [sys.executable, "replay.py", "predict", OLMOE, str(out), "--executor",
+         "dask", "--workers", "2", "--predictors", "pair,ewma,popularity"],
+        re.compile(rb" [1-9][0-9]*/79200 \["))  # mid-run: a step counted
+    assert rc == 130, err
+    assert "Traceback" not in err
+    assert err.endswith(f"replay.py predict: interrupted; {out} left as it was\n")
+    assert group_members(pgid) == []
+    assert sorted(x.name for x in out.iterdir()) == []

@@ -5,6 +5,7 @@ every bad use of the option is a clear error."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -52,7 +53,8 @@ class Cluster:
     def kill(self, proc: subprocess.Popen) -> None:
         """SIGKILL ``proc``'s process group and reap it."""
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
 
@@ -77,17 +79,28 @@ def start_cluster(tmp: Path, n_workers: int = 2) -> Cluster:
     log.close()
     from distributed import Client
 
-    with Client(address, timeout="60s", set_as_default=False) as client:
-        client.wait_for_workers(n_workers, timeout=60)
+    try:
+        with Client(address, timeout="60s", set_as_default=False) as client:
+            if n_workers:
+                client.wait_for_workers(n_workers, timeout=60)
+    except BaseException:
+        for proc in [*c.workers, c.scheduler]:
+            c.kill(proc)
+        raise
     return c
 
 
 def running_cluster(tmp: Path) -> Iterator[Cluster]:
     """A scheduler and two workers, all ended even when the test fails."""
+    yield from running_cluster_of(tmp, 2)
+
+
+def running_cluster_of(tmp: Path, n_workers: int) -> Iterator[Cluster]:
+    """A scheduler and ``n_workers`` workers, all ended when the generator closes."""
     pytest.importorskip("distributed")
     c: Cluster | None = None
     try:
-        c = start_cluster(tmp)
+        c = start_cluster(tmp, n_workers)
         yield c
     finally:
         if c is not None:
@@ -262,3 +275,18 @@ def test_ctrl_c_ends_predict_on_dask(tmp_path):
     assert err.endswith(f"replay.py predict: interrupted; {out} left as it was\n")
     assert group_members(pgid) == []
     assert sorted(x.name for x in out.iterdir()) == []
+
+
+@pytest.mark.nosan
+def test_scheduler_without_workers(tmp_path, capsys):
+    """A scheduler with no worker: exit 2 naming the address, nothing submitted."""
+    pytest.importorskip("distributed")
+    gen = running_cluster_of(tmp_path, 0)
+    c = next(gen)
+    try:
+        assert main(["lab", OLMOE, str(tmp_path / "o"), "--quiet",
+                     "--scheduler", c.address]) == 2
+    finally:
+        gen.close()
+    assert capsys.readouterr().err == (f"replay.py lab: --scheduler {c.address}: "
+                                       "the scheduler has no workers\n")

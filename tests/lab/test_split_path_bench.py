@@ -47,7 +47,7 @@ def test_plan_of_groups_steps_by_token_and_layer(live):
     trace, _ = live
     plan = plan_of(trace, TOKENS)
     assert len(plan) == TOKENS
-    assert plan[0] == [(0, [6, 5]), (1, [6, 2]), (2, [7, 3]), (3, [3, 2])]  # the file's lines
+    assert plan[0] == [(0, [6, 5]), (1, [6, 2]), (2, [7, 3]), (3, [3, 2])]
     assert sum(len(e) for steps in plan for _, e in steps) == 96
 
 
@@ -82,7 +82,7 @@ def test_steps_split_per_threshold(live):
 
 
 def test_queue_policy_difference_is_named(tmp_path):
-    """Under s3fifo a stream's victims differ from the get loop's: the check names the arms."""
+    """Under s3fifo a stream's victims differ: the check names the arms."""
     trace = real_trace("mixtral8x7b_humaneval.jsonl")
     fixtures.generate(fixture_spec(trace, 16, 8), tmp_path / "m")
     cont = Container(str(tmp_path / "m"))

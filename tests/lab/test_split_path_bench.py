@@ -81,6 +81,7 @@ def test_steps_split_per_threshold(live):
     assert [sum(m >= t for m in step) for t in (1, 2)] == [44, 22]  # 22 + 2 * 22 = 66
 
 
+@pytest.mark.nosan
 def test_queue_policy_difference_is_named(tmp_path):
     """Under s3fifo a stream's victims differ: the check names the arms."""
     trace = real_trace("mixtral8x7b_humaneval.jsonl")

@@ -23,15 +23,19 @@ every T: the bench asserts it and prints the check.  ``s3fifo`` and ``arc``
 are not offered: a stream tells a queue policy of all its reservations
 before any insert, so its victims, and the misses after them, may differ
 from the ``get`` loop's (docs/CACHE.md "stream"; on olmoe_299 by a few
-tens of 6,600 misses).  A fresh cache per arm
-and round; the arms alternate within each round; the figure is the best
-round.  The container is read once before timing, so misses are loads from
-the page cache (the source counters are printed); with ``--direct`` the
-container is opened with O_DIRECT and every miss is a device read.
+tens of 6,600 misses).
+
+A fresh cache per arm and round; within a round the arms take turns every
+``--chunk`` tokens (the order rotating, each arm's cache kept), so bursts
+of other work on a shared machine fall on all arms alike; the figure is
+the best round.  The container is read once before timing, so misses are
+loads from the page cache (the source counters are printed); with
+``--direct`` the container is opened with O_DIRECT and every miss is a
+device read.
 
 Usage: ``python bench/split_path.py [--trace olmoe_299.jsonl] [--tokens N]
 [--slots S] [--policy lru] [--compute matmul|spin] [--size N] [--spin-us U]
-[--io-threads N] [--rounds R] [--direct]``.
+[--io-threads N] [--rounds R] [--chunk C] [--direct]``.
 """
 
 from __future__ import annotations
@@ -142,11 +146,11 @@ class Run:
     s_per_token: float
 
 
-def replay(cache: ExpertCache, plan: list[Token], consume: Callable[[Expert], None],
-           *, streamed: bool) -> Run:
-    """Drive the plan through the cache (stream or plain gets); the cache is closed."""
+def drive(cache: ExpertCache, tokens: list[Token],
+          consume: Callable[[Expert], None], *, streamed: bool) -> float:
+    """Drive tokens through the cache (streams or plain gets); wall seconds."""
     t0 = time.perf_counter()
-    for steps in plan:
+    for steps in tokens:
         for layer, experts in steps:
             keys = [(layer, e) for e in experts]
             held = []
@@ -161,13 +165,17 @@ def replay(cache: ExpertCache, plan: list[Token], consume: Callable[[Expert], No
                     held.append(x)
             for x in held:
                 x.release()
-    seconds = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def finish(cache: ExpertCache, seconds: float, n_tokens: int) -> Run:
+    """Check and close the cache; its counters and seconds per token."""
     cache.check()
     s = cache.stats()
     cache.close()
     return Run(int(s["misses"]), int(s["hits"]), int(s["page_cache_loads"]),
                int(s["device_loads"]), int(s["unknown_loads"]),
-               seconds / max(len(plan), 1))
+               seconds / max(n_tokens, 1))
 
 
 def misses_per_step(cache: ExpertCache, plan: list[Token]) -> list[int]:
@@ -186,19 +194,30 @@ def misses_per_step(cache: ExpertCache, plan: list[Token]) -> list[int]:
 
 def what_if(container: Container, trace: Trace, plan: list[Token],
             consume: Callable[[Expert], None], *, slots: int, policy: str = "lru",
-            io_threads: int = 2, rounds: int = 1) -> dict[str, Run]:
-    """Best run per arm ("get", then "T=1".."T=top-k"), arms alternated per round.
+            io_threads: int = 2, rounds: int = 1, chunk: int = 5) -> dict[str, Run]:
+    """Best round per arm ("get", then "T=1".."T=top-k"); misses checked equal.
 
-    Raises AssertionError naming the arms if their misses or hits differ.
+    In a round every arm has its own cache, and the arms take turns every
+    ``chunk`` tokens (the order rotating), so a burst of other work on the
+    machine falls on all of them alike.  Raises AssertionError naming the
+    arms whose misses or hits differ from the get loop's.
     """
     arms = ["get"] + [f"T={t}" for t in range(1, trace.top_k + 1)]
     best: dict[str, Run] = {}
     for _ in range(rounds):
+        caches = {arm: open_cache(container, trace, slots=slots, policy=policy,
+                                  io_threads=io_threads,
+                                  split=int(arm[2:]) if arm != "get" else 1)
+                  for arm in arms}
+        spent = dict.fromkeys(arms, 0.0)
+        for i, start in enumerate(range(0, len(plan), chunk)):
+            part = plan[start:start + chunk]
+            turn = i % len(arms)
+            for arm in arms[turn:] + arms[:turn]:
+                spent[arm] += drive(caches[arm], part, consume,
+                                    streamed=arm != "get")
         for arm in arms:
-            split = int(arm[2:]) if arm != "get" else 1
-            cache = open_cache(container, trace, slots=slots, policy=policy,
-                               io_threads=io_threads, split=split)
-            run = replay(cache, plan, consume, streamed=arm != "get")
+            run = finish(caches[arm], spent[arm], len(plan))
             if arm in best and ((run.misses, run.hits)
                                 != (best[arm].misses, best[arm].hits)):
                 raise AssertionError(
@@ -245,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ffn", type=_positive("--ffn"), default=128)
     ap.add_argument("--io-threads", type=_positive("--io-threads"), default=2)
     ap.add_argument("--rounds", type=_positive("--rounds"), default=3)
+    ap.add_argument("--chunk", type=_positive("--chunk"), default=5,
+                    help="tokens each arm runs before the next arm's turn")
     ap.add_argument("--direct", action="store_true",
                     help="open the container with O_DIRECT: misses read the device")
     ns = ap.parse_args(argv)
@@ -277,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{trace.n_layers} layers x {trace.n_experts} experts, "
               f"top-{trace.top_k}; experts {spec.expert_nbytes // 1024} KiB; "
               f"{ns.slots} slots, {ns.policy}, io_threads {ns.io_threads}; "
-              f"compute {model} per expert; best of {ns.rounds}")
+              f"compute {model} per expert; arms in turns of {ns.chunk} tokens, "
+              f"best of {ns.rounds}")
         # time of the compute model alone, per token, for scale
         probe = open_cache(cont, trace, slots=ns.slots, policy=ns.policy,
                            io_threads=0, split=1)
@@ -292,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:
             open_cache(cont, trace, slots=ns.slots, policy=ns.policy,
                        io_threads=0, split=1), plan)
         best = what_if(cont, trace, plan, consume, slots=ns.slots,
-                       policy=ns.policy, io_threads=ns.io_threads, rounds=ns.rounds)
+                       policy=ns.policy, io_threads=ns.io_threads, rounds=ns.rounds,
+                       chunk=ns.chunk)
         base, top = best["get"], best[f"T={trace.top_k}"]
         src = best["T=1"]
         origin = ("the device (O_DIRECT)" if ns.direct

@@ -199,8 +199,10 @@ def what_if(container: Container, trace: Trace, plan: list[Token],
     """Per arm ("get", "T=1".."T=top-k") its counters and best time; misses checked.
 
     In a round every arm has its own cache, and the arms take turns every
-    ``chunk`` tokens (the order rotating), so a burst of other work on the
-    machine falls on all of them alike.  Every round does the same work
+    ``chunk`` tokens (the order rotating per chunk and per round), so a
+    burst of other work on the machine falls on all of them alike, and no
+    arm is always the first to run the first chunk (which costs more:
+    measured on O_DIRECT).  Every round does the same work
     (the same misses at the same points), so an arm's time is the sum over
     chunks of its fastest round at that chunk.  Raises AssertionError
     naming the arms whose misses or hits differ from the get loop's, or
@@ -210,14 +212,14 @@ def what_if(container: Container, trace: Trace, plan: list[Token],
     starts = range(0, len(plan), chunk)
     fastest = {arm: [float("inf")] * len(starts) for arm in arms}
     best: dict[str, Run] = {}
-    for _ in range(rounds):
+    for rnd in range(rounds):
         caches = {arm: open_cache(container, trace, slots=slots, policy=policy,
                                   io_threads=io_threads,
                                   split=int(arm[2:]) if arm != "get" else 1)
                   for arm in arms}
         for i, start in enumerate(starts):
             part = plan[start:start + chunk]
-            turn = i % len(arms)
+            turn = (i + rnd) % len(arms)  # who goes first moves every round too
             for arm in arms[turn:] + arms[:turn]:
                 s = drive(caches[arm], part, consume, streamed=arm != "get")
                 fastest[arm][i] = min(fastest[arm][i], s)

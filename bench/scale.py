@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 
 import fixtures  # noqa: E402
 from engine.sim import simulate  # noqa: E402
-from oracle.traces import ORACLE_GENERAL_DTYPE, load_trace  # noqa: E402
+from oracle.traces import load_trace, write_oracle_general_keys  # noqa: E402
 
 TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 POLICIES = ("lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc")
@@ -77,21 +77,6 @@ def synthetic(n_layers: int, n_experts: int, accesses: int, seed: int) -> np.nda
     return out.reshape(-1)[:accesses]
 
 
-def oracle_general(keys: np.ndarray, path: str) -> None:
-    """Write keys as a libcachesim oracleGeneral file (unit sizes)."""
-    n = len(keys)
-    order = np.argsort(keys, kind="stable")
-    nxt = np.full(n, np.iinfo(np.int64).max, np.int64)
-    same = keys[order[1:]] == keys[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
-    rec = np.zeros(n, ORACLE_GENERAL_DTYPE)
-    rec["clock_time"] = np.arange(n) & 0xFFFFFFFF
-    rec["obj_id"] = keys
-    rec["obj_size"] = 1
-    rec["next_access_vtime"] = nxt
-    rec.tofile(path)
-
-
 def best(fn, rounds: int) -> tuple[float, int]:
     """Best wall time of ``rounds`` calls of fn, and its (equal) result."""
     times, res = [], None
@@ -113,12 +98,12 @@ def sim_rows(name: str, keys: np.ndarray, sizes: list[int], rounds: int,
         lcs = None
     n = len(keys)
     path = os.path.join(tmp, f"{name}.oracleGeneral")
-    oracle_general(keys, path)
+    write_oracle_general_keys(keys, path)
     theirs = {} if lcs is None else {"lru": lcs.LRU, "fifo": lcs.FIFO,
                                      "lfu": lcs.LFU, "arc": lcs.ARC,
                                      "s3fifo": lcs.S3FIFO}
     tiny = os.path.join(tmp, f"{name}.head.oracleGeneral")
-    oracle_general(keys[:1000], tiny)
+    write_oracle_general_keys(keys[:1000], tiny)
     n_keys = int(keys.max()) + 1
     ns: dict[tuple[str, int], float] = {}
     print(f"\n{name}: {n:,} accesses, {n_keys:,} keys")

@@ -487,7 +487,16 @@ def write_oracle_general(trace: Trace, path: str | os.PathLike,
     obj_size = 1, next_access_vtime = position of the key's next access
     (INT64_MAX when none). Returns the number of records.
     """
-    keys = np.tile(trace.keys(), repeat)
+    return write_oracle_general_keys(np.tile(trace.keys(), repeat), path)
+
+
+def write_oracle_general_keys(keys: np.ndarray,
+                              path: str | os.PathLike) -> int:
+    """Write the key sequence ``keys`` as libCacheSim oracleGeneral records.
+
+    The record layout of :func:`write_oracle_general`; returns their number.
+    """
+    keys = np.asarray(keys)
     n = len(keys)
     order = np.argsort(keys, kind="stable")
     nxt = np.full(n, _NEVER, np.int64)

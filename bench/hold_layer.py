@@ -9,7 +9,11 @@ a quiet moment of a shared machine):
 - the raw C pair: xc_cache_hold_layer + xc_cache_unhold_many on buffers
   made once (what the two C calls cost from Python);
 - ``with cache.hold_layer(0, experts) as views:`` -- the API, views included;
-- eight ``cache.get(0, e).release()`` -- the per-expert API it replaces.
+- eight ``cache.get(0, e).release()`` -- the per-expert API it replaces;
+- and the steps between the raw pair and the API, each adding one thing:
+  the experts given as a Python list (cffi converts it per call), then the
+  views looked up by payload offset, then hold and release through the
+  API's objects without the ``with`` statement.
 
 Each arm is timed by wall time and by the thread's CPU time (which leaves
 out the time other work on a shared machine held the core).  Last line of
@@ -65,13 +69,28 @@ def main() -> None:
     hs, offs = ffi.new("int64_t[]", TOP_K), ffi.new("uint64_t[]", TOP_K)
     ex = ffi.new("int32_t[]", experts)
 
+    hv = cache._hold_views
+    bufs = hv.buffers(TOP_K)
+
     def raw() -> None:
         lib.xc_cache_hold_layer(ptr, 0, ex, TOP_K, hs, offs)
         lib.xc_cache_unhold_many(ptr, hs, TOP_K)
 
+    def raw_list() -> None:
+        lib.xc_cache_hold_layer(ptr, 0, experts, TOP_K, bufs[0], bufs[1])
+        lib.xc_cache_unhold_many(ptr, bufs[0], TOP_K)
+
+    def raw_views() -> None:
+        lib.xc_cache_hold_layer(ptr, 0, experts, TOP_K, bufs[0], bufs[1])
+        list(map(hv.views.__getitem__, bufs[2].tolist()))
+        lib.xc_cache_unhold_many(ptr, bufs[0], TOP_K)
+
     arms = {
         "floor": (lib.xc_alloc_count, 1, 8000),
         "raw": (raw, TOP_K, 1000),
+        "raw_list": (raw_list, TOP_K, 1000),
+        "raw_views": (raw_views, TOP_K, 1000),
+        "no_with": (lambda: cache.hold_layer(0, experts).release(), TOP_K, 1000),
         "hold_layer": (lambda: with_hold(cache, experts), TOP_K, 1000),
         "gets": (lambda: gets(cache, experts), TOP_K, 200),
     }
@@ -98,6 +117,12 @@ def report(label: str, best: dict[str, float], st: dict[str, float]) -> None:
     print(f"empty cffi call (floor):            {f:8.1f} ns")
     print(f"raw hold_layer+unhold_many, top-{TOP_K}: {best['raw']:8.1f} ns "
           f"per expert")
+    print(f"  + experts as a list:               {best['raw_list']:8.1f} ns "
+          f"per expert")
+    print(f"  + views by offset:                 {best['raw_views']:8.1f} ns "
+          f"per expert")
+    print(f"  hold_layer(...).release():         {best['no_with']:8.1f} ns "
+          f"per expert")
     print(f"with cache.hold_layer(...), top-{TOP_K}: "
           f"{best['hold_layer']:8.1f} ns per expert")
     print(f"get().release() x {TOP_K}:               {best['gets']:8.1f} ns "
@@ -106,6 +131,11 @@ def report(label: str, best: dict[str, float], st: dict[str, float]) -> None:
     print(f"ratio per expert vs floor: raw {best['raw'] / f:.2f}x, "
           f"hold_layer {best['hold_layer'] / f:.2f}x (goal <= 3x), "
           f"get().release() {best['gets'] / f:.2f}x")
+    print("steps per expert vs floor: "
+          f"list {(best['raw_list'] - best['raw']) / f:.2f}x, "
+          f"views {(best['raw_views'] - best['raw_list']) / f:.2f}x, "
+          f"objects {(best['no_with'] - best['raw_views']) / f:.2f}x, "
+          f"with {(best['hold_layer'] - best['no_with']) / f:.2f}x")
 
 
 if __name__ == "__main__":

@@ -236,7 +236,8 @@ class ExpertCache:
         self._new = ffi.new
         #: views by payload offset and spare C arrays of hold_layer
         self._hold_views = HoldViews(lib, self._ptr, self._arena, self._layout,
-                                     int(lib.xc_cache_n_slots(self._ptr)))
+                                     int(lib.xc_cache_n_slots(self._ptr)),
+                                     self._busy)
         self._pid = os.getpid()
         self._fork_note: str | None = None
         caches = getattr(container, "_caches", None)
@@ -470,6 +471,7 @@ class ExpertCache:
         self._hold_views.refuse(refuse)
         _lib.ffi().gc(self._ptr, None)  # never xc_cache_close in the child
         self._busy = []  # the parent's threads are not here to pop
+        self._hold_views.busy = self._busy
         for st in list(self._streams):  # never end them here: no readers
             st._st = None
             st._lock = threading.Lock()

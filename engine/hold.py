@@ -132,25 +132,26 @@ class HoldViews:
 
     ``views[offset]`` is the read-only mapping of tensor name to numpy view
     for a payload starting at ``offset`` in the arena: made at the first
-    hold there, reused after.  ``free[n]`` are (handles, offsets) C arrays
-    of n entries not in use; a list's ``pop``/``append`` are atomic under
-    the GIL, so threads share them without a lock.  ``hold`` and ``unhold``
-    are the two C calls bound once (the hit path is a few hundred ns and
+    hold there, reused after.  ``free[n]`` are :meth:`buffers` triples of
+    n entries not in use; a list's ``pop``/``append`` are atomic under the
+    GIL, so threads share them without a lock.  ``hold`` and ``unhold`` are
+    the two C calls bound once (the hit path is a few hundred ns and
     lookups show); :meth:`refuse` swaps both for a function that raises,
     as ``ExpertCache.close`` and the fork handler do with the cache's own.
+    ``busy`` is the cache's list of calls in progress (``engine.cache``).
     """
 
-    __slots__ = ("views", "free", "hold", "unhold", "ptr", "unpack",
+    __slots__ = ("views", "free", "hold", "unhold", "ptr", "busy",
                  "_arena", "_items", "_limit")
 
     def __init__(self, lib: Any, ptr: Any, arena: np.ndarray,
-                 layout: SlotLayout, n_slots: int) -> None:
+                 layout: SlotLayout, n_slots: int, busy: list[None]) -> None:
         self.views: dict[int, Mapping[str, np.ndarray]] = {}
-        self.free: dict[int, list[tuple[Any, Any]]] = {}
+        self.free: dict[int, list[tuple[Any, Any, np.ndarray]]] = {}
         self.hold = lib.xc_cache_hold_layer
         self.unhold = lib.xc_cache_unhold_many
         self.ptr = ptr
-        self.unpack = _lib.ffi().unpack
+        self.busy = busy
         self._arena: np.ndarray | None = arena
         self._items = layout.items
         # O_DIRECT payloads start file_offset mod 4096 into their slot, so
@@ -170,11 +171,16 @@ class HoldViews:
         self.views[offset] = v
         return v
 
-    def buffers(self, n: int) -> tuple[Any, Any]:
-        """A new (handles, offsets) pair of C arrays of n entries."""
+    def buffers(self, n: int) -> tuple[Any, Any, np.ndarray]:
+        """New C arrays of n handles and n offsets, and the offsets as numpy.
+
+        The numpy view shares the offsets' memory (``tolist`` reads them
+        back faster than ``ffi.unpack``) and keeps the C array alive.
+        """
         ffi = _lib.ffi()
-        return (ffi.new("int64_t[]", max(n, 1)),
-                ffi.new("uint64_t[]", max(n, 1)))
+        offsets = ffi.new("uint64_t[]", max(n, 1))
+        return (ffi.new("int64_t[]", max(n, 1)), offsets,
+                np.frombuffer(ffi.buffer(offsets), np.uint64, n))
 
     def refuse(self, fail: Any) -> None:
         """From now on both C calls raise through ``fail``; drop the views."""
@@ -191,6 +197,8 @@ def _expert_list(experts: Any) -> list[int]:
         if experts.ndim != 1:
             raise misuse(f"experts must be one-dimensional, got shape "
                          f"{experts.shape}")
+        if experts.dtype.kind in "iu":  # Python ints already: nothing to check
+            return experts.tolist()
         experts = experts.tolist()
     try:
         items = list(experts)
@@ -217,14 +225,16 @@ class LayerHold:
 
     # _live is set while held: release() deletes it first, and deleting an
     # unset slot fails atomically, so of two racing releases exactly one
-    # gives the holds back.  _pool is where the C buffers go back.
-    __slots__ = ("_cache", "_bufs", "_pool", "layer", "experts", "views",
+    # gives the holds back.  _hv is the cache's HoldViews (its C calls and
+    # busy list), _pool where the C buffers go back.
+    __slots__ = ("_hv", "_bufs", "_pool", "layer", "experts", "views",
                  "_live")
 
-    def __init__(self, cache: ExpertCache, layer: int, experts: list[int],
-                 bufs: tuple[Any, Any], pool: list[tuple[Any, Any]],
+    def __init__(self, hv: HoldViews, layer: int, experts: list[int],
+                 bufs: tuple[Any, Any, np.ndarray],
+                 pool: list[tuple[Any, Any, np.ndarray]],
                  views: list[Mapping[str, np.ndarray]]) -> None:
-        self._cache = cache
+        self._hv = hv
         self._bufs = bufs
         self._pool = pool
         self.layer = layer
@@ -244,11 +254,14 @@ class LayerHold:
         except AttributeError:
             raise misuse(f"layer {self.layer} experts {self.experts} were "
                          f"released") from None
-        cache = self._cache
-        busy = cache._busy
+        self._give_back()
+
+    def _give_back(self) -> None:
+        """The C release of every hold, once ``_live`` was claimed."""
+        hv = self._hv
+        busy = hv.busy
         busy.append(None)
         try:
-            hv = cache._hold_views
             rc = hv.unhold(hv.ptr, self._bufs[0], len(self.views))
         except BaseException:
             self._live = True  # nothing was given back
@@ -269,11 +282,10 @@ class LayerHold:
             del self._live
         except AttributeError:  # released inside the block: nothing to do
             return
-        cache = self._cache
-        busy = cache._busy
+        hv = self._hv
+        busy = hv.busy
         busy.append(None)
         try:
-            hv = cache._hold_views
             rc = hv.unhold(hv.ptr, self._bufs[0], len(self.views))
         except BaseException:
             self._live = True  # nothing was given back
@@ -310,7 +322,7 @@ def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
         bufs = pool.pop()
     except IndexError:  # none spare
         bufs = hv.buffers(n)
-    busy = cache._busy
+    busy = hv.busy
     busy.append(None)
     try:
         rc = hv.hold(hv.ptr, layer, experts, n, bufs[0], bufs[1])
@@ -324,9 +336,10 @@ def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
     if rc:
         pool.append(bufs)
         _lib.check(rc)
+    offsets = bufs[2].tolist()
     try:
-        views = list(map(hv.views.__getitem__, hv.unpack(bufs[1], n)))
+        views = list(map(hv.views.__getitem__, offsets))
     except KeyError:  # a payload offset seen for the first time
         get, make = hv.views.get, hv.make
-        views = [get(o) or make(o) for o in hv.unpack(bufs[1], n)]
-    return LayerHold(cache, layer, experts, bufs, pool, views)
+        views = [get(o) or make(o) for o in offsets]
+    return LayerHold(hv, layer, experts, bufs, pool, views)

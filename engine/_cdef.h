@@ -235,7 +235,12 @@ typedef struct xc_sim_opts {
     int mode;             /* XC_SIM_PLAIN or XC_SIM_STEP */
     int per_layer;        /* 1: an independent cache of n_slots per layer */
     int no_fast_path;     /* 1: lru / fifo through to_evict too (tests) */
+    int (*progress)(void *ctx, uint64_t done); /* NULL: no progress calls */
+    void *progress_ctx;        /* passed to progress as ctx */
+    uint64_t progress_every;   /* accesses between calls; 0: the default */
 } xc_sim_opts;
+#define XC_SIM_STOPPED 1
+#define XC_SIM_PROGRESS_EVERY 65536
 /* reloads = misses - compulsory (misses of keys seen before). */
 typedef struct xc_sim_result {
     uint64_t requests, hits, misses, compulsory, reloads, evictions;
@@ -243,6 +248,9 @@ typedef struct xc_sim_result {
 /* Replays keys[0..n-1] (step_start[i] != 0: first access of a step; NULL
  * allowed in plain mode).  XC_E_MISUSE (nothing written) for bad options,
  * a key >= n_keys or a step larger than the cache (offset: the access);
- * XC_E_NOMEM.  No state survives the call. */
+ * XC_E_NOMEM; XC_SIM_STOPPED when progress returned nonzero (*out: the
+ * counts so far).  No state survives the call. */
 int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
                const uint8_t *step_start, size_t n, xc_sim_result *out);
+/* engine.sim's progress hook (the ctx is its handle), defined in Python. */
+extern "Python" int _xc_sim_py_progress(void *ctx, uint64_t done);

@@ -5,22 +5,100 @@ own policy code over a routing trace, without bytes or threads.
 (any object with those attributes and ``n_experts``, such as
 ``oracle.traces.Trace``; this package never imports ``oracle``), and returns
 the counts of one run as a dict. Semantics: docs/CACHE.md "Trace replay".
+
+Progress: ``simulate(..., progress=fn)`` has the C loop call ``fn(done)``
+every ``progress_every`` accesses and at the end (an ``extern "Python"``
+callback of the engine's own build, so it works in any process or thread).
+An exception raised by ``fn`` -- a ``KeyboardInterrupt`` arriving while the
+replay runs in the main thread included -- stops the replay at that call and
+is raised again, with its traceback, once the C call has returned; a true
+return value stops it too, as :class:`SimulationStopped`.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from engine import _lib
+from engine.errors import EngineError
 
-__all__ = ["MODES", "POLICIES", "simulate", "trace_arrays"]
+__all__ = ["MODES", "POLICIES", "PROGRESS_EVERY", "SimulationStopped",
+           "simulate", "trace_arrays"]
 
 MODES = ("plain", "step")
 #: Every policy the simulator runs: the C table's cache policies in its
 #: order, then Belady.
 POLICIES: tuple[str, ...] = (*_lib.policy_table(), "belady")
+#: Accesses between two progress calls unless ``progress_every`` says.
+PROGRESS_EVERY: int = int(_lib.lib().XC_SIM_PROGRESS_EVERY)
+
+
+class SimulationStopped(EngineError):
+    """The progress callback returned a true value: the replay stopped there.
+
+    ``done`` is how many accesses were replayed, ``partial`` the counts of
+    those accesses (the dict :func:`simulate` returns, for them alone).
+    """
+
+    def __init__(self, message: str, done: int, partial: dict[str, Any]) -> None:
+        super().__init__(message, status=int(_lib.lib().XC_SIM_STOPPED),
+                         kind="stopped")
+        self.done, self.partial = done, partial
+
+
+class _Hook:
+    """One replay's progress callable and what it raised (the C ctx's handle)."""
+
+    def __init__(self, fn: Callable[[int], Any]) -> None:
+        self.fn, self.error = fn, None
+
+
+#: An exception raised before the hook's own ``try`` (a signal arriving at
+#: its first line), per thread, kept by the callback's ``onerror``.
+_stray = threading.local()
+#: The engine builds (their ffi) whose extern "Python" hook is defined.
+_hooked: list[Any] = []
+
+
+def _on_error(exc_type: Any, exc: BaseException | None, tb: Any) -> int:
+    """The callback's error handler: keep what escaped, and stop the run."""
+    if exc is not None:
+        _stray.error = exc.with_traceback(tb)
+    return 1
+
+
+def _define_hook(ffi: Any) -> None:
+    """Define ``_xc_sim_py_progress`` on this engine build, once."""
+    if any(f is ffi for f in _hooked):
+        return
+
+    @ffi.def_extern(name="_xc_sim_py_progress", onerror=_on_error)
+    def _progress(ctx: Any, done: int) -> int:
+        hook = ffi.from_handle(ctx)
+        try:
+            return 1 if hook.fn(int(done)) else 0
+        except BaseException as exc:  # noqa: BLE001 - raised again after C
+            hook.error = exc
+            return 1
+
+    _hooked.append(ffi)
+
+
+def _check_every(progress_every: Any) -> int:
+    """``progress_every`` as a period of accesses; errors name the parameter."""
+    if isinstance(progress_every, bool) or not isinstance(
+            progress_every, (int, np.integer)):
+        raise TypeError("progress_every must be a whole number of accesses, "
+                        f"not {type(progress_every).__name__} "
+                        f"{progress_every!r}")
+    if not 1 <= int(progress_every) < 2**64:
+        raise ValueError("progress_every must be at least 1 access (and "
+                         f"below 2**64), got {int(progress_every)}")
+    return int(progress_every)
 
 
 def trace_arrays(data: Any, n_experts: int | None = None,
@@ -71,7 +149,9 @@ def trace_arrays(data: Any, n_experts: int | None = None,
 def simulate(keys_or_trace_arrays: Any, policy: str, slots: int,
              mode: str = "step", per_layer: bool = False, *,
              n_experts: int | None = None, step_starts: Any = None,
-             fast_path: bool = True) -> dict[str, Any]:
+             fast_path: bool = True,
+             progress: Callable[[int], Any] | None = None,
+             progress_every: int = PROGRESS_EVERY) -> dict[str, Any]:
     """Replay a trace through ``policy`` (a cache policy spec or ``belady``).
 
     ``slots`` is the capacity (per layer with ``per_layer``). Returns
@@ -79,10 +159,19 @@ def simulate(keys_or_trace_arrays: Any, policy: str, slots: int,
     reloads, evictions, hit_rate, miss_ratio``. ``step_starts`` overrides
     the step boundaries (nonzero at each step's first access);
     ``fast_path=False`` sends lru / fifo through their ``to_evict`` too.
-    Raises ``engine.MisuseError`` for a bad policy, size or step.
+    ``progress(done)`` is called with the accesses replayed so far at every
+    multiple of ``progress_every`` below their number and once at the end
+    (per_layer: counted over the layers in order); an exception it raises
+    stops the replay and propagates, a true return value stops it as
+    :class:`SimulationStopped`.  Raises ``engine.MisuseError`` for a bad
+    policy, size or step.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    every = _check_every(progress_every)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable, not "
+                        f"{type(progress).__name__}")
     keys, starts, n_keys, n_exp = trace_arrays(keys_or_trace_arrays, n_experts)
     if step_starts is not None:
         starts = np.asarray(step_starts).astype(np.uint8)
@@ -100,14 +189,36 @@ def simulate(keys_or_trace_arrays: Any, policy: str, slots: int,
     opts.mode = lib.XC_SIM_STEP if mode == "step" else lib.XC_SIM_PLAIN
     opts.per_layer = int(per_layer)
     opts.no_fast_path = int(not fast_path)
+    hook = handle = None
+    if progress is not None:
+        _define_hook(ffi)
+        hook = _Hook(progress)
+        handle = ffi.new_handle(hook)
+        opts.progress = lib._xc_sim_py_progress
+        opts.progress_ctx = handle
+        opts.progress_every = every
+        _stray.error = None
     out = ffi.new("xc_sim_result *")
-    _lib.check(lib.xc_sim_run(opts, ffi.from_buffer("uint32_t[]", keys),
-                              ffi.from_buffer("uint8_t[]", starts), len(keys),
-                              out))
+    rc = lib.xc_sim_run(opts, ffi.from_buffer("uint32_t[]", keys),
+                        ffi.from_buffer("uint8_t[]", starts), len(keys), out)
+    if hook is not None:
+        error, hook.error = hook.error or _stray.error, None
+        _stray.error = None
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no cycle through this frame
+    _lib.check(rc)
     r = {name: int(getattr(out, name)) for name in
          ("requests", "hits", "misses", "compulsory", "reloads", "evictions")}
     req = r["requests"]
-    return {"policy": policy, "slots": int(slots), "mode": mode,
-            "per_layer": bool(per_layer), **r,
-            "hit_rate": r["hits"] / req if req else 0.0,
-            "miss_ratio": r["misses"] / req if req else 0.0}
+    row = {"policy": policy, "slots": int(slots), "mode": mode,
+           "per_layer": bool(per_layer), **r,
+           "hit_rate": r["hits"] / req if req else 0.0,
+           "miss_ratio": r["misses"] / req if req else 0.0}
+    if rc == lib.XC_SIM_STOPPED:
+        raise SimulationStopped(
+            f"sim: the progress callback stopped the replay after {req} of "
+            f"{len(keys)} accesses", done=req, partial=row)
+    return row

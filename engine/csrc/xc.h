@@ -731,7 +731,20 @@ typedef struct xc_sim_opts {
     int mode;             /* XC_SIM_PLAIN or XC_SIM_STEP */
     int per_layer;        /* 1: an independent cache of n_slots per layer */
     int no_fast_path;     /* 1: lru / fifo through to_evict too (tests) */
+    /* Optional progress hook (NULL: none): called in the calling thread
+     * with done = progress_every, 2 * progress_every, ... (each multiple
+     * below n) and finally with done = n, the accesses replayed so far
+     * (per_layer: counted over the layers in order).  A nonzero return
+     * stops the run (XC_SIM_STOPPED).  It must leave keys, step_start
+     * and these options unchanged. */
+    int (*progress)(void *ctx, uint64_t done);
+    void *progress_ctx;        /* passed to progress as ctx */
+    uint64_t progress_every;   /* accesses between calls; 0: the default */
 } xc_sim_opts;
+
+/* xc_sim_run's return when progress asked to stop; the default period. */
+#define XC_SIM_STOPPED 1
+#define XC_SIM_PROGRESS_EVERY 65536
 
 /* Counts of one replay; reloads = misses of keys seen before
  * (misses - compulsory). */
@@ -747,7 +760,12 @@ typedef struct xc_sim_result {
  * written) for bad options, an unknown policy or parameter, a key >= n_keys
  * (offset: its position), or in step mode a step that needs more slots
  * than the cache has (offset: the access that found every slot held);
- * XC_E_NOMEM.  Re-entrant: no state survives the call. */
+ * XC_E_NOMEM.  Re-entrant: no state survives the call.
+ * With opts.progress set, a nonzero return from any of its calls ends the
+ * replay there: the call returns XC_SIM_STOPPED (positive, no error
+ * recorded), *out receives the counts of the accesses replayed by then
+ * (requests = the last done reported; all of them when the final call
+ * asked), and everything the call allocated is freed. */
 int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
                const uint8_t *step_start, size_t n, xc_sim_result *out);
 

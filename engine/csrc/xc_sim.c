@@ -27,6 +27,10 @@
  * - in plain mode every slot is a candidate, so the view's j-th candidate
  *   is slot j; in step mode it steps over the few slots the step holds.
  *
+ * Progress (opts.progress): the accesses are replayed in chunks that end
+ * where a call is due, so the loops themselves carry no extra test; the
+ * count spans every run of one call (per_layer: the layers in order).
+ *
  * Belady (farthest next use first; several never used again: the lowest
  * slot) is not a cache policy -- it needs the future -- and lives only here:
  * a heap of the slots' next-use positions, with the same protection rule
@@ -105,6 +109,43 @@ static int buf_alloc(simbuf *b, size_t cap, uint32_t n_keys, size_t n)
     return XC_OK;
 }
 
+/* Progress of one xc_sim_run call: accesses replayed so far over all its
+ * runs, and the count at which the callback is next due (UINT64_MAX: no
+ * call is due before the final one, made by xc_sim_run itself). */
+typedef struct prog {
+    int (*fn)(void *ctx, uint64_t done);
+    void *ctx;
+    uint64_t period, total, done, due;
+} prog;
+
+static void prog_init(prog *p, const xc_sim_opts *o, size_t n)
+{
+    p->fn = o->progress;
+    p->ctx = o->progress_ctx;
+    p->period = o->progress_every ? o->progress_every : XC_SIM_PROGRESS_EVERY;
+    p->total = n;
+    p->done = 0;
+    p->due = p->fn != NULL && p->period < p->total ? p->period : UINT64_MAX;
+}
+
+/* How many of the next `left` accesses run before a call is due. */
+static size_t prog_room(const prog *p, size_t left)
+{
+    uint64_t room = p->due - p->done;
+    return room < left ? (size_t)room : left;
+}
+
+/* Notes k more accesses replayed and makes the call when it is due (at
+ * every multiple of the period below the total).  Nonzero: stop. */
+static int prog_add(prog *p, size_t k)
+{
+    p->done += k;
+    if (p->done != p->due)
+        return 0;
+    p->due = p->total - p->done > p->period ? p->done + p->period : UINT64_MAX;
+    return p->fn(p->ctx, p->done) != 0;
+}
+
 /* Queue of slots in victim order (fast path): head is the next victim. */
 typedef struct queue { int32_t head, tail; } queue;
 
@@ -162,58 +203,68 @@ static void view_nth(const void *ctx, size_t j, xc_pcand *out)
 /* The fast path in plain mode: nothing is protected, so the victim is the
  * queue's head.  No policy callback runs -- a policy with a declared order
  * (lru, fifo) has only no-op callbacks -- and only what the queue needs is
- * kept.  Counts as run() would; tests compare the two. */
-static void run_queue_plain(simbuf *b, int by_last_use, const uint32_t *keys,
-                            size_t n, size_t n_slots, xc_sim_result *out)
+ * kept.  Counts as run() would; tests compare the two.  Returns nonzero
+ * when the progress callback asked to stop (the accesses replayed by then
+ * are counted). */
+static int run_queue_plain(simbuf *b, int by_last_use, const uint32_t *keys,
+                           size_t n, size_t n_slots, prog *p,
+                           xc_sim_result *out)
 {
     int32_t *key_slot = b->key_slot, *prev = b->prev, *next = b->next;
     uint8_t *seen = b->seen;
     xc_pcand *row = b->row;
     int32_t head = -1, tail = -1;
     uint64_t hits = 0, compulsory = 0, evictions = 0;
-    size_t i, filled = 0;
-    for (i = 0; i < n; i++) {
-        uint32_t key = keys[i];
-        int32_t s = key_slot[key];
-        if (s >= 0) {
-            hits++;
-            if (by_last_use && s != tail) {
-                /* unlink s (not the tail), push it at the tail */
-                if (prev[s] >= 0) next[prev[s]] = next[s];
-                else head = next[s];
-                prev[next[s]] = prev[s];
-                prev[s] = tail;
-                next[s] = -1;
-                next[tail] = s;
-                tail = s;
+    size_t i = 0, end, filled = 0;
+    int stop = 0;
+    while (i < n && !stop) {
+        size_t from = i;
+        end = i + prog_room(p, n - i);
+        for (; i < end; i++) {
+            uint32_t key = keys[i];
+            int32_t s = key_slot[key];
+            if (s >= 0) {
+                hits++;
+                if (by_last_use && s != tail) {
+                    /* unlink s (not the tail), push it at the tail */
+                    if (prev[s] >= 0) next[prev[s]] = next[s];
+                    else head = next[s];
+                    prev[next[s]] = prev[s];
+                    prev[s] = tail;
+                    next[s] = -1;
+                    next[tail] = s;
+                    tail = s;
+                }
+                continue;
             }
-            continue;
+            compulsory += !seen[key];
+            seen[key] = 1;
+            if (filled < n_slots) {
+                s = (int32_t)filled++;
+            } else {
+                s = head;
+                key_slot[row[s].key] = -1;
+                evictions++;
+                head = next[s];
+                if (head >= 0) prev[head] = -1;
+                else tail = -1;
+            }
+            row[s].key = key;
+            key_slot[key] = s;
+            prev[s] = tail;
+            next[s] = -1;
+            if (tail >= 0) next[tail] = s;
+            else head = s;
+            tail = s;
         }
-        compulsory += !seen[key];
-        seen[key] = 1;
-        if (filled < n_slots) {
-            s = (int32_t)filled++;
-        } else {
-            s = head;
-            key_slot[row[s].key] = -1;
-            evictions++;
-            head = next[s];
-            if (head >= 0) prev[head] = -1;
-            else tail = -1;
-        }
-        row[s].key = key;
-        key_slot[key] = s;
-        prev[s] = tail;
-        next[s] = -1;
-        if (tail >= 0) next[tail] = s;
-        else head = s;
-        tail = s;
+        stop = prog_add(p, end - from);
     }
-    out->requests += n;
+    out->requests += i;
     out->hits += hits;
-    out->misses += n - hits;
+    out->misses += i - hits;
     out->compulsory += compulsory;
     out->evictions += evictions;
+    return stop;
 }
 
 /* Belady's victim is the unheld slot of farthest next use, the lowest such
@@ -313,7 +364,7 @@ static int32_t heap_victim(simbuf *b)
 
 /* One independent cache of n_slots over keys[0..n-1]; adds to *out. */
 static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
-               const uint8_t *starts, size_t n, const size_t *pos,
+               const uint8_t *starts, size_t n, const size_t *pos, prog *p,
                xc_sim_result *out)
 {
     const int step = o->mode == XC_SIM_STEP, belady = o->policy != NULL &&
@@ -321,7 +372,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
     const size_t n_slots = o->n_slots < b->cap ? (size_t)o->n_slots : b->cap;
     xc_policy pol;
     queue q = {-1, -1};
-    int fast = 0, rc;
+    int fast = 0, rc, stop = 0;
     uint64_t tick = 0;
     size_t i, filled = 0, n_held = 0;
 
@@ -339,10 +390,11 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
         if (fast && !step) {
             for (i = 0; i < n; i++)
                 b->key_slot[keys[i]] = -1;
-            run_queue_plain(b, pol.ops->order == XC_POLICY_ORDER_LAST_USE,
-                            keys, n, n_slots, out);
+            stop = run_queue_plain(b, pol.ops->order ==
+                                   XC_POLICY_ORDER_LAST_USE, keys, n,
+                                   n_slots, p, out);
             xc_policy_close(&pol);
-            return XC_OK;
+            return stop ? XC_SIM_STOPPED : XC_OK;
         }
     } else {
         for (i = 0; i < n; i++)
@@ -355,112 +407,118 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
     for (i = 0; i < n; i++)
         b->key_slot[keys[i]] = -1;
 
-    for (i = 0; i < n; i++) {
-        uint32_t key = keys[i];
-        int32_t s = b->key_slot[key];
-        if (step && (i == 0 || starts[i])) {
-            while (n_held)
-                b->prot[b->held[--n_held]] = 0;
-            b->n_held = 0;
-        }
-        out->requests++;
-        if (s >= 0) {
-            /* hit: the cache's get step 2 */
-            xc_pcand *r = &b->row[s];
-            out->hits++;
-            r->freq++;
-            r->last_use = ++tick;
-            if (belady) {
-                b->slot_next[s] = b->nxt[i];
-                heap_push(b, s, filled);
-            } else {
-                xc_policy_request(&pol, key);
-                xc_policy_hit(&pol, r);
-                if (fast && pol.ops->order == XC_POLICY_ORDER_LAST_USE) {
-                    q_unlink(b, &q, s);
-                    q_push(b, &q, s);
-                }
+    i = 0;
+    while (i < n && !stop) {
+        size_t from = i, end = i + prog_room(p, n - i);
+        for (; i < end; i++) {
+            uint32_t key = keys[i];
+            int32_t s = b->key_slot[key];
+            if (step && (i == 0 || starts[i])) {
+                while (n_held)
+                    b->prot[b->held[--n_held]] = 0;
+                b->n_held = 0;
             }
-        } else {
-            /* miss: get steps 4 and 6 */
-            int evict = 0;
-            uint32_t old = 0;
-            out->misses++;
-            if (!b->seen[key]) {
-                b->seen[key] = 1;
-                out->compulsory++;
-            }
-            if (filled < n_slots) {
-                s = (int32_t)filled++;
-            } else if (belady) {
-                int64_t far = -1;
-                size_t j;
-                s = heap_victim(b);
-                if (s == -2)
-                    for (j = 0, s = -1; j < n_slots; j++)
-                        if (!b->prot[j] && b->slot_next[j] > far) {
-                            far = b->slot_next[j];
-                            s = (int32_t)j;
-                        }
-                evict = 1;
-            } else if (fast) {
-                for (s = q.head; s >= 0 && b->prot[s]; s = b->next[s])
-                    ;
-                evict = 1;
-            } else {
-                int64_t k = pol.ops->to_evict(&pol, &view);
-                if (k >= 0)
-                    s = b->key_slot[k];
-                evict = 1;
-            }
-            if (s < 0) {
-                size_t at = pos ? pos[i] : i;
-                if (!belady)
-                    xc_policy_close(&pol);
-                return xc_fail(XC_E_MISUSE, (int64_t)at, -1, -1,
-                               "sim: access %zu (key %u): every one of the "
-                               "%zu slots holds an expert of the current "
-                               "step; step mode needs slots >= the largest "
-                               "step", at, key, n_slots);
-            }
-            if (evict) {
-                old = b->row[s].key;
-                b->key_slot[old] = -1;
-                out->evictions++;
-            }
-            if (!belady) {
-                xc_policy_request(&pol, key);
-                if (evict)
-                    xc_policy_evict(&pol, old);
-            }
-            b->row[s].slot = s;
-            b->row[s].key = key;
-            b->row[s].freq = 1;
-            b->row[s].last_use = b->row[s].insert_tick = ++tick;
-            b->key_slot[key] = s;
-            if (belady) {
-                b->slot_next[s] = b->nxt[i];
-                heap_push(b, s, filled);
-            } else {
-                xc_policy_insert(&pol, &b->row[s]);
-                if (fast) {
-                    if (evict)
+            out->requests++;
+            if (s >= 0) {
+                /* hit: the cache's get step 2 */
+                xc_pcand *r = &b->row[s];
+                out->hits++;
+                r->freq++;
+                r->last_use = ++tick;
+                if (belady) {
+                    b->slot_next[s] = b->nxt[i];
+                    heap_push(b, s, filled);
+                } else {
+                    xc_policy_request(&pol, key);
+                    xc_policy_hit(&pol, r);
+                    if (fast && pol.ops->order == XC_POLICY_ORDER_LAST_USE) {
                         q_unlink(b, &q, s);
-                    q_push(b, &q, s);
+                        q_push(b, &q, s);
+                    }
+                }
+            } else {
+                /* miss: get steps 4 and 6 */
+                int evict = 0;
+                uint32_t old = 0;
+                out->misses++;
+                if (!b->seen[key]) {
+                    b->seen[key] = 1;
+                    out->compulsory++;
+                }
+                if (filled < n_slots) {
+                    s = (int32_t)filled++;
+                } else if (belady) {
+                    int64_t far = -1;
+                    size_t j;
+                    s = heap_victim(b);
+                    if (s == -2)
+                        for (j = 0, s = -1; j < n_slots; j++)
+                            if (!b->prot[j] && b->slot_next[j] > far) {
+                                far = b->slot_next[j];
+                                s = (int32_t)j;
+                            }
+                    evict = 1;
+                } else if (fast) {
+                    for (s = q.head; s >= 0 && b->prot[s]; s = b->next[s])
+                        ;
+                    evict = 1;
+                } else {
+                    int64_t k = pol.ops->to_evict(&pol, &view);
+                    if (k >= 0)
+                        s = b->key_slot[k];
+                    evict = 1;
+                }
+                if (s < 0) {
+                    size_t at = pos ? pos[i] : i;
+                    if (!belady)
+                        xc_policy_close(&pol);
+                    return xc_fail(XC_E_MISUSE, (int64_t)at, -1, -1,
+                                   "sim: access %zu (key %u): every one of "
+                                   "the %zu slots holds an expert of the "
+                                   "current step; step mode needs slots >= "
+                                   "the largest step", at, key, n_slots);
+                }
+                if (evict) {
+                    old = b->row[s].key;
+                    b->key_slot[old] = -1;
+                    out->evictions++;
+                }
+                if (!belady) {
+                    xc_policy_request(&pol, key);
+                    if (evict)
+                        xc_policy_evict(&pol, old);
+                }
+                b->row[s].slot = s;
+                b->row[s].key = key;
+                b->row[s].freq = 1;
+                b->row[s].last_use = b->row[s].insert_tick = ++tick;
+                b->key_slot[key] = s;
+                if (belady) {
+                    b->slot_next[s] = b->nxt[i];
+                    heap_push(b, s, filled);
+                } else {
+                    xc_policy_insert(&pol, &b->row[s]);
+                    if (fast) {
+                        if (evict)
+                            q_unlink(b, &q, s);
+                        q_push(b, &q, s);
+                    }
                 }
             }
+            if (step && !b->prot[s]) {
+                b->prot[s] = 1;
+                b->held[n_held++] = s;
+                b->n_held = n_held;
+            }
         }
-        if (step && !b->prot[s]) {
-            b->prot[s] = 1;
-            b->held[n_held++] = s;
-            b->n_held = n_held;
-        }
+        stop = prog_add(p, end - from);
     }
+
     while (n_held)
         b->prot[b->held[--n_held]] = 0;
     if (!belady)
         xc_policy_close(&pol);
-    return XC_OK;
+    return stop ? XC_SIM_STOPPED : XC_OK;
 }
 
 int xc_sim_run(const xc_sim_opts *o, const uint32_t *keys,
@@ -468,6 +526,7 @@ int xc_sim_run(const xc_sim_opts *o, const uint32_t *keys,
 {
     xc_sim_result r;
     simbuf b;
+    prog p;
     size_t i, cap;
     int rc = XC_OK;
 
@@ -490,11 +549,12 @@ int xc_sim_run(const xc_sim_opts *o, const uint32_t *keys,
                            "sim: access %zu has key %u >= n_keys %u", i,
                            keys[i], o->n_keys);
     memset(&r, 0, sizeof r);
+    prog_init(&p, o, n);
     cap = o->n_slots < o->n_keys ? (size_t)o->n_slots : o->n_keys;
     if ((rc = buf_alloc(&b, cap, o->n_keys, n)) != XC_OK)
         return rc;
     if (!o->per_layer) {
-        rc = run(o, &b, keys, step_start, n, NULL, &r);
+        rc = run(o, &b, keys, step_start, n, NULL, &p, &r);
     } else {
         /* Group the accesses by layer (stable), one cache per layer. */
         uint32_t n_layers = (o->n_keys - 1) / o->n_experts + 1, l;
@@ -522,7 +582,8 @@ int xc_sim_run(const xc_sim_opts *o, const uint32_t *keys,
             for (l = 0; l < n_layers && rc == XC_OK; l++)
                 if (start[l + 1] > start[l])
                     rc = run(o, &b, sub + start[l], sub_st + start[l],
-                             start[l + 1] - start[l], pos + start[l], &r);
+                             start[l + 1] - start[l], pos + start[l], &p,
+                             &r);
         }
         xc_free(start);
         xc_free(sub);
@@ -530,9 +591,11 @@ int xc_sim_run(const xc_sim_opts *o, const uint32_t *keys,
         xc_free(pos);
     }
     buf_free(&b);
-    if (rc != XC_OK)
+    if (rc == XC_OK && p.fn != NULL && p.fn(p.ctx, p.done) != 0)
+        rc = XC_SIM_STOPPED; /* the final call: every access replayed */
+    if (rc != XC_OK && rc != XC_SIM_STOPPED)
         return rc;
     r.reloads = r.misses - r.compulsory;
     *out = r;
-    return XC_OK;
+    return rc;
 }

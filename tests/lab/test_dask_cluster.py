@@ -147,22 +147,42 @@ def test_lab_on_cluster_equals_process_pool(shared, process_lab, tmp_path):
 @pytest.mark.nosan
 def test_worker_killed_mid_sweep_gives_the_full_result(cluster, process_lab,
                                                        tmp_path, monkeypatch):
-    """SIGKILL of a worker after the first cell: the process pool's files still."""
-    remote = tmp_path / "cluster"
-    step = sweep_mod._Bar.step
-    killed: list[int] = []
+    """SIGKILL of a worker once a cell is partly done: the process pool's files still.
 
-    def kill_after_first(bar: sweep_mod._Bar, n: int = 1) -> None:
-        step(bar, n)
-        if not killed:
+    Cells report every 2,000 of the trace's 38,272 accesses; the first
+    partial report marks the sweep as running, and at the bar's next update
+    (the main thread) worker 1 is killed, with the cells not yet finished
+    noted then: work was still pending when it died.
+    """
+    remote = tmp_path / "cluster"
+    monkeypatch.setattr(sweep_mod, "PROGRESS_EVERY", 2000)
+    report, goto = cluster_mod.Progress.report, sweep_mod._Bar.goto
+    partial: list[cluster_mod.Progress] = []
+    killed: list[int] = []
+    unfinished: list[list[int]] = []
+
+    def noting(progress: cluster_mod.Progress, cell: int, done: int) -> None:
+        if 0 < done < progress.sizes[cell] and not partial:
+            partial.append(progress)
+        report(progress, cell, done)
+
+    def kill_once_partial(bar: sweep_mod._Bar, done: int) -> None:
+        if partial and not killed:
+            p = partial[0]
+            with p._lock:
+                unfinished.append([c for c, d in enumerate(p._done)
+                                   if d < p.sizes[c]])
             victim = cluster.workers[1]
             cluster.kill(victim)
             killed.append(victim.returncode)
+        goto(bar, done)
 
-    monkeypatch.setattr(sweep_mod._Bar, "step", kill_after_first)
+    monkeypatch.setattr(cluster_mod.Progress, "report", noting)
+    monkeypatch.setattr(sweep_mod._Bar, "goto", kill_once_partial)
     assert main(["lab", OLMOE, str(remote), *LAB_OPTIONS, "--scheduler",
                  cluster.address]) == 0
     assert killed == [-signal.SIGKILL]
+    assert len(unfinished) == 1 and unfinished[0], unfinished
     assert cluster.workers[0].poll() is None
     same_files(process_lab, remote, LAB_FILES)
 

@@ -12,8 +12,9 @@
  *   omp   OpenMP's persistent team (the default; its idle threads spin
  *         for a while before they sleep);
  *   spin  the cache's batch pool: the caller reads beside T - 1 pthreads
- *         that claim items under a mutex, poll 100 us for the next batch and
- *         then sleep on a condition variable (engine/csrc/xc_batch.c);
+ *         that claim items under a mutex, poll for the next batch 100 us
+ *         plus their last read's time (at most 400 us more) and then sleep
+ *         on a condition variable (engine/csrc/xc_batch.c);
  *   cond  the same pool with readers that sleep at once: every batch wakes
  *         them through the condition variable.
  * GAP_NS is serial work (a busy loop) the caller does before every batch,
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #define SPIN_NS 100000u
+#define SPIN_READ_MAX_NS 400000u
 
 static double now(void)
 {
@@ -76,9 +78,12 @@ static int spin_mode, stop, batch_first, next_item, bad;
 static _Atomic int unclaimed, n_done;
 
 /* Polls *v until it equals target (equal) or differs from it (!equal),
- * for at most SPIN_NS.  1 if it did. */
-static int spin_until(_Atomic int *v, int target, int equal)
+ * for at most SPIN_NS plus read_ns (capped).  1 if it did. */
+static int spin_until(_Atomic int *v, int target, int equal,
+                      unsigned long long read_ns)
 {
+    unsigned long long budget = SPIN_NS + (read_ns < SPIN_READ_MAX_NS
+                                           ? read_ns : SPIN_READ_MAX_NS);
     unsigned long long t0 = 0;
     for (unsigned i = 1;; i++) {
         int x = atomic_load_explicit(v, memory_order_acquire);
@@ -91,7 +96,7 @@ static int spin_until(_Atomic int *v, int target, int equal)
             unsigned long long t = now_ns();
             if (t0 == 0)
                 t0 = t;
-            else if (t - t0 > SPIN_NS)
+            else if (t - t0 > budget)
                 return 0;
         }
     }
@@ -129,13 +134,14 @@ static void item_done(int failed)
 
 static void *pool_main(void *arg)
 {
+    unsigned long long last = 0;
     (void)arg;
     lock();
     for (;;) {
         int e;
         if (spin_mode && next_item == k && !stop) {
             pthread_mutex_unlock(&mu);
-            spin_until(&unclaimed, 0, 0);
+            spin_until(&unclaimed, 0, 0, last);
             lock();
         }
         while (next_item == k && !stop)
@@ -144,7 +150,9 @@ static void *pool_main(void *arg)
             break;
         e = claim();
         pthread_mutex_unlock(&mu);
+        unsigned long long t0 = now_ns();
         int failed = read_expert(e);
+        last = now_ns() - t0;
         lock();
         item_done(failed);
     }
@@ -154,6 +162,7 @@ static void *pool_main(void *arg)
 
 static void pool_batch(int first)
 {
+    unsigned long long last = 0;
     int e;
     lock();
     batch_first = first;
@@ -164,13 +173,15 @@ static void pool_batch(int first)
     pthread_mutex_unlock(&mu);
     pthread_cond_broadcast(&work);
     while (e >= 0) {
+        unsigned long long t0 = now_ns();
         int failed = read_expert(e);
+        last = now_ns() - t0;
         lock();
         item_done(failed);
         e = claim();
         pthread_mutex_unlock(&mu);
     }
-    if (spin_mode && spin_until(&n_done, k, 1))
+    if (spin_mode && spin_until(&n_done, k, 1, last))
         return;
     lock();
     while (atomic_load(&n_done) < k)

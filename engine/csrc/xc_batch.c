@@ -23,13 +23,31 @@ void xc_read_one(const xc_cache *c, resv *r)
 
 /* How long a batch reader keeps polling for work before it sleeps on a
  * condition variable, and how long getmany's caller polls for the last
- * item of its batch.  A 768 KiB page-cache read takes ~30-60 us here; a
+ * item of its batch.  A 768 KiB page-cache read takes ~30-200 us here; a
  * condvar wake-up on this 2-vCPU VM took 50-150 us, so a sleeping reader
  * joined a batch of four after the caller had read most of it (2 threads:
  * 0.40 of the C pread floor, 1 thread: ~1.0).  Polling for 100 us keeps the
  * reader hot across back-to-back batches (bench/load_throughput.py,
- * 2026-11-29) and costs at most that much CPU after the last batch. */
+ * 2026-11-29) and costs at most that much CPU after the last batch.
+ *
+ * Both waits also cover the read in progress on the other side: a reader
+ * that ends its last item while the caller still reads one waits for the
+ * rest of that read before the next batch can come, and a caller whose
+ * items are done waits for a reader's last one; either ends within about
+ * one read.  So the poll lasts POOL_SPIN_NS plus the waiter's own last read
+ * time, that addition capped at POOL_SPIN_READ_MAX_NS (a read slower than
+ * that is a device read, next to which a wake-up is small).  Without it, a
+ * reader slept between two batches in 2 of 3 batches on a loaded VM (perf
+ * futex trace, 2026-12-01). */
 #define POOL_SPIN_NS 100000u
+#define POOL_SPIN_READ_MAX_NS 400000u
+
+/* The poll budget of a waiter whose own last read took read_ns. */
+static uint64_t spin_budget(uint64_t read_ns)
+{
+    return POOL_SPIN_NS + (read_ns < POOL_SPIN_READ_MAX_NS
+                               ? read_ns : POOL_SPIN_READ_MAX_NS);
+}
 
 static inline void cpu_relax(void)
 {
@@ -41,9 +59,10 @@ static inline void cpu_relax(void)
 }
 
 /* Polls *v without a lock until it equals target (want_equal) or differs
- * from it (!want_equal), for at most about POOL_SPIN_NS.  Returns 1 if it
+ * from it (!want_equal), for at most about budget_ns.  Returns 1 if it
  * did, 0 on timeout.  The acquire load pairs with the release updates. */
-static int spin_until(_Atomic size_t *v, size_t target, int want_equal)
+static int spin_until(_Atomic size_t *v, size_t target, int want_equal,
+                      uint64_t budget_ns)
 {
     uint64_t t0 = 0;
     for (unsigned i = 1;; i++) {
@@ -55,7 +74,7 @@ static int spin_until(_Atomic size_t *v, size_t target, int want_equal)
             uint64_t t = xc_now_ns();
             if (t0 == 0)
                 t0 = t;
-            else if (t - t0 > POOL_SPIN_NS)
+            else if (t - t0 > budget_ns)
                 return 0;
         }
     }
@@ -113,14 +132,15 @@ static void done_one(xc_cache *c, job *j)
 void *xc_pool_main(void *arg)
 {
     xc_cache *c = arg;
+    uint64_t last_ns = 0; /* this reader's last read */
     pool_lock(c);
     for (;;) {
         job *j;
         resv *r;
         if (c->jobs == NULL && !c->pool_stop) {
-            /* poll a while before sleeping (POOL_SPIN_NS) */
+            /* poll a while before sleeping (spin_budget) */
             pthread_mutex_unlock(&c->pool_mu);
-            spin_until(&c->pool_unclaimed, 0, 0);
+            spin_until(&c->pool_unclaimed, 0, 0, spin_budget(last_ns));
             pool_lock(c);
         }
         while (c->jobs == NULL && !c->pool_stop)
@@ -131,6 +151,7 @@ void *xc_pool_main(void *arg)
         r = claim(c, j);
         pthread_mutex_unlock(&c->pool_mu);
         xc_read_one(c, r);
+        last_ns = r->ns; /* before done_one: r is the caller's after it */
         pool_lock(c);
         done_one(c, j);
     }
@@ -144,6 +165,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
 {
     job j;
     resv *r;
+    uint64_t last_ns = 0; /* the caller's last read */
     if (n == 0)
         return;
     if (c->n_workers == 0 || n == 1) {
@@ -173,13 +195,14 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
     pthread_cond_broadcast(&c->pool_work);
     while (r != NULL) {
         xc_read_one(c, r);
+        last_ns = r->ns;
         pool_lock(c);
         done_one(c, &j);
         r = claim(c, &j);
         pthread_mutex_unlock(&c->pool_mu);
     }
     /* a reader may still have our last item: poll before sleeping */
-    if (spin_until(&j.n_done, j.n, 1))
+    if (spin_until(&j.n_done, j.n, 1, spin_budget(last_ns)))
         return; /* done_one touches j no more after its increment, and its
                    release orders the item's results */
     pool_lock(c);

@@ -17,7 +17,8 @@ cache's throughput as a fraction of the floor's, per T.
 With ``--evidence`` the alternation gains three more arms of the same C
 program, to tell the cache's own cost from the machine's: ``spin``, the
 cache's batch pool rebuilt in C (the caller reads beside T - 1 pthreads
-that poll 100 us, then sleep on a condition variable); ``cond``, that pool
+that poll 100 us plus their last read's time, then sleep on a condition
+variable); ``cond``, that pool
 woken through the condition variable for every batch; and ``spin+gap``,
 the pool with the caller busy, before every batch, for as long as an
 all-hit ``getmany`` of 4 keys takes from Python (measured in the same run:

@@ -5,13 +5,24 @@ expert, one contiguous run each) and reads it once so the page cache is
 warm.  For each thread count T (``--threads``, default 1,2) it then
 alternates, ``--outer`` times, (a) a best-of-3 pass of the cache: every
 expert streamed through an 8-slot cache as getmany batches of top-k 4 (64 >
-8 slots under LRU, so every key is a miss) with batch_threads=T, and (b) a
-best-of-3 pass of the floor, ``bench/pread_batch.c``: the same byte ranges
-read with pread(2) into 8 rotating preallocated buffers on T OpenMP threads,
-one batch of 4 at a time.  Alternating the arms keeps a burst of load on
-the shared machine from landing on one arm only.  (c) os.preadv on T Python
-threads is printed for reference.  Figures are the best of all passes.
-Last line: the cache's throughput as a fraction of the floor's, per T.
+8 slots under LRU, so every key is a miss) with batch_threads=T, the key
+lists built before the clock starts, and (b) a best-of-3 pass of the floor,
+``bench/pread_batch.c``: the same byte ranges read with pread(2) into 8
+rotating preallocated buffers on T OpenMP threads, one batch of 4 at a
+time.  Alternating the arms keeps a burst of load on the shared machine
+from landing on one arm only.  (c) os.preadv on T Python threads is printed
+for reference.  Figures are the best of all passes.  Last line: the
+cache's throughput as a fraction of the floor's, per T.
+
+With ``--evidence`` the alternation gains three more arms of the same C
+program, to tell the cache's own cost from the machine's: ``spin``, the
+cache's batch pool rebuilt in C (the caller reads beside T - 1 pthreads
+that poll 100 us plus their last read's time, then sleep on a condition
+variable); ``cond``, that pool
+woken through the condition variable for every batch; and ``spin+gap``,
+the pool with the caller busy, before every batch, for as long as an
+all-hit ``getmany`` of 4 keys takes from Python (measured in the same run:
+the per-batch cost a batch of misses pays besides its reads).
 
 OpenBLAS (loaded with numpy) is limited to one thread unless the caller set
 OPENBLAS_NUM_THREADS: its idle server threads spin on this 2-core machine
@@ -61,20 +72,35 @@ def write(path: Path) -> int:
     return 8 + len(text)
 
 
-def cache_pass(cache: ExpertCache, batches: list[list[int]]) -> float:
+def cache_pass(cache: ExpertCache, batches: list[list[tuple[int, int]]]
+               ) -> float:
     best = 1e9
     for _ in range(INNER):
         t0 = time.perf_counter()
         for b in batches:
-            assert cache.getmany([(0, e) for e in b]) == TOP_K
+            assert cache.getmany(b) == TOP_K
         best = min(best, time.perf_counter() - t0)
     return best
 
 
-def floor_pass(exe: Path, path: Path, data_start: int, threads: int) -> float:
+def hit_cost(cache: ExpertCache, keys: list[tuple[int, int]]) -> float:
+    """Seconds per all-hit getmany of keys from Python (best of 5 x 2000)."""
+    cache.getmany(keys)
+    best = 1e9
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            cache.getmany(keys)
+        best = min(best, (time.perf_counter() - t0) / 2000)
+    return best
+
+
+def floor_pass(exe: Path, path: Path, data_start: int, threads: int,
+               mode: str = "omp", gap_ns: int = 0) -> float:
     out = subprocess.run(
         [str(exe), str(path), str(data_start), str(EXPERT_BYTES),
-         str(N_EXPERTS), str(TOP_K), str(threads), str(INNER), str(SLOTS)],
+         str(N_EXPERTS), str(TOP_K), str(threads), str(INNER), str(SLOTS),
+         mode, str(gap_ns)],
         check=True, capture_output=True, text=True).stdout
     return float(out)
 
@@ -104,7 +130,9 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2",
                     help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--outer", type=int, default=5,
-                    help="alternations of the two arms (default 5)")
+                    help="alternations of the arms (default 5)")
+    ap.add_argument("--evidence", action="store_true",
+                    help="also the floor's spin, cond and spin+gap arms")
     args = ap.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
 
@@ -114,10 +142,12 @@ def main() -> None:
     path.read_bytes()  # warm the page cache
     exe = tmp / "pread_batch"
     subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-fopenmp",
-                    str(ROOT / "bench" / "pread_batch.c"), "-o", str(exe)],
-                   check=True)
+                    str(ROOT / "bench" / "pread_batch.c"), "-o", str(exe),
+                    "-lpthread"], check=True)
     batches = [list(range(b, b + TOP_K)) for b in range(0, N_EXPERTS, TOP_K)]
+    key_batches = [[(0, e) for e in b] for b in batches]
     mib = N_EXPERTS * EXPERT_BYTES / 2**20
+    n_batches = len(batches)
 
     print(f"experts {N_EXPERTS} x {EXPERT_BYTES} bytes, batches of {TOP_K}, "
           f"{SLOTS} slots, page cache warm, best of {args.outer} x {INNER}")
@@ -126,19 +156,42 @@ def main() -> None:
         cache = ExpertCache(Container(str(path)), n_slots=SLOTS, top_k=TOP_K,
                             expert_template=TEMPLATE, tensors=TENSORS,
                             layers=(0,), n_experts=N_EXPERTS, batch_threads=t)
-        best_cache = best_c = 1e9
+        best = {"cache": 1e9, "omp": 1e9}
+        hit = 1e9
+        if args.evidence:
+            best.update({"spin": 1e9, "cond": 1e9, "spin+gap": 1e9})
         for _ in range(args.outer):
-            best_cache = min(best_cache, cache_pass(cache, batches))
-            best_c = min(best_c, floor_pass(exe, path, data_start, t))
+            best["cache"] = min(best["cache"], cache_pass(cache, key_batches))
+            best["omp"] = min(best["omp"],
+                              floor_pass(exe, path, data_start, t))
+            if not args.evidence:
+                continue
+            hit = min(hit, hit_cost(cache, key_batches[-1]))
+            for mode in ("spin", "cond"):
+                best[mode] = min(best[mode],
+                                 floor_pass(exe, path, data_start, t, mode))
+            best["spin+gap"] = min(best["spin+gap"], floor_pass(
+                exe, path, data_start, t, "spin", round(hit * 1e9)))
         cache.check()
         cache.close()
         best_py = preadv_pass(path, data_start, t, batches)
-        ratios.append(f"{t} threads {best_c / best_cache:.2f}")
-        print(f"[{t} threads] cache getmany:    {mib / best_cache:8.0f} MiB/s")
-        print(f"[{t} threads] raw pread from C: {mib / best_c:8.0f} MiB/s "
-              f"(baseline)")
+        ratios.append(f"{t} threads {best['omp'] / best['cache']:.2f}")
+        print(f"[{t} threads] cache getmany:    "
+              f"{mib / best['cache']:8.0f} MiB/s")
+        print(f"[{t} threads] raw pread from C: {mib / best['omp']:8.0f} "
+              f"MiB/s (baseline)")
         print(f"[{t} threads] os.preadv, Python:{mib / best_py:8.0f} MiB/s "
               f"(reference)")
+        if args.evidence:
+            per_batch = best["cache"] / n_batches * 1e6
+            print(f"[{t} threads] all-hit getmany of {TOP_K} from Python: "
+                  f"{hit * 1e6:.1f} us per batch ({per_batch:.0f} us per "
+                  f"batch of misses)")
+            for mode in ("spin", "cond", "spin+gap"):
+                print(f"[{t} threads] floor, {mode:8s}      "
+                      f"{mib / best[mode]:8.0f} MiB/s, ratio to the omp "
+                      f"floor {best['omp'] / best[mode]:.2f}, cache / it "
+                      f"{best[mode] / best['cache']:.2f}")
     shutil.rmtree(tmp)
     print(f"ratio cache/raw pread: {', '.join(ratios)} (goal >= 0.9)")
 

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import weakref
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -284,9 +285,24 @@ class ExpertCache:
     @_gated
     def getmany(self, keys: Iterable[tuple[int, int]]) -> int:
         """Batch prefetch of (layer, expert) keys; returns how many were loaded."""
-        keys = _err.check_keys("keys", keys)
-        layers, experts = _key_arrays(keys)
-        out = _lib.ffi().new("size_t *")
+        ffi, layers = _lib.ffi(), None
+        # The usual batch, a list of (layer, expert) tuples, skips the
+        # per-key checks (Python time paid once per batch of loads):
+        # array("i") takes exactly what check_int does (an index in int32;
+        # int is 32 bits on every platform the engine builds for) and
+        # anything it refuses takes check_keys, which names what and where.
+        if type(keys) is list and keys and {*map(type, keys)} == {tuple}:
+            try:
+                ls, es = zip(*keys, strict=True)
+                layers = ffi.from_buffer("int32_t[]", array("i", ls + es))
+            except (TypeError, ValueError, OverflowError):
+                layers = None
+            else:
+                experts = layers + len(ls)
+        if layers is None:
+            keys = _err.check_keys("keys", keys)
+            layers, experts = _key_arrays(keys)
+        out = ffi.new("size_t *")
         _lib.check(self._lib.xc_cache_getmany(self._ptr, layers, experts,
                                               len(keys), out))
         return int(out[0])

@@ -23,13 +23,31 @@ void xc_read_one(const xc_cache *c, resv *r)
 
 /* How long a batch reader keeps polling for work before it sleeps on a
  * condition variable, and how long getmany's caller polls for the last
- * item of its batch.  A 768 KiB page-cache read takes ~30-60 us here; a
+ * item of its batch.  A 768 KiB page-cache read takes ~30-200 us here; a
  * condvar wake-up on this 2-vCPU VM took 50-150 us, so a sleeping reader
  * joined a batch of four after the caller had read most of it (2 threads:
  * 0.40 of the C pread floor, 1 thread: ~1.0).  Polling for 100 us keeps the
  * reader hot across back-to-back batches (bench/load_throughput.py,
- * 2026-11-29) and costs at most that much CPU after the last batch. */
+ * 2026-11-29) and costs at most that much CPU after the last batch.
+ *
+ * Both waits also cover the read in progress on the other side: a reader
+ * that ends its last item while the caller still reads one waits for the
+ * rest of that read before the next batch can come, and a caller whose
+ * items are done waits for a reader's last one; either ends within about
+ * one read.  So the poll lasts POOL_SPIN_NS plus the waiter's own last read
+ * time, that addition capped at POOL_SPIN_READ_MAX_NS (a read slower than
+ * that is a device read, next to which a wake-up is small).  Without it, a
+ * reader slept between two batches in 2 of 3 batches on a loaded VM (perf
+ * futex trace, 2026-12-01). */
 #define POOL_SPIN_NS 100000u
+#define POOL_SPIN_READ_MAX_NS 400000u
+
+/* The poll budget of a waiter whose own last read took read_ns. */
+static uint64_t spin_budget(uint64_t read_ns)
+{
+    return POOL_SPIN_NS + (read_ns < POOL_SPIN_READ_MAX_NS
+                               ? read_ns : POOL_SPIN_READ_MAX_NS);
+}
 
 static inline void cpu_relax(void)
 {
@@ -41,9 +59,10 @@ static inline void cpu_relax(void)
 }
 
 /* Polls *v without a lock until it equals target (want_equal) or differs
- * from it (!want_equal), for at most about POOL_SPIN_NS.  Returns 1 if it
+ * from it (!want_equal), for at most about budget_ns.  Returns 1 if it
  * did, 0 on timeout.  The acquire load pairs with the release updates. */
-static int spin_until(_Atomic size_t *v, size_t target, int want_equal)
+static int spin_until(_Atomic size_t *v, size_t target, int want_equal,
+                      uint64_t budget_ns)
 {
     uint64_t t0 = 0;
     for (unsigned i = 1;; i++) {
@@ -55,10 +74,30 @@ static int spin_until(_Atomic size_t *v, size_t target, int want_equal)
             uint64_t t = xc_now_ns();
             if (t0 == 0)
                 t0 = t;
-            else if (t - t0 > POOL_SPIN_NS)
+            else if (t - t0 > budget_ns)
                 return 0;
         }
     }
+}
+
+/* Tries for pool_mu this many times, a pause apart, before blocking on
+ * it.  Every hold of pool_mu is a few instructions (queue a job, claim an
+ * item, count one done), so a reader that finds it taken -- typically a
+ * polling reader that saw a batch arrive while its caller was still
+ * queueing it -- gets it sooner by polling: a futex sleep and wake-up cost
+ * 20-60 us on a VM, against a 30-200 us read, and the holder's unlock then
+ * pays a system call too. */
+#define POOL_LOCK_TRIES 256u
+
+/* Locks pool_mu, polling a moment before sleeping (POOL_LOCK_TRIES). */
+static void pool_lock(xc_cache *c)
+{
+    for (unsigned i = 0; i < POOL_LOCK_TRIES; i++) {
+        if (pthread_mutex_trylock(&c->pool_mu) == 0)
+            return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&c->pool_mu);
 }
 
 /* Claims the next item of j (pool_mu held); unlinks j when it has none
@@ -93,15 +132,16 @@ static void done_one(xc_cache *c, job *j)
 void *xc_pool_main(void *arg)
 {
     xc_cache *c = arg;
-    pthread_mutex_lock(&c->pool_mu);
+    uint64_t last_ns = 0; /* this reader's last read */
+    pool_lock(c);
     for (;;) {
         job *j;
         resv *r;
         if (c->jobs == NULL && !c->pool_stop) {
-            /* poll a while before sleeping (POOL_SPIN_NS) */
+            /* poll a while before sleeping (spin_budget) */
             pthread_mutex_unlock(&c->pool_mu);
-            spin_until(&c->pool_unclaimed, 0, 0);
-            pthread_mutex_lock(&c->pool_mu);
+            spin_until(&c->pool_unclaimed, 0, 0, spin_budget(last_ns));
+            pool_lock(c);
         }
         while (c->jobs == NULL && !c->pool_stop)
             pthread_cond_wait(&c->pool_work, &c->pool_mu);
@@ -111,7 +151,8 @@ void *xc_pool_main(void *arg)
         r = claim(c, j);
         pthread_mutex_unlock(&c->pool_mu);
         xc_read_one(c, r);
-        pthread_mutex_lock(&c->pool_mu);
+        last_ns = r->ns; /* before done_one: r is the caller's after it */
+        pool_lock(c);
         done_one(c, j);
     }
     pthread_mutex_unlock(&c->pool_mu);
@@ -124,6 +165,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
 {
     job j;
     resv *r;
+    uint64_t last_ns = 0; /* the caller's last read */
     if (n == 0)
         return;
     if (c->n_workers == 0 || n == 1) {
@@ -137,7 +179,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
     j.n = n;
     j.next_item = 0;
     atomic_init(&j.n_done, 0);
-    pthread_mutex_lock(&c->pool_mu);
+    pool_lock(c);
     {
         job **pp = &c->jobs;
         while (*pp)
@@ -145,21 +187,25 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
         *pp = &j;
     }
     atomic_fetch_add_explicit(&c->pool_unclaimed, n, memory_order_release);
+    r = claim(c, &j); /* n >= 2: the caller's first item */
+    pthread_mutex_unlock(&c->pool_mu);
+    /* Woken after the unlock, a sleeping reader does not find pool_mu
+     * held; it cannot miss the job, which was queued under the lock it
+     * checks the queue under. */
     pthread_cond_broadcast(&c->pool_work);
-    while ((r = claim(c, &j)) != NULL) {
-        pthread_mutex_unlock(&c->pool_mu);
+    while (r != NULL) {
         xc_read_one(c, r);
-        pthread_mutex_lock(&c->pool_mu);
+        last_ns = r->ns;
+        pool_lock(c);
         done_one(c, &j);
-    }
-    if (atomic_load(&j.n_done) < j.n) {
-        /* a reader still has our last item: poll before sleeping */
+        r = claim(c, &j);
         pthread_mutex_unlock(&c->pool_mu);
-        if (spin_until(&j.n_done, j.n, 1))
-            return; /* done_one touches j no more after its increment,
-                       and its release orders the item's results */
-        pthread_mutex_lock(&c->pool_mu);
     }
+    /* a reader may still have our last item: poll before sleeping */
+    if (spin_until(&j.n_done, j.n, 1, spin_budget(last_ns)))
+        return; /* done_one touches j no more after its increment, and its
+                   release orders the item's results */
+    pool_lock(c);
     while (atomic_load(&j.n_done) < j.n)
         pthread_cond_wait(&c->pool_done, &c->pool_mu);
     pthread_mutex_unlock(&c->pool_mu);

@@ -228,6 +228,101 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* The entry as writers lay it out (fast path of parse_entry)           */
+/* ------------------------------------------------------------------ */
+
+static inline int fast_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* A plain integer at b[*pos] (no sign, fraction, exponent or leading zero;
+ * at most 19 digits, so it cannot wrap) not above limit; the caller checks
+ * the byte after it.  Returns 1 and moves *pos past it, or 0.  Reads stop
+ * at len or at the padding's zeros. */
+static inline int fast_uint(const char *b, size_t len, size_t *pos,
+                            uint64_t limit, uint64_t *out)
+{
+    size_t k = *pos, stop = len - k > 19 ? k + 19 : len;
+    uint64_t v;
+    if (k >= len || !fast_digit(b[k]))
+        return 0;
+    v = (uint64_t)(b[k] - '0');
+    k++;
+    if (v != 0)
+        while (k < stop && fast_digit(b[k])) {
+            v = v * 10 + (uint64_t)(b[k] - '0');
+            k++;
+        }
+    if (v > limit)
+        return 0;
+    *pos = k;
+    *out = v;
+    return 1;
+}
+
+/* Parses the entry at the cursor if it is spelled exactly as the writers
+ * spell it -- {"dtype":"<dtype>","shape":[<d>,...],"data_offsets":[<a>,<b>]}
+ * with no whitespace, no escapes, a known dtype, plain integers within
+ * their limits and at most XC_MAX_DIMS dimensions -- and returns 1 with
+ * the cursor past its '}'.  Anything else returns 0 with the cursor and
+ * the buffer untouched, and parse_entry's general path parses the entry
+ * from the same place, so every problem still gets its own report; what
+ * this path accepts, the general path accepts with the same values.  The
+ * literals are compared in place (at most 16 bytes from a position at or
+ * before len: the padding holds zeros, which no literal contains). */
+static int parse_entry_fast(st_parse *p, st_tensor *t, uint64_t *dims,
+                            int *nd_out, uint64_t *offs)
+{
+    const char *b = p->j.buf;
+    size_t len = p->j.len, k = p->j.pos, at;
+    int nd = 0, d;
+    if (!is_key(b + k, 10, "{\"dtype\":\""))
+        return 0;
+    k += 10;
+    at = k;
+    while (k - at < 16 && ((b[k] >= 'A' && b[k] <= 'Z') || fast_digit(b[k]) ||
+                           b[k] == '_'))
+        k++;
+    if (b[k] != '"' ||
+        (d = dtype_lookup(b + at, k - at, &p->last_dtype)) < 0)
+        return 0;
+    if (!is_key(b + k, 11, "\",\"shape\":["))
+        return 0;
+    k += 11;
+    if (b[k] == ']') {
+        k++;
+    } else {
+        for (;;) {
+            if (nd == XC_MAX_DIMS || !fast_uint(b, len, &k, UINT64_MAX,
+                                                &dims[nd]))
+                return 0;
+            nd++;
+            if (b[k] == ']') {
+                k++;
+                break;
+            }
+            if (b[k] != ',')
+                return 0;
+            k++;
+        }
+    }
+    if (!is_key(b + k, 16, ",\"data_offsets\":") || b[k + 16] != '[')
+        return 0;
+    k += 17;
+    if (!fast_uint(b, len, &k, MAX_48, &offs[0]) || b[k] != ',')
+        return 0;
+    k++;
+    if (!fast_uint(b, len, &k, MAX_48, &offs[1]) || b[k] != ']' ||
+        b[k + 1] != '}')
+        return 0;
+    k += 2;
+    if (k > len) /* cannot happen: the bytes matched are not padding */
+        return 0;
+    p->j.pos = k;
+    t->dtype = (uint8_t)d;
+    *nd_out = nd;
+    return 1;
+}
+
 static int parse_entry(st_parse *p, st_tensor *t)
 {
     xj *j = &p->j;
@@ -239,6 +334,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
     static const char *const field_names[3] = {"dtype", "shape",
                                                "data_offsets"};
 
+    if (parse_entry_fast(p, t, dims, &nd, offs))
+        goto parsed;
     if (xj_peek(j) != '{')
         return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
                : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "tensor \"%.200s\": "
@@ -332,6 +429,7 @@ static int parse_entry(st_parse *p, st_tensor *t)
         return xj_fail(j, XC_E_FORMAT_SCHEMA, (size_t)(t->entry_at - j->base),
                        "tensor \"%.200s\" has no %s", name, miss);
     }
+parsed:
     /* xc_st_grow() only grows when its n reaches cap; pass cap so that it does
      * (passing n_dims looped forever when n_dims < cap < n_dims + nd). */
     while (st->n_dims + (size_t)nd > st->cap_dims)

@@ -282,8 +282,12 @@ static int parse_entry_fast(st_parse *p, st_tensor *t, uint64_t *dims,
     while (k - at < 16 && ((b[k] >= 'A' && b[k] <= 'Z') || fast_digit(b[k]) ||
                            b[k] == '_'))
         k++;
-    if (b[k] != '"' ||
-        (d = dtype_lookup(b + at, k - at, &p->last_dtype)) < 0)
+    if (b[k] != '"')
+        return 0;
+    if (p->last_dtype.name && p->last_dtype.len == k - at &&
+        small_eq(p->last_dtype.name, b + at, k - at))
+        d = p->last_dtype.d; /* the previous entry's dtype, inlined */
+    else if ((d = dtype_lookup(b + at, k - at, &p->last_dtype)) < 0)
         return 0;
     if (!is_key(b + k, 11, "\",\"shape\":["))
         return 0;

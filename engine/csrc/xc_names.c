@@ -213,6 +213,7 @@ int xc_table_reserve(st_table *tb, size_t more)
     ns = xc_calloc(ncap, sizeof *ns);
     if (ns == NULL)
         return XC_E_NOMEM;
+    xc_st_advise_huge(ns, ncap * sizeof *ns);
     for (size_t i = 0; i < cap; i++) {
         uint64_t s = tb->slots[i];
         if (s != 0) {

@@ -917,6 +917,22 @@ int xc_st_load_shard(xc_st *st, size_t s)
     p.m_first = st->n_meta;
     p.cw = hdr;
     sh->first = st->n_t;
+    {
+        /* A big header's tensor table is reserved once, for one entry per
+         * 64 header bytes (an entry as writers spell it takes more), and
+         * advised onto huge pages before anything touches it, instead of
+         * growing by doubling through small pages; more entries than that
+         * still grow it.  Smaller headers grow as before. */
+        size_t want = st->n_t + (size_t)n / 64 + 16;
+        if (want > st->cap_t && want * sizeof *st->t >= HUGE_MIN) {
+            void *nt = xc_realloc(st->t, want * sizeof *st->t);
+            if (nt == NULL)
+                return xc_st_nomem(sh->path, "tensor table");
+            st->t = nt;
+            st->cap_t = want;
+            xc_st_advise_huge(st->t, want * sizeof *st->t);
+        }
+    }
     rc = parse_header(&p);
     {
         /* Step 5's duplicate check, after the parse (see dup_check): a

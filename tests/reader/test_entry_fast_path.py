@@ -187,3 +187,52 @@ def test_overflow_reported_before_a_later_size_problem(tmp_path: Path) -> None:
     assert ('tensor "b": dimension 1 is 281474976710656, above the 48-bit '
             "limit") in message
     assert offset == Path(path).read_bytes().index(b'"b"')
+
+
+# -- a big header: the tensor table reserved up front -------------------------
+
+def big_header(path: Path, n: int) -> str:
+    """n zero-size tensors "t<i>" (about 55 header bytes each) at offset 0."""
+    entries = [f'"t{i}":{entry("U8", "0", "0,0")}}}' for i in range(n)]
+    return header_file(path, entries, b"")
+
+
+def test_big_header_with_more_tensors_than_reserved(tmp_path: Path) -> None:
+    """A 5 MB header of 100,000 short entries: reserved table, then grown."""
+    path = big_header(tmp_path / "big.safetensors", 100_000)
+    assert Path(path).stat().st_size > 5_000_000
+    with engine.Container(path) as c:
+        assert len(c) == 100_000
+        names = c.names()
+        assert names[0] == "t0" and names[-1] == "t99999"
+        assert "t54321" in c and "t100000" not in c
+        assert c.info("t99999").offset == Path(path).stat().st_size
+        assert c.read_bytes("t77777") == b""
+
+
+def test_big_header_allocation_failures_are_clean(tmp_path: Path) -> None:
+    """Each allocation of a big header's open refused in turn: a clean OOM."""
+    from engine import alloc
+
+    path = big_header(tmp_path / "big.safetensors", 100_000)
+    live = alloc.live()
+    n, messages = 1, []
+    while True:
+        alloc.fail_alloc(n)
+        try:
+            c = engine.Container(path)
+        except engine.OutOfMemoryError as e:
+            assert e.kind == "nomem"
+            messages.append(str(e))
+        else:
+            alloc.disarm()
+            assert len(c) == 100_000
+            c.close()
+            break
+        finally:
+            alloc.disarm()
+        assert alloc.live() == live
+        n += 1
+    assert alloc.live() == live
+    assert f"{path}: out of memory (tensor table)" in messages
+    assert f"{path}: out of memory (header buffer)" in messages

@@ -32,6 +32,8 @@
 
 static uint64_t sip_k0, sip_k1;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+/* Set (release) once the key is drawn: a hash then skips pthread_once. */
+static int key_ready;
 
 /* splitmix64's step: spreads the fallback's few varying bits. */
 static uint64_t splitmix(uint64_t *x)
@@ -129,7 +131,10 @@ uint32_t xc_name_hash(const char *s, size_t n)
 {
     uint64_t v0, v1, v2, v3, m, b = (uint64_t)n << 56;
     size_t i, whole = n & ~(size_t)7;
-    (void)pthread_once(&key_once, draw_key);
+    if (!__atomic_load_n(&key_ready, __ATOMIC_ACQUIRE)) {
+        (void)pthread_once(&key_once, draw_key);
+        __atomic_store_n(&key_ready, 1, __ATOMIC_RELEASE);
+    }
     v0 = sip_k0 ^ 0x736f6d6570736575ull;
     v1 = sip_k1 ^ 0x646f72616e646f6dull;
     v2 = sip_k0 ^ 0x6c7967656e657261ull;
@@ -140,6 +145,14 @@ uint32_t xc_name_hash(const char *s, size_t n)
         SIPROUND;
         v0 ^= m;
     }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if ((n & 7) != 0 && n >= 8) {
+        /* The tail as the high bytes of the name's last 8 (its own bytes
+         * only), shifted down: the same value as the loop below. */
+        memcpy(&m, s + n - 8, 8);
+        b |= m >> (64 - 8 * (n & 7));
+    } else
+#endif
     for (i = 0; i < (n & 7); i++)
         b |= (uint64_t)(unsigned char)s[whole + i] << (8 * i);
     v3 ^= b;
@@ -200,6 +213,7 @@ int xc_table_reserve(st_table *tb, size_t more)
     ns = xc_calloc(ncap, sizeof *ns);
     if (ns == NULL)
         return XC_E_NOMEM;
+    xc_st_advise_huge(ns, ncap * sizeof *ns);
     for (size_t i = 0; i < cap; i++) {
         uint64_t s = tb->slots[i];
         if (s != 0) {

@@ -19,12 +19,34 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 /* ------------------------------------------------------------------ */
 /* Helpers the reader's files share (xc_st_impl.h)                      */
 /* ------------------------------------------------------------------ */
 
-/* Grows an array of elem-byte items to hold one more; NOMEM keeps it. */
+void xc_st_advise_huge(void *p, size_t bytes)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a, e;
+    if (p == NULL || bytes < HUGE_MIN)
+        return;
+    a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    e = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* Grows an array of elem-byte items to hold one more; NOMEM keeps it.
+ * Large arrays (the tensor table of a big header) are advised onto huge
+ * pages: the half each doubling adds is not touched yet. */
 int xc_st_grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
     size_t ncap;
@@ -39,6 +61,7 @@ int xc_st_grow(void **arr, size_t *cap, size_t n, size_t elem)
         return XC_E_NOMEM;
     *arr = p;
     *cap = ncap;
+    xc_st_advise_huge(p, ncap * elem);
     return XC_OK;
 }
 

@@ -357,9 +357,17 @@ int xc_bset_check(const xc_bset *s, const char *who)
  * O(log n): the halving that maps every value v to v >> 1 melds the heaps
  * of the pairs that meet instead of walking one list into the other.
  *
- * Cost.  place and remove are O(log n) (a meld down the right spines; a
- * delete melds the key's children and fixes the ranks above it, which
- * stops where a rank does not change).  A halving walks the buckets,
+ * A bucket is two heaps: `root`, a leftist heap, and a chain `head` ..
+ * `tail` of keys in ascending tick linked as left children (a chain is a
+ * leftist heap of rank 1), where place appends a key newer than the tail
+ * in O(1) -- nearly every place, since a hit or an insert carries the
+ * newest tick.  An older key is melded into `root`.  Removing a key is a
+ * heap delete (its children melded into its place, the ranks above fixed
+ * up to where one stays): O(1) in the chain, O(log n) in `root`.  Where
+ * two buckets meet, both roots and both chains are melded into one heap
+ * (a chain's right spine is its head alone) and the chain starts empty.
+ *
+ * Cost.  place and remove are O(log n), O(1) for the chain.  A halving walks the buckets,
  * melds each pair that meets (O(log n)) and relabels bucket_of of the
  * smaller bucket's keys.  Counts are below 2 * period before a halving and
  * at most period after it (a halving maps c + period to <= (c + period)/2),
@@ -474,7 +482,7 @@ static uint32_t hbucket_new(xc_hset *s, uint32_t after, uint64_t v)
     uint32_t bi = s->free_b[--s->n_free];
     xc_hbucket *b = &s->b[bi];
     b->v = v;
-    b->root = XC_KNIL;
+    b->root = b->head = b->tail = XC_KNIL;
     b->n = 0;
     b->prev = after;
     b->next = after != XC_KNIL ? s->b[after].next : s->first;
@@ -497,7 +505,11 @@ void xc_hset_remove(xc_hset *s, uint32_t key)
     p = s->up[key];
     if (m != XC_KNIL)
         s->up[m] = p;
-    if (p == XC_KNIL) {
+    if (key == s->b[bi].tail)
+        s->b[bi].tail = p; /* the chain's new last (XC_KNIL: empty) */
+    if (key == s->b[bi].head) {
+        s->b[bi].head = m;
+    } else if (p == XC_KNIL) {
         s->b[bi].root = m;
     } else {
         if (s->left[p] == key)
@@ -530,6 +542,7 @@ void xc_hset_remove(xc_hset *s, uint32_t key)
 void xc_hset_place(xc_hset *s, uint32_t key, uint64_t v, uint64_t tick)
 {
     uint32_t at = s->bucket_of[key], bi;
+    xc_hbucket *b;
     uint64_t steps = 0;
     if (at != XC_KNIL) {
         /* start the walk next to the key's bucket, which may go away */
@@ -547,24 +560,35 @@ void xc_hset_place(xc_hset *s, uint32_t key, uint64_t v, uint64_t tick)
         at = nx;
     }
     bi = at != XC_KNIL && s->b[at].v == v ? at : hbucket_new(s, at, v);
+    b = &s->b[bi];
     s->tick[key] = tick;
     s->left[key] = s->right[key] = s->up[key] = XC_KNIL;
     s->rank[key] = 1;
-    s->b[bi].root = h_meld(s, s->b[bi].root, key, &steps);
-    s->up[s->b[bi].root] = XC_KNIL;
-    s->b[bi].n++;
+    if (b->tail == XC_KNIL) {          /* a new chain */
+        b->head = b->tail = key;
+    } else if (tick > s->tick[b->tail]) { /* the usual: the newest tick */
+        s->left[b->tail] = key;
+        s->up[key] = b->tail;
+        b->tail = key;
+    } else {
+        b->root = h_meld(s, b->root, key, &steps);
+        s->up[b->root] = XC_KNIL;
+    }
+    b->n++;
     s->bucket_of[key] = bi;
     s->n++;
 }
 
-/* Sets bucket_of to bi for every key of the heap rooted at k; returns how
- * many.  Walks with scratch as a stack. */
-static size_t h_relabel(xc_hset *s, uint32_t k, uint32_t bi)
+/* Sets bucket_of to bi for every key of bucket g's heap and chain;
+ * returns how many.  Walks with scratch as a stack. */
+static size_t h_relabel(xc_hset *s, uint32_t g, uint32_t bi)
 {
     size_t top = 0, n = 0;
-    if (k == XC_KNIL)
-        return 0;
-    s->scratch[top++] = k;
+    uint32_t k;
+    if (s->b[g].root != XC_KNIL)
+        s->scratch[top++] = s->b[g].root;
+    if (s->b[g].head != XC_KNIL)
+        s->scratch[top++] = s->b[g].head;
     while (top > 0) {
         k = s->scratch[--top];
         s->bucket_of[k] = bi;
@@ -588,14 +612,18 @@ void xc_hset_halve(xc_hset *s)
             /* the larger bucket stays; the smaller one's keys relabel */
             uint32_t keep = s->b[pv].n >= s->b[bi].n ? pv : bi;
             uint32_t gone = keep == pv ? bi : pv;
+            xc_hbucket *k = &s->b[keep], *g = &s->b[gone];
             uint32_t r;
-            s->halve_relabels += h_relabel(s, s->b[gone].root, keep);
-            r = h_meld(s, s->b[keep].root, s->b[gone].root,
+            s->halve_relabels += h_relabel(s, gone, keep);
+            /* a chain is a heap whose right spine is its head alone */
+            r = h_meld(s, h_meld(s, k->root, k->head, &s->halve_steps),
+                       h_meld(s, g->root, g->head, &s->halve_steps),
                        &s->halve_steps);
             s->up[r] = XC_KNIL;
-            s->b[keep].root = r;
-            s->b[keep].n += s->b[gone].n;
-            s->b[gone].n = 0;
+            k->root = r;
+            k->head = k->tail = XC_KNIL;
+            k->n += g->n;
+            g->n = 0;
             hbucket_drop(s, gone);
         }
         bi = nx;
@@ -639,13 +667,13 @@ int64_t xc_hset_first(const xc_hset *s, const xc_pview *v)
     uint32_t bi, k, *f = s->scratch;
     for (bi = s->first; bi != XC_KNIL; bi = s->b[bi].next) {
         size_t n = 0;
-        k = s->b[bi].root;
-        if (v->row(v->ctx, k, &row))
-            return k; /* the common case: the oldest key is a candidate */
-        f_push(s, f, &n, k);
+        if (s->b[bi].root != XC_KNIL)
+            f_push(s, f, &n, s->b[bi].root);
+        if (s->b[bi].head != XC_KNIL)
+            f_push(s, f, &n, s->b[bi].head);
         while (n > 0) {
             k = f_pop(s, f, &n);
-            if (k != s->b[bi].root && v->row(v->ctx, k, &row))
+            if (v->row(v->ctx, k, &row))
                 return k;
             if (s->left[k] != XC_KNIL)
                 f_push(s, f, &n, s->left[k]);
@@ -658,7 +686,7 @@ int64_t xc_hset_first(const xc_hset *s, const xc_pview *v)
 
 int xc_hset_check(const xc_hset *s, const char *who)
 {
-    uint32_t bi, last = XC_KNIL;
+    uint32_t bi, k, last = XC_KNIL;
     size_t n = 0, nb = 0;
     if (s->b == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "%s: no state", who);
@@ -666,11 +694,25 @@ int xc_hset_check(const xc_hset *s, const char *who)
         const xc_hbucket *b = &s->b[bi];
         size_t top = 0, m = 0;
         if (b->prev != last || (last != XC_KNIL && s->b[last].v >= b->v) ||
-            b->n == 0 || b->root == XC_KNIL || s->up[b->root] != XC_KNIL)
+            b->n == 0 || (b->root != XC_KNIL && s->up[b->root] != XC_KNIL) ||
+            (b->head == XC_KNIL) != (b->tail == XC_KNIL) ||
+            (b->head != XC_KNIL && (s->up[b->head] != XC_KNIL ||
+                                    s->left[b->tail] != XC_KNIL ||
+                                    s->right[b->tail] != XC_KNIL)))
             return xc_fail(XC_E_MISUSE, -1, -1, -1,
                            "%s: bucket %zu (value %llu) is out of place", who,
                            nb, (unsigned long long)b->v);
-        s->scratch[top++] = b->root;
+        for (k = b->tail; k != XC_KNIL && k != b->head && m <= b->n;
+             k = s->up[k], m++)
+            if (s->right[k] != XC_KNIL || s->up[k] == XC_KNIL)
+                return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                               "%s: bucket %zu's chain is broken at key %u",
+                               who, nb, k);
+        m = 0;
+        if (b->root != XC_KNIL)
+            s->scratch[top++] = b->root;
+        if (b->head != XC_KNIL)
+            s->scratch[top++] = b->head;
         while (top > 0 && m <= b->n) {
             uint32_t k = s->scratch[--top], c[2] = {s->left[k], s->right[k]};
             int j;

@@ -225,15 +225,17 @@ int64_t xc_bset_first(const xc_bset *s, const xc_pview *v);
  * and the counts agree, else records why, naming `who`. */
 int xc_bset_check(const xc_bset *s, const char *who);
 
-/* The same order with each bucket's keys in a leftist heap by tick
- * (hotness), so that halve -- every value v to v >> 1, buckets that meet
+/* The same order with each bucket's keys in a leftist heap by tick plus a
+ * chain of its newest keys, where a place at the newest tick appends in
+ * O(1) (hotness), so that halve -- every value v to v >> 1, buckets that meet
  * melded -- costs amortised O(log n_keys) per request whatever the period
  * and the counts (the argument is in xc_policy.c).  place and remove are
  * O(log n); first is O(1 + p log p) for p keys it steps over.  The
  * halve_* counters measure the halvings' work (tests read them). */
 typedef struct xc_hbucket {
     uint64_t v;
-    uint32_t root;         /* the heap's oldest key */
+    uint32_t root;         /* a leftist heap's oldest key */
+    uint32_t head, tail;   /* a chain in ascending tick (left links) */
     uint32_t prev, next;   /* neighbouring buckets, XC_KNIL at the ends */
     size_t n;
 } xc_hbucket;

@@ -27,6 +27,8 @@ typedef struct hot {
     xc_hset bs;
     uint32_t *epoch;   /* per key: the epoch count[key] is up to date at */
     uint32_t now;      /* halvings so far */
+    uint64_t to_halve; /* requests left until the next halving: the same
+                        * as n_requests % period == 0, with no division */
     uint8_t *held;     /* per key: inserted and not evicted */
 } hot;
 
@@ -71,6 +73,7 @@ static int hot_init(xc_policy *p)
                        "policy hotness: no memory for %u key counts",
                        p->n_keys);
     }
+    h->to_halve = p->param[P_PERIOD];
     return XC_OK;
 }
 
@@ -91,7 +94,8 @@ static void hot_on_request(xc_policy *p, uint32_t key)
     h->epoch[key] = h->now;
     if (h->held[key])
         xc_hset_remove(&h->bs, key); /* its hit puts it back */
-    if (p->n_requests % p->param[P_PERIOD] == 0) {
+    if (--h->to_halve == 0) {
+        h->to_halve = p->param[P_PERIOD];
         h->now++;
         xc_hset_halve(&h->bs);
     }
@@ -121,6 +125,15 @@ static int hot_check(const xc_policy *p)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "hotness: no count table");
     for (k = 0; k < p->n_keys; k++)
         sum += cnt(p, k);
+    if (h->to_halve == 0 || h->to_halve > p->param[P_PERIOD] ||
+        (p->param[P_PERIOD] - h->to_halve) !=
+            p->n_requests % p->param[P_PERIOD])
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "hotness: %llu requests to the next halving after "
+                       "%llu requests (period %llu)",
+                       (unsigned long long)h->to_halve,
+                       (unsigned long long)p->n_requests,
+                       (unsigned long long)p->param[P_PERIOD]);
     if (sum > p->n_requests)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "hotness: counts sum to %llu > %llu requests",

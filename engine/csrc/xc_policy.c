@@ -397,6 +397,7 @@ int xc_hset_alloc(xc_hset *s, uint32_t n_keys, const char *who)
     memset(s, 0, sizeof *s);
     s->n_keys = n_keys;
     s->first = XC_KNIL;
+    s->hint_key = s->hint_at = XC_KNIL;
     s->b = xc_calloc(nk + 1, sizeof *s->b);
     s->free_b = xc_malloc((nk + 1) * sizeof *s->free_b);
     s->left = xc_malloc(nk * sizeof *s->left);
@@ -499,8 +500,11 @@ void xc_hset_remove(xc_hset *s, uint32_t key)
 {
     uint32_t bi = s->bucket_of[key], m, p;
     uint64_t steps = 0;
+    s->hint_key = XC_KNIL;
     if (bi == XC_KNIL)
         return;
+    /* where a place of this key right after may start its walk */
+    s->hint_at = s->b[bi].n > 1 ? bi : s->b[bi].prev;
     m = h_meld(s, s->left[key], s->right[key], &steps);
     p = s->up[key];
     if (m != XC_KNIL)
@@ -537,6 +541,7 @@ void xc_hset_remove(xc_hset *s, uint32_t key)
     s->n--;
     if (--s->b[bi].n == 0)
         hbucket_drop(s, bi);
+    s->hint_key = key;
 }
 
 void xc_hset_place(xc_hset *s, uint32_t key, uint64_t v, uint64_t tick)
@@ -544,13 +549,17 @@ void xc_hset_place(xc_hset *s, uint32_t key, uint64_t v, uint64_t tick)
     uint32_t at = s->bucket_of[key], bi;
     xc_hbucket *b;
     uint64_t steps = 0;
-    if (at != XC_KNIL) {
+    if (at == XC_KNIL && s->hint_key == key)
+        at = s->hint_at; /* taken off just before (a hotness request) */
+    s->hint_key = XC_KNIL;
+    if (s->bucket_of[key] != XC_KNIL) {
         /* start the walk next to the key's bucket, which may go away */
         if (s->b[at].n == 1)
             at = s->b[at].prev;
         xc_hset_remove(s, key);
+        s->hint_key = XC_KNIL;
     }
-    /* at: the last bucket known to have a value <= v, or XC_KNIL */
+    /* at: a live bucket to start from (the walk goes either way) */
     while (at != XC_KNIL && s->b[at].v > v)
         at = s->b[at].prev;
     for (;;) {
@@ -605,6 +614,7 @@ void xc_hset_halve(xc_hset *s)
 {
     uint32_t bi = s->first;
     s->halvings++;
+    s->hint_key = XC_KNIL; /* a merge may free the hinted bucket */
     while (bi != XC_KNIL) {
         uint32_t nx = s->b[bi].next, pv = s->b[bi].prev;
         s->b[bi].v >>= 1;

@@ -249,6 +249,11 @@ typedef struct xc_hset {
     uint32_t *scratch;     /* n_keys + 1: walks (first, check, relabel) */
     uint32_t n_keys;
     size_t n;              /* keys on the structure */
+    /* remove() leaves where its key was (a live bucket at or below it), so
+     * that the place of that same key next -- a hotness request takes a
+     * key off, its hit puts it back -- walks from there, not from the
+     * first bucket; any other operation forgets it */
+    uint32_t hint_key, hint_at;
     uint64_t halvings;     /* halve() calls */
     uint64_t halve_relabels; /* keys whose bucket a halving changed */
     uint64_t halve_steps;  /* heap nodes the halvings' melds walked */

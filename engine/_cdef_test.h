@@ -66,3 +66,4 @@ enum {
     XC_TH_ORDER = 22,
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
+int xc_testhook_halving_work(xc_cache *c, uint64_t *out);

@@ -543,8 +543,9 @@ int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
             break;
         if (c->slots[si].state == XC_SLOT_READY) {
             xc_slot_hit(c, si, key);
-            xc_trace_put(c, tkind, waited ? TRACE_OUT_WAIT_HIT
-                                          : TRACE_OUT_HIT, key);
+            if (c->tr != NULL) /* the common case skips the call */
+                xc_trace_put(c, tkind, waited ? TRACE_OUT_WAIT_HIT
+                                              : TRACE_OUT_HIT, key);
             xc_slot_ref(c, si, out);
             return XC_OK;
         }
@@ -562,6 +563,24 @@ int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     return get_miss(c, key, layer, expert, tkind, out);
 }
 
+/* The key of (layer, expert) when the layers are consecutive (layers
+ * strictly ascend, so first and last tell): one subtraction instead of the
+ * loader's binary search, the same key.  0 when it does not apply or the
+ * pair is not a key (xc_load_key then says why). */
+static inline int fast_key(const xc_loader *ld, int32_t layer, int32_t expert,
+                           uint32_t *key)
+{
+    int64_t pos = (int64_t)layer - ld->layers[0];
+    if ((int64_t)ld->layers[ld->n_layers - 1] - ld->layers[0] !=
+            (int64_t)ld->n_layers - 1 ||
+        pos < 0 || pos >= (int64_t)ld->n_layers || expert < 0 ||
+        expert >= ld->n_experts)
+        return 0;
+    *key = (uint32_t)((uint64_t)pos * (uint64_t)ld->n_experts +
+                      (uint64_t)expert);
+    return 1;
+}
+
 /*
  * get: (1) validate the key, (2) look up: READY is a hit -- hold and
  * return, (3) INFLIGHT: wait for that read to end and look up again,
@@ -574,7 +593,8 @@ int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out)
     int rc;
 
     /* (1) validate */
-    if ((rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
+    if (!fast_key(&c->ld, layer, expert, &key) &&
+        (rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
         return rc;
     pthread_mutex_lock(&c->mu);
     rc = xc_get_locked(c, key, layer, expert, TRACE_KIND_GET, out);

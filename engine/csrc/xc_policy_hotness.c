@@ -11,11 +11,12 @@
  * Halving is lazy: a key's count is stored with the epoch (number of
  * halvings) it was last brought up to date at, and read as count >> (epochs
  * since); so a halving costs nothing per key.  The keys the policy holds
- * sit in count buckets, each a list in ascending last_use (xc_bset); a
- * halving maps every bucket value v to v >> 1, merging the pairs of
- * buckets that meet, so it costs the buckets, not the keys, plus the keys
- * of buckets that merge.  A request of a held key takes it off its bucket
- * and the hit that follows puts it back at (count, last_use).
+ * sit in count buckets, each a heap in last_use order (xc_hset); a halving
+ * maps every bucket value v to v >> 1 and melds the pairs of buckets that
+ * meet, so it costs amortised O(log n) per request whatever the period and
+ * the counts (xc_policy.c gives the argument).  A request of a held key
+ * takes it off its bucket and the hit that follows puts it back at
+ * (count, last_use).
  */
 #include "xc_internal.h"
 #include "xc_policy.h"
@@ -23,9 +24,11 @@
 enum { P_PERIOD = 0 };
 
 typedef struct hot {
-    xc_bset bs;
+    xc_hset bs;
     uint32_t *epoch;   /* per key: the epoch count[key] is up to date at */
     uint32_t now;      /* halvings so far */
+    uint64_t to_halve; /* requests left until the next halving: the same
+                        * as n_requests % period == 0, with no division */
     uint8_t *held;     /* per key: inserted and not evicted */
 } hot;
 
@@ -42,7 +45,7 @@ static void hot_free(xc_policy *p)
     hot *h = p->priv;
     if (h != NULL) {
         if (h->bs.b != NULL)
-            xc_bset_free(&h->bs);
+            xc_hset_free(&h->bs);
         xc_free(h->epoch);
         xc_free(h->held);
         xc_free(h);
@@ -64,12 +67,13 @@ static int hot_init(xc_policy *p)
     if (p->count == NULL || h == NULL ||
         (h->epoch = xc_calloc(nk, sizeof *h->epoch)) == NULL ||
         (h->held = xc_calloc(nk, 1)) == NULL ||
-        xc_bset_alloc(&h->bs, p->n_keys, "hotness") != XC_OK) {
+        xc_hset_alloc(&h->bs, p->n_keys, "hotness") != XC_OK) {
         hot_free(p);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "policy hotness: no memory for %u key counts",
                        p->n_keys);
     }
+    h->to_halve = p->param[P_PERIOD];
     return XC_OK;
 }
 
@@ -78,7 +82,7 @@ static void hot_fini(xc_policy *p) { hot_free(p); }
 static int64_t hot_to_evict(const xc_policy *p, const xc_pview *v)
 {
     const hot *h = p->priv;
-    return xc_bset_first(&h->bs, v);
+    return xc_hset_first(&h->bs, v);
 }
 
 /* Called after xc_policy_request() counted the request in n_requests. */
@@ -89,10 +93,11 @@ static void hot_on_request(xc_policy *p, uint32_t key)
     p->count[key] = n < UINT32_MAX ? n + 1 : n;
     h->epoch[key] = h->now;
     if (h->held[key])
-        xc_bset_remove(&h->bs, key); /* its hit puts it back */
-    if (p->n_requests % p->param[P_PERIOD] == 0) {
+        xc_hset_remove(&h->bs, key); /* its hit puts it back */
+    if (--h->to_halve == 0) {
+        h->to_halve = p->param[P_PERIOD];
         h->now++;
-        xc_bset_halve(&h->bs);
+        xc_hset_halve(&h->bs);
     }
 }
 
@@ -101,14 +106,14 @@ static void hot_place(xc_policy *p, const xc_pcand *row)
 {
     hot *h = p->priv;
     h->held[row->key] = 1;
-    xc_bset_place(&h->bs, row->key, cnt(p, row->key), row->last_use);
+    xc_hset_place(&h->bs, row->key, cnt(p, row->key), row->last_use);
 }
 
 static void hot_on_evict(xc_policy *p, uint32_t key)
 {
     hot *h = p->priv;
     h->held[key] = 0;
-    xc_bset_remove(&h->bs, key);
+    xc_hset_remove(&h->bs, key);
 }
 
 static int hot_check(const xc_policy *p)
@@ -120,6 +125,15 @@ static int hot_check(const xc_policy *p)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "hotness: no count table");
     for (k = 0; k < p->n_keys; k++)
         sum += cnt(p, k);
+    if (h->to_halve == 0 || h->to_halve > p->param[P_PERIOD] ||
+        (p->param[P_PERIOD] - h->to_halve) !=
+            p->n_requests % p->param[P_PERIOD])
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "hotness: %llu requests to the next halving after "
+                       "%llu requests (period %llu)",
+                       (unsigned long long)h->to_halve,
+                       (unsigned long long)p->n_requests,
+                       (unsigned long long)p->param[P_PERIOD]);
     if (sum > p->n_requests)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "hotness: counts sum to %llu > %llu requests",
@@ -131,7 +145,7 @@ static int hot_check(const xc_policy *p)
             return xc_fail(XC_E_MISUSE, -1, -1, -1,
                            "hotness: key %u (held %d, count %u) is out of "
                            "its bucket", k, h->held[k], cnt(p, k));
-    return xc_bset_check(&h->bs, "hotness");
+    return xc_hset_check(&h->bs, "hotness");
 }
 
 const xc_policy_ops xc_policy_hotness_ops = {
@@ -139,3 +153,9 @@ const xc_policy_ops xc_policy_hotness_ops = {
     hot_on_request, hot_place, hot_place, hot_on_evict, hot_check,
     XC_POLICY_ORDER_NONE, 0, hot_place, 0,
 };
+
+const xc_hset *xc_policy_hotness_set(const xc_policy *p)
+{
+    return p->ops == &xc_policy_hotness_ops ? &((const hot *)p->priv)->bs
+                                            : NULL;
+}

@@ -265,3 +265,24 @@ int xc_testhook_break_check(xc_cache *pub, int what, int a, int b)
     free(saved_index);
     return rc;
 }
+
+int xc_testhook_halving_work(xc_cache *c, uint64_t *out)
+{
+    const xc_hset *h;
+    if (c == NULL || out == NULL)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "test hook: NULL cache or output");
+    pthread_mutex_lock(&c->mu);
+    h = xc_policy_hotness_set(&c->pol);
+    if (h != NULL) {
+        out[0] = h->halvings;
+        out[1] = h->halve_relabels;
+        out[2] = h->halve_steps;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (h == NULL)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "test hook: the cache's policy is %s, not hotness",
+                       c->pol.ops->name);
+    return XC_OK;
+}

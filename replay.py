@@ -3,12 +3,12 @@
 - ``gate`` (the default): ``python replay.py <dir>`` verifies the pinned
   engine sources, builds them and replays the pinned scenarios against the
   engine and the oracle; exit 0 pass, 1 a check failed, 2 could not run
-  (:mod:`fixtures.gate`).
+  (:mod:`gate`).
 - ``lab``: ``python replay.py lab TRACE OUTDIR`` replays a routing trace
-  through every cache policy and size (:mod:`fixtures.lab`);
+  through every cache policy and size (:mod:`lab`);
   ``python replay.py --trace TRACE ... OUTDIR`` is the same command.
 - ``predict``: ``python replay.py predict TRACE OUTDIR`` measures route
-  predictors against a cache driven by the trace (:mod:`fixtures.lab.predict`).
+  predictors against a cache driven by the trace (:mod:`lab.predict`).
 
 The first argument picks the command: a command name, else the lab when
 ``--trace`` appears anywhere, else the gate with every argument.  Each
@@ -43,9 +43,9 @@ def version() -> str:
 
 def parser() -> argparse.ArgumentParser:
     """The front door's own options and the list of commands, for ``--help``."""
-    from fixtures.gate.cli import SUMMARY as GATE  # noqa: PLC0415
-    from fixtures.lab.cli import SUMMARY as LAB  # noqa: PLC0415
-    from fixtures.lab.predict.cli import SUMMARY as PREDICT  # noqa: PLC0415
+    from gate.cli import SUMMARY as GATE  # noqa: PLC0415
+    from lab.cli import SUMMARY as LAB  # noqa: PLC0415
+    from lab.predict.cli import SUMMARY as PREDICT  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(
         prog="replay.py",
@@ -92,19 +92,19 @@ def _dispatch(args: list[str]) -> int:
     """Run the command ``args`` names; return the exit status."""
     first = args[0] if args else ""
     if first == "gate":
-        from fixtures.gate.cli import run  # noqa: PLC0415
+        from gate.cli import run  # noqa: PLC0415
 
         return run(args[1:], prog="replay.py gate")
     if first == "lab":
-        from fixtures.lab.cli import run  # noqa: PLC0415
+        from lab.cli import run  # noqa: PLC0415
 
         return run(args[1:])
     if first == "predict":
-        from fixtures.lab.predict.cli import run as predict  # noqa: PLC0415
+        from lab.predict.cli import run as predict  # noqa: PLC0415
 
         return predict(args[1:])
     if any(a == "--trace" or a.startswith("--trace=") for a in args):
-        from fixtures.lab.cli import run  # noqa: PLC0415
+        from lab.cli import run  # noqa: PLC0415
 
         return run(args, alias=True)
     if first in ("-h", "--help", "--version"):
@@ -112,7 +112,7 @@ def _dispatch(args: list[str]) -> int:
             parser().parse_args([first])
         except SystemExit as e:
             return 2 if e.code else 0
-    from fixtures.gate.cli import run  # noqa: PLC0415
+    from gate.cli import run  # noqa: PLC0415
 
     return run(args)
 

@@ -150,8 +150,8 @@ def test_twin_verifies_and_serves_every_expert_byte_exact(model, twins):
 def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
     """`replay.py --container TWIN`, in process: no failure, no skip but named ones."""
     import engine
-    from fixtures.gate.report import Report
-    from fixtures.gate.scenarios import run_scenarios
+    from gate.report import Report
+    from gate.scenarios import run_scenarios
 
     _, twin = twins[model]
     report = Report()

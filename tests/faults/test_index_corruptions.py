@@ -10,8 +10,8 @@ import pytest
 
 import engine
 from engine.errors import FormatError
-from fixtures.gate.containers import Target, make_target
-from fixtures.gate.corruptions import (
+from gate.containers import Target, make_target
+from gate.corruptions import (
     INDEX_KINDS,
     INDEX_NAME,
     make_index_stray_entry,

@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
-from fixtures.lab.sweep import COLUMNS, run_sweep
+from lab.sweep import COLUMNS, run_sweep
 from oracle.traces import Trace, write_csv
 from replay import main
 from tests.helpers import real_trace, synthetic

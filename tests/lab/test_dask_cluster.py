@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import fixtures.lab.cluster as cluster_mod
-import fixtures.lab.sweep as sweep_mod
-from fixtures.lab.sweep import run_cells
+import lab.cluster as cluster_mod
+import lab.sweep as sweep_mod
+from lab.sweep import run_cells
 from oracle.traces import write_csv
 from replay import main
 from tests.helpers import TRACES_DIR, synthetic

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.lab import cli as lab_cli
-from fixtures.lab import summary
+from lab import cli as lab_cli
+from lab import summary
 from replay import main
 from tests.helpers import ROOT, TRACES_DIR, group_members
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import fixtures.lab.sweep as sweep_mod
-from fixtures.lab.cluster import Cancelled, Progress, Reporter
-from fixtures.lab.sweep import run_sweep
+import lab.sweep as sweep_mod
+from lab.cluster import Cancelled, Progress, Reporter
+from lab.sweep import run_sweep
 from oracle.traces import Trace
 
 #: Accesses between two reports in these tests.

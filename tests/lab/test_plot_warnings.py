@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from fixtures.lab.caveats import (
+from lab.caveats import (
     accesses_per_token,
     lab_warnings,
     policy_warnings,
     size_warnings,
     spec_params,
 )
-from fixtures.lab.sweep import run_sweep, sizes_for
+from lab.sweep import run_sweep, sizes_for
 from oracle.traces import Trace, write_csv
 from replay import main
 from tests.helpers import real_trace

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 
 from engine.sim import simulate
-from fixtures.lab.predict.evaluate import (
+from lab.predict.evaluate import (
     measure,
     predictions,
     replay_model,
@@ -29,7 +29,7 @@ from fixtures.lab.predict.evaluate import (
     steps_of,
     trace_facts,
 )
-from fixtures.lab.predict.predictors import PREDICTORS, Step, make_predictor
+from lab.predict.predictors import PREDICTORS, Step, make_predictor
 from oracle.traces import Trace
 
 ROUTES = [(0, 0, (0, 1)), (0, 1, (2, 3)), (1, 0, (0, 2)), (1, 1, (2, 3)),

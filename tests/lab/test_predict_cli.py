@@ -12,8 +12,8 @@ import pytest
 
 import replay
 from engine.sim import simulate
-from fixtures.lab.predict.cli import COLUMNS, run
-from fixtures.lab.predict.evaluate import split_steps, steps_of
+from lab.predict.cli import COLUMNS, run
+from lab.predict.evaluate import split_steps, steps_of
 from oracle.traces import Trace, read_trace
 from tests.helpers import TRACES_DIR
 

@@ -1,7 +1,7 @@
 """The what-if's simulated cache equals the live cache, counter for counter.
 
 The live ``engine.ExpertCache`` over mixtral-mini (layers 0-3, 8 experts,
-top-2) is driven by :func:`fixtures.lab.predict.evaluate.drive` -- the
+top-2) is driven by :func:`lab.predict.evaluate.drive` -- the
 predictor's speculative reads through ``prefetch(keys, speculative=True)``,
 then the step's ``get``s -- on the real Mixtral trace's layers 0-3, which
 have that very shape.  Its counters, and each step's misses and reads, must
@@ -13,14 +13,14 @@ from __future__ import annotations
 import pytest
 
 import engine
-from fixtures.lab.predict.evaluate import (
+from lab.predict.evaluate import (
     drive,
     predictions,
     replay_model,
     split_steps,
     steps_of,
 )
-from fixtures.lab.predict.predictors import PREDICTORS, make_predictor
+from lab.predict.predictors import PREDICTORS, make_predictor
 from oracle.traces import Trace
 from tests.helpers import load_preset, open_preset, real_trace
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import fixtures
-from fixtures.gate import CannotRun
-from fixtures.gate.containers import make_target, precheck
-from fixtures.gate.expr import ExprError, condition, evaluate
-from fixtures.gate.report import Report
+from gate import CannotRun
+from gate.containers import make_target, precheck
+from gate.expr import ExprError, condition, evaluate
+from gate.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -75,7 +75,7 @@ def _run(work: Path, container: str | None = None, only: list[str] | None = None
          ) -> tuple[list[str], Report]:
     """Run the scenario set with the engine of this checkout; (names, report)."""
     import engine
-    from fixtures.gate.scenarios import run_scenarios
+    from gate.scenarios import run_scenarios
 
     report = Report()
     names = run_scenarios(engine, work, report, only or [], container=container)
@@ -131,7 +131,7 @@ def test_layout_expectations_equal_the_pins_at_home(folders):
     """Each expect_layout* expression gives the pinned number on the home container."""
     target = make_target(str(folders["k3-mini"]), folders["k3-mini"].parent)
     seen = 0
-    for path in sorted((ROOT / "fixtures" / "scenarios").glob("*.json")):
+    for path in sorted((ROOT / "gate" / "scenarios").glob("*.json")):
         sc = json.loads(path.read_text())
         for step in sc["steps"]:
             for suffix in ("", "_engine", "_oracle"):
@@ -146,7 +146,7 @@ def test_layout_expectations_equal_the_pins_at_home(folders):
 def test_a_perturbed_engine_value_fails_the_container_run(tmp_path, folders,
                                                          monkeypatch):
     """An engine counter off by one and a flipped byte fail; the oracle still passes."""
-    from fixtures.gate import backends
+    from gate import backends
 
     values = backends.EngineBackend.values
     get = backends.EngineBackend.get
@@ -204,9 +204,9 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
 
 def test_a_failed_requirement_is_a_skip_naming_the_values(tmp_path, monkeypatch):
     """``requires`` that does not hold skips the scenario and shows the quantities."""
-    from fixtures.gate import scenarios as gate_scenarios
+    from gate import scenarios as gate_scenarios
 
-    sc = json.loads((ROOT / "fixtures" / "scenarios" /
+    sc = json.loads((ROOT / "gate" / "scenarios" /
                      "faults-alloc-k3-mini.json").read_text())
     sc["requires"] = ["N >= 6*k + 1"]
     (tmp_path / "s.json").write_text(json.dumps(sc))
@@ -220,7 +220,7 @@ def test_a_failed_requirement_is_a_skip_naming_the_values(tmp_path, monkeypatch)
 
 def test_old_step_fields_are_refused_with_the_new_form(tmp_path, monkeypatch):
     """A step still written with layer/experts cannot run and says what to write."""
-    from fixtures.gate import scenarios as gate_scenarios
+    from gate import scenarios as gate_scenarios
 
     sc = {"name": "old", "container": "k3-mini", "cache": {"n_slots": 8},
           "steps": [{"op": "get", "layer": 0, "experts": [0]}]}

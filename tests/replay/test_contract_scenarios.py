@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.gate import CannotRun
-from fixtures.gate.backends import IO_MAX_RETRIES, OracleBackend
-from fixtures.gate.containers import Target, make_target
-from fixtures.gate.corruptions import make_overlap
-from fixtures.gate.report import Report
-from fixtures.gate.scenarios import ScenarioRun, compile_steps
+from gate import CannotRun
+from gate.backends import IO_MAX_RETRIES, OracleBackend
+from gate.containers import Target, make_target
+from gate.corruptions import make_overlap
+from gate.report import Report
+from gate.scenarios import ScenarioRun, compile_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -163,7 +163,7 @@ def test_contract_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The contract scenarios pass on a k3-mini folder; key-bounds skips (one layer)."""
     import engine
     import fixtures
-    from fixtures.gate.scenarios import run_scenarios
+    from gate.scenarios import run_scenarios
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)

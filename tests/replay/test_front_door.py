@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import replay
-from fixtures.gate import cli as gate_cli
-from fixtures.lab import cli as lab_cli
+from gate import cli as gate_cli
+from lab import cli as lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -94,7 +94,7 @@ def test_unknown_first_argument_goes_to_the_gate(tmp_path):
 def test_import_fixtures_stays_light():
     """`import fixtures` imports neither the gate, the lab nor the engine."""
     code = ("import sys, fixtures; print(sorted(m for m in sys.modules if "
-            "m.startswith(('fixtures.gate', 'fixtures.lab', 'engine'))))")
+            "m.startswith(('gate', 'lab', 'engine'))))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -103,7 +103,7 @@ def test_import_fixtures_stays_light():
 
 def test_the_gate_imports_no_engine_before_it_builds_one():
     """Loading the gate and the front door leaves the engine unimported."""
-    code = ("import sys, replay, fixtures.gate.cli; replay.parser(); "
+    code = ("import sys, replay, gate.cli; replay.parser(); "
             "print('engine' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, cwd=ROOT, timeout=120)

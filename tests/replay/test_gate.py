@@ -118,7 +118,7 @@ def test_bad_arguments_exit_2(tmp_path):
 
 # -- the every-policy scenario ----------------------------------------------
 
-_EVERY = ROOT / "fixtures" / "scenarios" / "policies-mixtral-mini.json"
+_EVERY = ROOT / "gate" / "scenarios" / "policies-mixtral-mini.json"
 
 
 def _variant_policies(scenario: dict) -> list[str]:
@@ -150,7 +150,7 @@ def test_every_policy_scenario_runs_every_policy():
 
 def _without_arc(tmp_path, monkeypatch) -> dict:
     """The every-policy scenario without its pinned arc variant, as the only one."""
-    from fixtures.gate import scenarios as gate_scenarios
+    from gate import scenarios as gate_scenarios
 
     scenario = json.loads(_EVERY.read_text())
     pinned = next(v for v in scenario["variants"]
@@ -165,8 +165,8 @@ def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
         tmp_path, monkeypatch, capsys):
     """Without its arc variant the gate derives one: the oracle's values, pinned."""
     import engine
-    from fixtures.gate import scenarios as gate_scenarios
-    from fixtures.gate.report import Report
+    from gate import scenarios as gate_scenarios
+    from gate.report import Report
 
     pinned = _without_arc(tmp_path, monkeypatch)
     report = Report()
@@ -187,9 +187,9 @@ def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
 
 def test_gate_refuses_a_policy_the_oracle_cannot_judge(tmp_path, monkeypatch):
     """An engine policy the oracle does not know cannot be gated (CannotRun)."""
-    from fixtures.gate import CannotRun
-    from fixtures.gate import scenarios as gate_scenarios
-    from fixtures.gate.report import Report
+    from gate import CannotRun
+    from gate import scenarios as gate_scenarios
+    from gate.report import Report
 
     _without_arc(tmp_path, monkeypatch)
     monkeypatch.setattr(gate_scenarios, "offered_policies",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.gate.containers import Target
-from fixtures.gate.report import Report
-from fixtures.gate.scenarios import ScenarioRun, run_bounded
+from gate.containers import Target
+from gate.report import Report
+from gate.scenarios import ScenarioRun, run_bounded
 from replay import main
 from tests.helpers import group_members
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Run replay.py as a program after making every engine get block forever.
 HANG = """import sys, threading
-import fixtures.gate.backends as backends
+import gate.backends as backends
 backends.EngineBackend.get = lambda self, layer, expert: threading.Event().wait()
 sys.argv = ['replay.py', *sys.argv[1:]]
 import replay

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 import engine
-from fixtures.gate import CannotRun
-from fixtures.gate.backends import EngineBackend, OracleBackend
-from fixtures.gate.check_probe import BREAK_NAMES, probe
-from fixtures.gate.containers import Target, make_target
-from fixtures.gate.report import Report
-from fixtures.gate.scenarios import ScenarioRun
-from fixtures.gate.trace_check import take, trace_path
+from gate import CannotRun
+from gate.backends import EngineBackend, OracleBackend
+from gate.check_probe import BREAK_NAMES, probe
+from gate.containers import Target, make_target
+from gate.report import Report
+from gate.scenarios import ScenarioRun
+from gate.trace_check import take, trace_path
 
 
 @pytest.fixture(scope="module")

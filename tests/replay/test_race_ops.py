@@ -1,4 +1,4 @@
-"""The gate's ops on reads under way (fixtures/gate/race_ops.py).
+"""The gate's ops on reads under way (gate/race_ops.py).
 
 A call racing a read that never returns must fail its scenario within the
 step's bound, naming the key, and leave the run able to go on; the
@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from fixtures.gate import race_ops
-from fixtures.gate.report import Report
+from gate import race_ops
+from gate.report import Report
 
 
 def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
              steps: list[dict[str, Any]], **cache: Any) -> tuple[list[str], Report]:
     """Run one k3-mini scenario of ``steps`` through the gate's runner."""
     import engine
-    from fixtures.gate import scenarios as gate_scenarios
+    from gate import scenarios as gate_scenarios
 
     sc = {"name": "race", "container": "k3-mini", "timeout_s": 30,
           "cache": {"n_slots": 8, "faults": True, "batch_threads": 1, **cache},
@@ -39,7 +39,7 @@ def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_a_waiter_nobody_wakes_fails_its_scenario_naming_the_key(
         tmp_path, monkeypatch):
     """A waiting_get that never returns is a failed check on the engine, not a hang."""
-    from fixtures.gate.backends import EngineBackend
+    from gate.backends import EngineBackend
 
     release = threading.Event()
     real_get = EngineBackend.get
@@ -114,7 +114,7 @@ def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The reads-under-way scenarios pass, derived, on a k3-mini folder."""
     import engine
     import fixtures
-    from fixtures.gate.scenarios import run_scenarios
+    from gate.scenarios import run_scenarios
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)

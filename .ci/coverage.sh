@@ -17,11 +17,13 @@ echo "== build (XC_COVERAGE=1: --coverage -O0) into $out"
 so=$(XC_COVERAGE=1 python engine/_build.py --out "$out/build")
 find "$out/build" -name '*.gcda' -delete
 
-echo "== tests under coverage run"
+echo "== tests under coverage (pytest-cov; every core through pytest-xdist)"
 export XC_ENGINE_LIB="$so"
 export COVERAGE_FILE="$out/.coverage"
 set +e
-python -m coverage run -m pytest -q -p no:cacheprovider tests/
+# pytest-cov starts coverage in each xdist worker and combines their data
+# into $COVERAGE_FILE; libgcov merges the workers' .gcda counts under a lock.
+python -m pytest -q -n auto -p no:cacheprovider --cov --cov-report= tests/
 rc=$?
 set -e
 unset XC_ENGINE_LIB

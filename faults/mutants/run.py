@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faults.mutants import rules
 from faults.mutants.catalogue import (
     CATALOGUE,
     KNOWN_SURVIVORS,
@@ -371,10 +372,30 @@ def parser() -> argparse.ArgumentParser:
                     help="a JSON list of mutants instead of the built-in one")
     ap.add_argument("--allow-known", action="store_true",
                     help="exit 0 when every survivor is in KNOWN_SURVIVORS")
+    ap.add_argument("--generated", type=int, metavar="N",
+                    help="instead of the catalogue, draw N mutants by rule "
+                         "(faults/mutants/rules.py) and run them; a survivor "
+                         "not listed with its reason in "
+                         "generated_survivors.json fails the run")
+    ap.add_argument("--seed", type=int, default=rules.DEFAULT_SEED,
+                    help="the draw's seed with --generated (default "
+                         f"{rules.DEFAULT_SEED})")
     ap.add_argument("--root", default=str(ROOT), metavar="DIR",
                     help="the checkout whose engine is mutated (default: "
                          "this one)")
     return ap
+
+
+def _draw_progress(n: int) -> Callable[[int, int], None]:
+    """A progress printer for a draw: a line per tenth of the sample."""
+    step = max(1, n // 10)
+    last = [0]
+
+    def report(kept: int, tried: int) -> None:
+        if kept >= last[0] + step or kept == n:
+            last[0] = kept
+            print(f"  drawn {kept} of {n} ({tried} tried)", flush=True)
+    return report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -399,12 +420,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (root / "replay.py").is_file() or not (root / "engine").is_dir():
             raise ToolError(f"--root {ns.root}: no checkout there (expected "
                             "replay.py and engine/)")
-        mutants = (load_catalogue(Path(ns.catalogue)) if ns.catalogue
-                   else list(CATALOGUE))
+        if ns.generated is not None and ns.catalogue:
+            raise ToolError("--generated and --catalogue: give one of them")
+        classes: dict[str, str] = {}
+        if ns.generated is not None:
+            print(f"drawing {ns.generated} mutants by rule, seed {ns.seed}",
+                  flush=True)
+            d = rules.draw(root / "engine", ns.generated, ns.seed, ns.jobs,
+                           _draw_progress(ns.generated))
+            print(f"seed {d.seed}: {len(d.kept)} kept of {d.population} "
+                  f"({len(d.equivalent)} equivalent by object code, "
+                  f"{len(d.did_not_compile)} did not compile, on the way)",
+                  flush=True)
+            mutants = rules.catalogue(root / "engine", d.kept)
+            classes = {m.id: m.klass for m in d.kept}
+        else:
+            mutants = (load_catalogue(Path(ns.catalogue)) if ns.catalogue
+                       else list(CATALOGUE))
         if len({m.id for m in mutants}) != len(mutants):
             raise ToolError("the catalogue has duplicate ids")
         mutants = select(mutants, ns.only)
-    except ToolError as e:
+    except (ToolError, rules.RulesError) as e:
         print(f"faults.mutants: {e}", file=sys.stderr)
         return 2
 
@@ -425,8 +461,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in results:
         counts[r.replay.verdict] = counts.get(r.replay.verdict, 0) + 1
     surv = survivors(results)
-    unexpected = [i for i in surv if i not in KNOWN_SURVIVORS or
-                  ns.catalogue is not None]
+    if classes:
+        listed = rules.listed_survivors()
+        unexpected = [i for i in surv if i not in listed]
+        for c in rules.CLASSES:
+            of = [r for r in results if classes.get(r.id) == c]
+            if of:
+                killed = sum(r.replay.verdict != MISSED for r in of)
+                print(f"  {c}: replay killed {killed} of {len(of)}")
+    else:
+        unexpected = [i for i in surv if i not in KNOWN_SURVIVORS or
+                      ns.catalogue is not None]
     stale = sorted(i for i in KNOWN_SURVIVORS
                    if i in {r.id for r in results} and i not in surv)
     print(f"replay: {', '.join(f'{v} {n}' for v, n in sorted(counts.items()))}"
@@ -440,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = {"date": datetime.date.today().isoformat(), "root": str(root),
                "jobs": ns.jobs, "total_s": round(total, 1),
                "summary": counts, "survivors": surv,
+               "seed": ns.seed if classes else None, "classes": classes,
                "unexpected_survivors": unexpected, "stale_known": stale,
                "mutants": [asdict(r) for r in results]}
         dest = Path(ns.json_path)
@@ -459,6 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"faults.mutants: {r.id}: could not run: "
                       f"{r.replay.detail}", file=sys.stderr)
         return 2
-    if unexpected if ns.allow_known else surv:
+    if unexpected:
+        print(f"survivors with no reason listed: {', '.join(unexpected)}")
+    if unexpected if (ns.allow_known or classes) else surv:
         return 1
     return 0

@@ -21,7 +21,8 @@ line ``pos layer id0 .. idK-1 [w0 .. wK-1]`` per token and layer), a raw
 little-endian int32 file of fixed-k expert ids per routed call
 (:func:`load_int32`), an engine's dump of little-endian int32 ``(layer,
 expert)`` pairs, one per request, whose layer runs may hold a chunk of
-several tokens (:func:`load_pairs`), and libCacheSim's ``oracleGeneral``
+several tokens (:func:`load_pairs`), Megatron-Core's router trace
+(:func:`load_megatron`) and libCacheSim's ``oracleGeneral``
 (:func:`load_oracle_general`). Written, in request order: the per-layer
 JSONL (:func:`write_jsonl`), CSV (:func:`write_csv`, read back by
 :func:`load_csv`) and ``oracleGeneral`` (:func:`write_oracle_general`,
@@ -52,7 +53,7 @@ __all__ = [
     "ORACLE_GENERAL_DTYPE", "read_trace", "FORMATS", "MAX_LAYERS", "MAX_EXPERTS",
     "load_pairs", "infer_top_k", "step_refusal", "load_oracle_general",
     "write_jsonl", "write_oracle_general_keys", "detect_trace", "describe_trace",
-    "FORMAT_TITLES",
+    "FORMAT_TITLES", "load_megatron",
 ]
 
 
@@ -183,6 +184,8 @@ def load_trace(path: str | os.PathLike, n_layers: int | None = None,
     seen_tokens: set[int] = set()
     run_tokens: dict[tuple[int, int, int], int] = {}  # per-layer "tokens" field
     for number, obj in _records(path):
+        if fmt is None and "top_indices" in obj:  # a Megatron-Core router trace
+            return load_megatron(path, n_layers, n_experts)
         this = ("token" if "layers" in obj else "layer")
         fmt = fmt or this
         if this != fmt:
@@ -724,6 +727,75 @@ def load_oracle_general(path: str | os.PathLike, n_layers: int | None = None,
                  steps_unknown="libCacheSim oracleGeneral records keys, not tokens")
 
 
+def load_megatron(path: str | os.PathLike, n_layers: int | None = None,
+                  n_experts: int | None = None) -> Trace:
+    """Read a Megatron-Core router trace (``--moe-routing-trace-path``), in file order.
+
+    One JSON object per (step, block, layer) router call: ``{"step", "block",
+    "layer", "top_indices": [[e, ..], ..], ...}``, a row of ``top_indices``
+    per token (docs/TRACE_FORMAT.md "Megatron-Core router traces"). Requests
+    keep the file's order: the calls in turn, each call's tokens in turn.
+    A new ``step``, or a call of a layer already seen since the last pass
+    began (Megatron's own rule for inference), starts the next pass; token
+    ``i`` of a pass is ``Trace.token`` base + ``i``, so each (token, layer)
+    row is one step. Decoder layers keep their numbers; MTP
+    layers (``"block": "mtp"``) are numbered after the highest decoder layer,
+    in (``mtp_idx``, ``layer``) order. ``TraceFormatError`` names the line.
+    """
+    path = str(path)
+    calls: list[tuple[tuple[str, int, int], list[list[int]], int, int]] = []
+    for number, obj in _records(path):
+        rows = obj.get("top_indices")
+        block = obj.get("block", "decoder")
+        mtp = obj.get("mtp_idx", 0 if block == "mtp" else -1)
+        if not (_uint(obj.get("step")) and _uint(obj.get("layer"))
+                and isinstance(block, str) and type(mtp) is int):
+            raise TraceFormatError(path, number, "needs unsigned ints step and "
+                                   "layer (a Megatron-Core router trace record)")
+        if not isinstance(rows, list) or not rows or not all(
+                _expert_list(r) for r in rows):
+            raise TraceFormatError(path, number, "top_indices must be rows of "
+                                   "distinct unsigned ints, one row per token")
+        if "num_tokens" in obj and obj["num_tokens"] != len(rows):
+            raise TraceFormatError(path, number, f"num_tokens {obj['num_tokens']} "
+                                   f"but {len(rows)} rows of top_indices")
+        _check_ids(path, number, obj["layer"], [e for r in rows for e in r])
+        calls.append(((block, mtp, obj["layer"]), rows, number, obj["step"]))
+    if not calls:
+        raise TraceFormatError(path, 0, "no records")
+    decoder = [c[0][2] for c in calls if c[0][0] == "decoder"]
+    top = max(decoder) + 1 if decoder else 0
+    others = sorted({c[0] for c in calls if c[0][0] != "decoder"},
+                    key=lambda i: (i[1], i[2], i[0]))
+    number_of = {ident: top + i for i, ident in enumerate(others)}
+    tok, lay, exp = [], [], []
+    seen: set[tuple[str, int, int]] = set()
+    base = width = 0
+    step = calls[0][3]
+    for ident, rows, number, at in calls:
+        if ident in seen or at != step:  # a layer fires again, or a new step
+            base, width, step = base + width, 0, at
+            seen.clear()
+        seen.add(ident)
+        layer = ident[2] if ident[0] == "decoder" else number_of[ident]
+        _check_ids(path, number, layer, [])
+        width = max(width, len(rows))
+        for i, row in enumerate(rows):
+            tok.extend([base + i] * len(row))
+            lay.extend([layer] * len(row))
+            exp.extend(row)
+    token = np.asarray(tok, np.int64)
+    layer_a, expert_a = np.asarray(lay, np.int64), np.asarray(exp, np.int64)
+    n_layers = int(layer_a.max()) + 1 if n_layers is None else n_layers
+    n_experts = int(expert_a.max()) + 1 if n_experts is None else n_experts
+    if layer_a.max() >= n_layers or expert_a.max() >= n_experts:
+        raise TraceFormatError(path, 0, f"ids exceed n_layers={n_layers} or "
+                               f"n_experts={n_experts}")
+    top_k = max(len(r) for _, rows, _, _ in calls for r in rows)
+    return Trace(token, layer_a, expert_a, n_layers, n_experts, top_k,
+                 name=os.path.basename(path))
+
+
 def write_jsonl(trace: Trace, path: str | os.PathLike) -> int:
     """Write ``trace`` as per-layer JSONL, one object per (token, layer) run in order.
 
@@ -769,6 +841,7 @@ def write_jsonl(trace: Trace, path: str | os.PathLike) -> int:
 #: Formats :func:`read_trace` knows, by name, and what each is.
 FORMAT_TITLES = {
     "jsonl": "JSON lines, per layer or per token",
+    "megatron": "Megatron-Core router trace, JSON lines of top_indices per call",
     "text": "text dump 'pos layer ids [weights]'",
     "int32": "bare int32 expert ids, top-k per call, cycling through the layers",
     "pairs": "(layer, expert) int32 pairs, one per request",
@@ -796,6 +869,8 @@ def _text_kind(text: str) -> str:
     for line in text.splitlines():
         body = line.strip()
         if body and not body.startswith("#"):
+            if body.startswith("{") and '"top_indices"' in body:
+                return "megatron"
             return ("jsonl" if body.startswith("{") else
                     "csv" if "," in body else "text")
     return "text"
@@ -877,7 +952,8 @@ def detect_trace(path: str | os.PathLike, top_k: int | None = None,
     """Detect the format of ``path`` and read it: ``(format name, trace)``.
 
     Rules (docs/TRACE_FORMAT.md "Detection"): the engine's magic; else text
-    (no NUL byte, UTF-8) by its first line: ``{`` jsonl, a comma csv,
+    (no NUL byte, UTF-8) by its first line: ``{`` with ``"top_indices"``
+    megatron, other ``{`` jsonl, a comma csv,
     otherwise a text dump; else binary: oracleGeneral when every record's
     ``next_access_vtime`` points at a later record of the same ``obj_id``,
     a pair dump when its passes visit the layers in turn, bare int32 ids
@@ -972,6 +1048,8 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None,
         return load_engine_trace(path)
     if fmt == "jsonl":
         return load_trace(path, n_layers, n_experts)
+    if fmt == "megatron":
+        return load_megatron(path, n_layers, n_experts)
     if fmt == "csv":
         return load_csv(path, n_layers, n_experts)
     if fmt == "int32":

@@ -327,3 +327,31 @@ def test_oracle_general_reads_back_as_keys(tmp_path):
     flat = read_trace(path)  # from the extension
     assert flat.n_layers == 1 and np.array_equal(flat.expert, trace.keys())
     assert "keys, not tokens" in step_refusal(flat)
+
+
+def test_megatron_router_trace(tmp_path):
+    """A Megatron-Core router trace: calls in file order, one step per token
+    row, a repeated layer starting the next pass, MTP layers after the
+    decoder's; .jsonl and --format auto both read it."""
+    def rec(step, layer, rows, **extra):
+        return json.dumps({"step": step, "stage": "pre_dispatch", "block": "decoder",
+                           "layer": layer, "rank": 0, "num_tokens": len(rows),
+                           "topk": 2, "top_indices": rows, **extra})
+    lines = [rec(0, 1, [[4, 0], [4, 2]]), rec(0, 3, [[1, 5], [0, 1]]),
+             rec(0, 0, [[3, 2], [2, 1]], block="mtp", mtp_idx=0),
+             rec(1, 1, [[0, 4]]), rec(1, 3, [[5, 1]])]
+    path = tmp_path / "router_trace_rank0.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    t = read_trace(path)
+    assert t.token.tolist() == [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 2, 2]
+    assert t.layer.tolist() == [1, 1, 1, 1, 3, 3, 3, 3, 4, 4, 4, 4, 1, 1, 3, 3]
+    assert t.expert.tolist() == [4, 0, 4, 2, 1, 5, 0, 1, 3, 2, 2, 1, 0, 4, 5, 1]
+    assert (t.n_layers, t.n_experts, t.top_k, t.steps_unknown) == (5, 6, 2, "")
+    assert np.flatnonzero(t.step_starts()).tolist() == [0, 2, 4, 6, 8, 10, 12, 14]
+    fmt, again = detect_trace(path)
+    assert fmt == "megatron" and np.array_equal(again.keys(), t.keys())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(lines[0] + "\n" + rec(0, 3, [[1, 1]]) + "\n")
+    with pytest.raises(TraceFormatError, match="distinct") as info:
+        read_trace(bad)
+    assert info.value.line == 2

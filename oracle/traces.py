@@ -506,11 +506,15 @@ def infer_top_k(expert: np.ndarray, lengths: np.ndarray) -> int:
     """
     expert = np.asarray(expert)
     g = int(np.gcd.reduce(np.asarray(lengths, np.int64))) if len(lengths) else 1
+    def distinct(part: np.ndarray, d: int) -> bool:
+        blocks = np.sort(part.reshape(-1, d), axis=1)
+        return not (blocks[:, 1:] == blocks[:, :-1]).any()
+
     for d in _divisors(max(g, 1)):
         if d == 1:
             return 1
-        blocks = np.sort(expert.reshape(-1, d), axis=1)
-        if not (blocks[:, 1:] == blocks[:, :-1]).any():
+        head = expert[:max(d, (1 << 16) // d * d)]  # most wrong k fail here
+        if distinct(head, d) and distinct(expert, d):
             return d
     return 1  # pragma: no cover - d == 1 returns above
 

@@ -355,3 +355,23 @@ def test_megatron_router_trace(tmp_path):
     with pytest.raises(TraceFormatError, match="distinct") as info:
         read_trace(bad)
     assert info.value.line == 2
+
+
+def test_predict_reads_a_decode_dump_as_its_jsonl(tmp_path, capsys):
+    """predict on the first 60 tokens of the shipped OLMoE trace written as a
+    decode pair dump (one token per pass) measures exactly what it measures
+    on the same tokens as JSONL."""
+    full = real_trace("olmoe_299.jsonl")
+    keep = full.token < 60
+    trace = Trace(full.token[keep], full.layer[keep], full.expert[keep],
+                  full.n_layers, full.n_experts, full.top_k)
+    src, dump = tmp_path / "olmoe.jsonl", tmp_path / "olmoe.bin"
+    write_jsonl(trace, src)
+    write_pairs(dump, np.stack([trace.layer, trace.expert], axis=1))
+    common = ["--predictors", "previous,popularity", "--slots", "40", "--quiet"]
+    assert predict_run([str(src), str(tmp_path / "a"), *common]) == 0
+    assert predict_run([str(dump), str(tmp_path / "b"), "--format", "auto",
+                        *common]) == 0
+    assert "detected pairs" in capsys.readouterr().out
+    assert ((tmp_path / "a" / "predict.csv").read_text()
+            == (tmp_path / "b" / "predict.csv").read_text())

@@ -11,16 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void xc_read_one(const xc_cache *c, resv *r)
-{
-    uint64_t t0 = xc_now_ns();
-    r->rc = xc_load_read_src(&c->ld, r->key, xc_slot_mem(c, r->slot),
-                             &r->payload_off, &r->asked_bytes, &r->src);
-    r->ns = xc_now_ns() - t0;
-    if (r->rc != XC_OK && r->err != NULL)
-        *r->err = *xc_last_error(); /* this thread's: file, byte, cause */
-}
-
 /* How long a batch reader keeps polling for work before it sleeps on a
  * condition variable, and how long getmany's caller polls for the last
  * item of its batch.  A 768 KiB page-cache read takes ~30-200 us here; a
@@ -150,7 +140,7 @@ void *xc_pool_main(void *arg)
         j = c->jobs;
         r = claim(c, j);
         pthread_mutex_unlock(&c->pool_mu);
-        xc_read_one(c, r);
+        xc_slot_read(c, r);
         last_ns = r->ns; /* before done_one: r is the caller's after it */
         pool_lock(c);
         done_one(c, j);
@@ -171,7 +161,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
     if (c->n_workers == 0 || n == 1) {
         size_t i;
         for (i = 0; i < n; i++)
-            xc_read_one(c, &items[i]);
+            xc_slot_read(c, &items[i]);
         return;
     }
     j.next = NULL;
@@ -194,7 +184,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
      * checks the queue under. */
     pthread_cond_broadcast(&c->pool_work);
     while (r != NULL) {
-        xc_read_one(c, r);
+        xc_slot_read(c, r);
         last_ns = r->ns;
         pool_lock(c);
         done_one(c, &j);
@@ -254,12 +244,12 @@ void *xc_readahead_main(void *arg)
         r.slot = it.slot;
         r.key = it.key;
         r.err = NULL;
-        xc_read_one(c, &r);
+        xc_slot_read(c, &r);
         pthread_mutex_lock(&c->mu);
         xc_slot_finish(c, it.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
                        it.kind, r.src);
         if (it.stream != NULL) {
-            xc_stream_item_done(c, it.stream, it.idx, r.rc);
+            xc_slot_stream_done(c, it.stream, it.idx, r.rc);
             it.stream->n_queued--;
         }
         c->aq_active--;
@@ -518,7 +508,7 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
             continue;
         }
         if (c->slots[si].owner == OWNER_STREAM)
-            xc_stream_claim_read(c, c->slots[si].owner_stream,
+            xc_slot_claim_read(c, c->slots[si].owner_stream,
                                  c->slots[si].owner_item);
         else
             pthread_cond_wait(&c->ended, &c->mu);

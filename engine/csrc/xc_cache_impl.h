@@ -3,12 +3,14 @@
  * files share; not public (xc.h and xc_test.h are the boundary).
  *
  * The cache is one object split along its seams, every file including
- * this header:
- *   xc_cache.c   slot life (reserve, publish, hit, victim choice, the
- *                order list of stamped inserts), get/release, the
- *                integer-handle fast path, pin/unpin, open/close;
- *   xc_batch.c   getmany on the batch pool, prefetch on the read-ahead
- *                ring and its reader threads, drain;
+ * this header (xc_cache.c draws the direction of the calls between them):
+ *   xc_cache.c   get/release, the integer-handle fast path, pin/unpin,
+ *                the arena, open/close;
+ *   xc_slot.c    slot life (reserve, read, publish, hit, victim choice,
+ *                the order list of stamped inserts), a key's demand read
+ *                (xc_get_locked) and a stream's reservation claimed;
+ *   xc_batch.c   getmany and hold_layer on the batch pool, prefetch on the
+ *                read-ahead ring and its reader threads, drain;
  *   xc_stream.c  layer streams;
  *   xc_check.c   counters, snapshots, geometry and xc_cache_check();
  *   xc_trace.c   the access trace;
@@ -64,7 +66,7 @@ typedef struct slot {
 
 /* Owner of an INFLIGHT slot's read (slot.owner).  OWNER_STREAM is the one
  * reservation nobody is reading yet: any thread that needs the key claims
- * it (xc_stream_claim_read) instead of waiting for the consumer. */
+ * it (xc_slot_claim_read) instead of waiting for the consumer. */
 enum {
     OWNER_NONE = 0,   /* not INFLIGHT */
     OWNER_DEMAND,     /* a get() reading it in its own thread */
@@ -313,7 +315,7 @@ static inline void xc_slot_touch(xc_cache *c, slot *s)
 }
 
 /* ------------------------------------------------------------------ */
-/* Slot life (xc_cache.c); mu held                                      */
+/* Slot life (xc_slot.c); mu held                                       */
 /* ------------------------------------------------------------------ */
 
 /* Whether the calling process is not the one that opened c (a child
@@ -345,6 +347,16 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key);
 int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key);
 /* Fills *out with the held reference of READY slot si. */
 void xc_slot_ref(const xc_cache *c, int32_t si, xc_ref *out);
+/* Reads r's key into r's slot, filling r's results; no lock needed (the
+ * slot is INFLIGHT and owned by the caller). */
+void xc_slot_read(const xc_cache *c, resv *r);
+/* A stream's read of item idx ended with rc, in the thread that read it:
+ * the item is held for the consumer, or keeps the error record. */
+void xc_slot_stream_done(xc_cache *c, struct xc_stream *stream, size_t idx,
+                         int rc);
+/* Claims item i of stream (STREAM_ITEM_LOCAL) and reads it in the caller,
+ * mu released for the read. */
+void xc_slot_claim_read(xc_cache *c, struct xc_stream *stream, size_t i);
 /* get steps (2)-(6) for a validated key; tkind is the TRACE_KIND_* to
  * record.  mu is released while waiting or reading. */
 int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
@@ -354,9 +366,6 @@ int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
 /* Batch pool and read-ahead (xc_batch.c)                               */
 /* ------------------------------------------------------------------ */
 
-/* Reads r's key into r's slot, filling r's results; no lock needed (the
- * slot is INFLIGHT and owned by the caller). */
-void xc_read_one(const xc_cache *c, resv *r);
 /* Appends a read to the read-ahead ring (mu held); 0 when it is full or
  * there are no readers. */
 int xc_readahead_push(xc_cache *c, int32_t si, uint32_t key, int kind,
@@ -369,17 +378,6 @@ void *xc_readahead_main(void *arg);
  * held); the readers first finish every queued read. */
 void xc_readahead_stop(xc_cache *c, int n_started);
 void xc_pool_stop(xc_cache *c, int n_started);
-
-/* ------------------------------------------------------------------ */
-/* Streams (xc_stream.c); mu held                                       */
-/* ------------------------------------------------------------------ */
-
-/* A stream's read of item idx ended with rc, in the thread that read it. */
-void xc_stream_item_done(xc_cache *c, struct xc_stream *stream, size_t idx,
-                         int rc);
-/* Claims item i of stream (STREAM_ITEM_LOCAL) and reads it in the caller,
- * mu released for the read. */
-void xc_stream_claim_read(xc_cache *c, struct xc_stream *stream, size_t i);
 
 /* ------------------------------------------------------------------ */
 /* Trace (xc_trace.c)                                                   */

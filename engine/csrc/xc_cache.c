@@ -121,7 +121,7 @@ int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out)
         (rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
         return rc;
     pthread_mutex_lock(&c->mu);
-    rc = xc_get_locked(c, key, layer, expert, TRACE_KIND_GET, out);
+    rc = xc_get_locked(c, key, layer, expert, XC_KIND_GET, out);
     pthread_mutex_unlock(&c->mu);
     return rc;
 }

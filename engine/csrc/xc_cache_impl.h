@@ -26,6 +26,7 @@
 #define XC_CACHE_IMPL_H
 
 #include "xc_internal.h"
+#include "xc_kinds.h"
 #include "xc_load.h"
 #include "xc_policy.h"
 
@@ -89,27 +90,13 @@ typedef struct resv {
                     * thread's error record (hold_layer reports it) */
 } resv;
 
-/* Who asked for a read: decides the publish rule (freq, marks, holds). */
-enum { KIND_DEMAND = 0, KIND_PREFETCH = 1, KIND_SPEC = 2, KIND_STREAM = 3 };
-
-/* Kind of call a trace record stands for (docs/TRACE_FORMAT.md). */
-enum {
-    TRACE_KIND_GET = 0, TRACE_KIND_PREFETCH = 1, TRACE_KIND_SPEC = 2,
-    TRACE_KIND_STREAM = 3,
-};
-/* What became of the key a trace record names (docs/TRACE_FORMAT.md). */
-enum {
-    TRACE_OUT_HIT = 0, TRACE_OUT_MISS = 1, TRACE_OUT_WAIT_HIT = 2,
-    TRACE_OUT_RESIDENT = 3, TRACE_OUT_INFLIGHT = 4, TRACE_OUT_ISSUED = 5,
-    TRACE_OUT_NO_SLOT = 6, TRACE_OUT_DUPLICATE = 7,
-};
 #define TRACE_MAGIC "XCTRACE1"
 #define TRACE_VERSION 1u
 #define TRACE_HEADER_BYTES 48u
 #define TRACE_RECORD_BYTES 24u
 
 /* One read-ahead read in the ring: slot `slot`, reserved for key, for a
- * prefetch, a speculative prefetch (kind: KIND_*) or item idx of stream
+ * prefetch, a speculative prefetch (kind: XC_KIND_*) or item idx of stream
  * `stream`. */
 typedef struct aitem {
     int32_t slot;
@@ -334,7 +321,7 @@ int32_t xc_slot_victim(xc_cache *c);
 /* Takes victim si (neither INFLIGHT nor protected) for key: counts the
  * eviction of a READY occupant and leaves si INFLIGHT, OWNER_DEMAND. */
 void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key);
-/* Ends the read of INFLIGHT slot si with rc: publishes (kind: KIND_*,
+/* Ends the read of INFLIGHT slot si with rc: publishes (kind: XC_KIND_*,
  * src: XC_SRC_*) or empties it, counting in the window it was reserved
  * in. */
 void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
@@ -357,10 +344,10 @@ void xc_slot_stream_done(xc_cache *c, struct xc_stream *stream, size_t idx,
 /* Claims item i of stream (STREAM_ITEM_LOCAL) and reads it in the caller,
  * mu released for the read. */
 void xc_slot_claim_read(xc_cache *c, struct xc_stream *stream, size_t i);
-/* get steps (2)-(6) for a validated key; tkind is the TRACE_KIND_* to
- * record.  mu is released while waiting or reading. */
+/* get steps (2)-(6) for a validated key; kind is XC_KIND_GET, or
+ * XC_KIND_STREAM for a stream's plain get (its records and publish).  mu is released while waiting or reading. */
 int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
-                  int tkind, xc_ref *out);
+                  int kind, xc_ref *out);
 
 /* ------------------------------------------------------------------ */
 /* Batch pool and read-ahead (xc_batch.c)                               */

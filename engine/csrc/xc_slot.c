@@ -331,17 +331,17 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
     s->owner_stream = NULL;
     if (rc == XC_OK) {
         s->state = XC_SLOT_READY;
-        s->freq = kind == KIND_DEMAND || kind == KIND_STREAM ? 1 : 0;
+        s->freq = kind == XC_KIND_GET || kind == XC_KIND_STREAM ? 1 : 0;
         if (s->last_use == 0)
             xc_slot_touch(c, s);
         s->insert_tick = s->last_use;
         s->generation++;
         s->payload_off = payload_off;
         cs->payload_bytes += c->ld.expert_bytes;
-        if (kind == KIND_PREFETCH && cs == &c->stats) {
+        if (kind == XC_KIND_PREFETCH && cs == &c->stats) {
             s->unused_prefetch = 1;
             cs->prefetch_loads++;
-        } else if (kind == KIND_SPEC && cs == &c->stats) {
+        } else if (kind == XC_KIND_SPEC && cs == &c->stats) {
             s->unused_spec = 1;
             cs->spec_loads++;
         }
@@ -490,7 +490,7 @@ void xc_slot_claim_read(xc_cache *c, xc_stream *stream, size_t i)
     xc_slot_read(c, &r);
     pthread_mutex_lock(&c->mu);
     xc_slot_finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
-                   KIND_STREAM, r.src);
+                   XC_KIND_STREAM, r.src);
     xc_slot_stream_done(c, stream, i, r.rc);
     stream->n_queued--;
     pthread_cond_broadcast(&c->ended);
@@ -502,7 +502,7 @@ void xc_slot_claim_read(xc_cache *c, xc_stream *stream, size_t i)
 
 /* Steps (4)-(6) of get, with mu held on entry and on return. */
 static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
-                    int tkind, xc_ref *out)
+                    int kind, xc_ref *out)
 {
     uint64_t payload_off = 0, asked = 0, t0, ns;
     int32_t si;
@@ -514,7 +514,7 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
         return xc_fail(XC_E_ALL_PINNED, -1, layer, expert,
                        "layer %d expert %d: all %zu slots are held, pinned "
                        "or in flight", (int)layer, (int)expert, c->n_slots);
-    xc_trace_put(c, tkind, TRACE_OUT_MISS, key);
+    xc_trace_put(c, kind, XC_OUT_MISS, key);
 
     /* (5) read, lock released: the slot is INFLIGHT and ours alone */
     pthread_mutex_unlock(&c->mu);
@@ -525,7 +525,7 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     pthread_mutex_lock(&c->mu);
 
     /* (6) publish, or return the slot to EMPTY */
-    xc_slot_finish(c, si, rc, payload_off, asked, ns, KIND_DEMAND, src);
+    xc_slot_finish(c, si, rc, payload_off, asked, ns, kind, src);
     pthread_cond_broadcast(&c->ended);
     if (rc != XC_OK)
         return rc; /* the loader recorded the error with layer and expert */
@@ -534,9 +534,10 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     return XC_OK;
 }
 
-/* get with mu held (steps 2-6); tkind is the trace kind to record. */
+/* get with mu held (steps 2-6); kind is the read kind (XC_KIND_GET, or
+ * XC_KIND_STREAM) its records and its publish carry. */
 int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
-                  int tkind, xc_ref *out)
+                  int kind, xc_ref *out)
 {
     int waited = 0;
     int32_t si;
@@ -548,8 +549,8 @@ int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
         if (c->slots[si].state == XC_SLOT_READY) {
             xc_slot_hit(c, si, key);
             if (c->tr != NULL) /* the common case skips the call */
-                xc_trace_put(c, tkind, waited ? TRACE_OUT_WAIT_HIT
-                                              : TRACE_OUT_HIT, key);
+                xc_trace_put(c, kind, waited ? XC_OUT_WAIT_HIT
+                                              : XC_OUT_HIT, key);
             xc_slot_ref(c, si, out);
             return XC_OK;
         }
@@ -564,5 +565,5 @@ int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
         else
             pthread_cond_wait(&c->ended, &c->mu);
     }
-    return get_miss(c, key, layer, expert, tkind, out);
+    return get_miss(c, key, layer, expert, kind, out);
 }

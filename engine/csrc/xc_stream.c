@@ -98,7 +98,7 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         int32_t si = c->index[key];
         if (si >= 0 && c->slots[si].state == XC_SLOT_READY) {
             xc_slot_hit(c, si, key);
-            xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_HIT, key);
+            xc_trace_put(c, XC_KIND_STREAM, XC_OUT_HIT, key);
             stream->slot[i] = si;
             stream->state[i] = STREAM_ITEM_HIT;
         } else if (si >= 0) {
@@ -106,13 +106,13 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         } else if ((si = xc_slot_miss_reserve(c, key)) < 0) {
             stream->state[i] = STREAM_ITEM_DEFER;
         } else {
-            xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_MISS, key);
+            xc_trace_put(c, XC_KIND_STREAM, XC_OUT_MISS, key);
             xc_slot_stamp(c, si);
             stream->slot[i] = si;
             c->slots[si].owner = OWNER_STREAM;
             c->slots[si].owner_stream = stream;
             c->slots[si].owner_item = i;
-            if (xc_readahead_push(c, si, key, KIND_STREAM, stream, i)) {
+            if (xc_readahead_push(c, si, key, XC_KIND_STREAM, stream, i)) {
                 stream->state[i] = STREAM_ITEM_QUEUED;
                 n_queued++;
             } else {
@@ -161,7 +161,7 @@ static int stream_get(xc_cache *c, xc_stream *stream, size_t i, xc_ref *out,
         *index = i;
     xc_load_unkey(&c->ld, stream->keys[i], &layer, &expert);
     return xc_get_locked(c, stream->keys[i], layer, expert,
-                         TRACE_KIND_STREAM, out);
+                         XC_KIND_STREAM, out);
 }
 
 /*

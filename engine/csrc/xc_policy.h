@@ -14,11 +14,13 @@
  * replays a trace to the live counters exactly (docs/CACHE.md "Victim
  * choice").
  *
- * Adding a policy touches four places: its own file (copy
- * xc_policy_fifo.c, the simplest, and fill the slots you need), one X(name)
- * in XC_POLICY_TABLE (xc_policy.c), the oracle's module
- * oracle/policies/<name>.py written from the docs, and its row in
- * docs/CACHE.md.  Python takes names and parameters from the table.
+ * Adding a policy touches four files besides its tests and docs (its row
+ * in docs/CACHE.md): its own file (copy xc_policy_fifo.c, the simplest, and
+ * fill the slots you need; the orders of xc_order.h are there to use), one
+ * X(name) in XC_POLICY_TABLE (xc_policy.c), the oracle's module
+ * oracle/policies/<name>.py written from the docs, and its mutant in
+ * faults/mutants/catalogue.py (docs/DESIGN.md §9, "Where a change goes").
+ * Python takes names and parameters from the table.
  * `to_evict` must be pure: choosing a victim changes nothing; evicting does
  * (on_evict).
  * All callbacks run with the cache lock held and must not fail.

@@ -207,6 +207,8 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
 int xc_cache_stream_next(xc_stream *s, xc_ref *out, size_t *index);
 void xc_cache_stream_end(xc_stream *s);
 void xc_cache_set_step(xc_cache *c, uint64_t step);
+const char *xc_read_kind_name(int kind);
+const char *xc_trace_outcome_name(int outcome);
 int xc_cache_trace_flush(xc_cache *c);
 int xc_cache_mlock_active(const xc_cache *c);
 const char *xc_cache_mlock_note(const xc_cache *c);

@@ -85,7 +85,8 @@ def use(path: str | os.PathLike[str]) -> ModuleType:
     """Load the engine extension at ``path`` and make it the one in use."""
     global _module
     _module = _load(path)
-    for table in (slot_state_names, invariant_names, stats_fields, policy_table):
+    for table in (slot_state_names, invariant_names, read_kind_names,
+                  trace_outcome_names, stats_fields, policy_table):
         table.cache_clear()  # read again from the build now in use
     return _module
 
@@ -157,6 +158,18 @@ def slot_state_names() -> dict[int, str]:
 def invariant_names() -> dict[int, str]:
     """check() result number -> its INV-* name, from C."""
     return _c_names("xc_invariant_name", 1)
+
+
+@functools.cache
+def read_kind_names() -> tuple[str, ...]:
+    """Read kind number -> name ("get", "prefetch", ...) as traces hold it, from C."""
+    return tuple(_c_names("xc_read_kind_name", 0).values())
+
+
+@functools.cache
+def trace_outcome_names() -> tuple[str, ...]:
+    """Trace outcome number -> name ("hit", "miss", ...), from C."""
+    return tuple(_c_names("xc_trace_outcome_name", 0).values())
 
 
 @functools.cache

@@ -31,6 +31,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from oracle.cache import READY, CacheModel, Ref
+from oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
+
+# The oracle's own names (its one copy, in oracle.traces, written from the
+# format's description, never read from the engine: the gate compares them
+# with the engine's own, which come from csrc/xc_kinds.h).
+GET, PREFETCH, SPECULATIVE, STREAM = ENGINE_TRACE_KINDS
+HIT, MISS, _WAIT_HIT, RESIDENT, _INFLIGHT, ISSUED, NO_SLOT, DUPLICATE = (
+    ENGINE_TRACE_OUTCOMES)
 
 __all__ = ["TracingCacheModel", "TraceRecord"]
 
@@ -45,7 +53,7 @@ class TracingCacheModel(CacheModel):
         super().__init__(*args, **kwargs)
         #: every record so far, in the order the engine must write them
         self.records: list[TraceRecord] = []
-        self._demand_kind = "get"
+        self._demand_kind = GET
         #: inside a batch's reserve pass: its decisions (None outside)
         self._decisions: list[str] | None = None
 
@@ -57,29 +65,29 @@ class TracingCacheModel(CacheModel):
     def _count_demand(self, key: int) -> None:
         slot = self._index.get(key)
         hit = slot is not None and self._state[slot] == READY
-        self._record(key, self._demand_kind, "hit" if hit else "miss")
+        self._record(key, self._demand_kind, HIT if hit else MISS)
         super()._count_demand(key)
 
     def _touch(self, slot: int) -> None:
         if self._decisions is not None:
-            self._decisions.append("resident")
+            self._decisions.append(RESIDENT)
         super()._touch(slot)
 
     def _victim(self) -> int | None:
         slot = super()._victim()
         if self._decisions is not None:
-            self._decisions.append("no_slot" if slot is None else "issued")
+            self._decisions.append(NO_SLOT if slot is None else ISSUED)
         return slot
 
     # -- calls --------------------------------------------------------------
     def stream(self, keys: Iterable[tuple[int, int]],
                split_min_misses: int = 1) -> list[Ref]:
         """As the model's stream; every demand record is of kind ``stream``."""
-        self._demand_kind = "stream"
+        self._demand_kind = STREAM
         try:
             return super().stream(keys, split_min_misses)
         finally:
-            self._demand_kind = "get"
+            self._demand_kind = GET
 
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
@@ -95,12 +103,12 @@ class TracingCacheModel(CacheModel):
             decisions = self._decisions
         finally:
             self._decisions = None
-        kind = "speculative" if speculative else "prefetch"
+        kind = SPECULATIVE if speculative else PREFETCH
         seen: set[int] = set()
         it = iter(decisions)
         for key in ids:
             if key in seen:
-                self._record(key, kind, "duplicate")
+                self._record(key, kind, DUPLICATE)
                 continue
             seen.add(key)
             self._record(key, kind, next(it))

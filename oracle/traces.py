@@ -252,7 +252,9 @@ def load_trace(path: str | os.PathLike, n_layers: int | None = None,
 
 # -- engine-recorded binary traces (docs/TRACE_FORMAT.md) -------------------
 
-#: Record kinds and outcomes, by number, as docs/TRACE_FORMAT.md lists them.
+#: Record kinds and outcomes, by number, as docs/TRACE_FORMAT.md lists them:
+#: the oracle's own copy (it decodes traces without the engine), held equal to
+#: the engine's csrc/xc_kinds.h by tests/boundary/test_trace_vocabulary.py.
 ENGINE_TRACE_KINDS = ("get", "prefetch", "speculative", "stream")
 ENGINE_TRACE_OUTCOMES = ("hit", "miss", "wait_hit", "resident", "inflight",
                          "issued", "no_slot", "duplicate")

@@ -655,6 +655,16 @@ void xc_cache_stream_end(xc_stream *s);
  * index, say).  Cannot fail; a no-op without a trace. */
 void xc_cache_set_step(xc_cache *c, uint64_t step);
 
+/* The trace vocabulary (docs/TRACE_FORMAT.md): the name of read kind
+ * `kind`, the number a trace record's kind field holds ("get", "prefetch",
+ * "speculative", "stream"), and of outcome `outcome` ("hit", "miss",
+ * "wait_hit", "resident", "inflight", "issued", "no_slot", "duplicate"),
+ * or NULL for a number past the last.  Both come from the one list of each
+ * in csrc/xc_kinds.h that also numbers what the engine writes.  Static
+ * strings; cannot fail. */
+const char *xc_read_kind_name(int kind);
+const char *xc_trace_outcome_name(int outcome);
+
 /* Writes the buffered trace records to the trace file.  XC_E_IO when a
  * write failed (then and ever after: recording stopped at that point, the
  * message says why); XC_OK without a trace. */

@@ -11,16 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void xc_read_one(const xc_cache *c, resv *r)
-{
-    uint64_t t0 = xc_now_ns();
-    r->rc = xc_load_read_src(&c->ld, r->key, xc_slot_mem(c, r->slot),
-                             &r->payload_off, &r->asked_bytes, &r->src);
-    r->ns = xc_now_ns() - t0;
-    if (r->rc != XC_OK && r->err != NULL)
-        *r->err = *xc_last_error(); /* this thread's: file, byte, cause */
-}
-
 /* How long a batch reader keeps polling for work before it sleeps on a
  * condition variable, and how long getmany's caller polls for the last
  * item of its batch.  A 768 KiB page-cache read takes ~30-200 us here; a
@@ -150,7 +140,7 @@ void *xc_pool_main(void *arg)
         j = c->jobs;
         r = claim(c, j);
         pthread_mutex_unlock(&c->pool_mu);
-        xc_read_one(c, r);
+        xc_slot_read(c, r);
         last_ns = r->ns; /* before done_one: r is the caller's after it */
         pool_lock(c);
         done_one(c, j);
@@ -171,7 +161,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
     if (c->n_workers == 0 || n == 1) {
         size_t i;
         for (i = 0; i < n; i++)
-            xc_read_one(c, &items[i]);
+            xc_slot_read(c, &items[i]);
         return;
     }
     j.next = NULL;
@@ -194,7 +184,7 @@ static void read_batch(xc_cache *c, resv *items, size_t n)
      * checks the queue under. */
     pthread_cond_broadcast(&c->pool_work);
     while (r != NULL) {
-        xc_read_one(c, r);
+        xc_slot_read(c, r);
         last_ns = r->ns;
         pool_lock(c);
         done_one(c, &j);
@@ -254,12 +244,12 @@ void *xc_readahead_main(void *arg)
         r.slot = it.slot;
         r.key = it.key;
         r.err = NULL;
-        xc_read_one(c, &r);
+        xc_slot_read(c, &r);
         pthread_mutex_lock(&c->mu);
         xc_slot_finish(c, it.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
                        it.kind, r.src);
         if (it.stream != NULL) {
-            xc_stream_item_done(c, it.stream, it.idx, r.rc);
+            xc_slot_stream_done(c, it.stream, it.idx, r.rc);
             it.stream->n_queued--;
         }
         c->aq_active--;
@@ -285,7 +275,6 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
     int32_t *prot = NULL;
     resv *rv = NULL;
     size_t i, n_resv = 0, n_prot = 0, n_pub = 0, n_local = 0;
-    int tkind = kind == KIND_SPEC ? TRACE_KIND_SPEC : TRACE_KIND_PREFETCH;
     uint64_t seq;
     int rc;
 
@@ -315,7 +304,7 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
         uint32_t key = keys[i];
         int32_t si = c->index[key];
         if (c->seen[key] == seq) {
-            xc_trace_put(c, tkind, TRACE_OUT_DUPLICATE, key);
+            xc_trace_put(c, kind, XC_OUT_DUPLICATE, key);
             continue; /* named earlier in this batch */
         }
         c->seen[key] = seq;
@@ -323,26 +312,26 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
             c->slots[si].holds++; /* protected for the rest of this call */
             xc_slot_touch(c, &c->slots[si]);
             prot[n_prot++] = si;
-            xc_trace_put(c, tkind, TRACE_OUT_RESIDENT, key);
+            xc_trace_put(c, kind, XC_OUT_RESIDENT, key);
             continue;
         }
         if (si >= 0) {
-            xc_trace_put(c, tkind, TRACE_OUT_INFLIGHT, key);
+            xc_trace_put(c, kind, XC_OUT_INFLIGHT, key);
             continue; /* another read of it is under way */
         }
         if ((si = xc_slot_victim(c)) < 0) {
-            xc_trace_put(c, tkind, TRACE_OUT_NO_SLOT, key);
+            xc_trace_put(c, kind, XC_OUT_NO_SLOT, key);
             continue; /* no slot: a short count */
         }
         xc_slot_reserve(c, si, key);
         c->slots[si].owner = OWNER_BATCH;
-        xc_trace_put(c, tkind, TRACE_OUT_ISSUED, key);
+        xc_trace_put(c, kind, XC_OUT_ISSUED, key);
         rv[n_resv].slot = si;
         rv[n_resv].key = key;
         rv[n_resv].err = NULL;
         n_resv++;
     }
-    if (kind == KIND_SPEC)
+    if (kind == XC_KIND_SPEC)
         c->stats.spec_issued += n_resv;
     if (async) {
         /* stamp the publish ticks now, in reservation order, and queue */
@@ -390,7 +379,7 @@ out:
 int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published)
 {
-    return batch(c, layers, experts, n, KIND_PREFETCH, 0, published);
+    return batch(c, layers, experts, n, XC_KIND_PREFETCH, 0, published);
 }
 
 int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
@@ -398,7 +387,7 @@ int xc_cache_prefetch(xc_cache *c, const int32_t *layers,
                       size_t *issued)
 {
     return batch(c, layers, experts, n,
-                 speculative ? KIND_SPEC : KIND_PREFETCH, c->n_io > 0, issued);
+                 speculative ? XC_KIND_SPEC : XC_KIND_PREFETCH, c->n_io > 0, issued);
 }
 
 void xc_cache_drain(xc_cache *c)
@@ -518,7 +507,7 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
             continue;
         }
         if (c->slots[si].owner == OWNER_STREAM)
-            xc_stream_claim_read(c, c->slots[si].owner_stream,
+            xc_slot_claim_read(c, c->slots[si].owner_stream,
                                  c->slots[si].owner_item);
         else
             pthread_cond_wait(&c->ended, &c->mu);
@@ -530,14 +519,14 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
         int32_t si = c->index[key];
         if (si >= 0) { /* READY: (2) left nothing of ours in flight */
             xc_slot_hit(c, si, key);
-            xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_HIT, key);
+            xc_trace_put(c, XC_KIND_STREAM, XC_OUT_HIT, key);
             continue;
         }
         if ((si = xc_slot_miss_reserve(c, key)) < 0) {
             pinned_expert = experts[n_done];
             break; /* no slot: nothing changed for this key */
         }
-        xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_MISS, key);
+        xc_trace_put(c, XC_KIND_STREAM, XC_OUT_MISS, key);
         xc_slot_stamp(c, si);
         c->slots[si].owner = OWNER_BATCH;
         rv[n_resv].slot = si;
@@ -562,7 +551,7 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
     pthread_mutex_lock(&c->mu);
     for (j = 0; j < n_resv; j++) {
         xc_slot_finish(c, rv[j].slot, rv[j].rc, rv[j].payload_off,
-                       rv[j].asked_bytes, rv[j].ns, KIND_STREAM, rv[j].src);
+                       rv[j].asked_bytes, rv[j].ns, XC_KIND_STREAM, rv[j].src);
         if (rv[j].rc == XC_OK)
             c->slots[rv[j].slot].holds = 1;
         else if (rc == XC_OK)

@@ -3,12 +3,14 @@
  * files share; not public (xc.h and xc_test.h are the boundary).
  *
  * The cache is one object split along its seams, every file including
- * this header:
- *   xc_cache.c   slot life (reserve, publish, hit, victim choice, the
- *                order list of stamped inserts), get/release, the
- *                integer-handle fast path, pin/unpin, open/close;
- *   xc_batch.c   getmany on the batch pool, prefetch on the read-ahead
- *                ring and its reader threads, drain;
+ * this header (xc_cache.c draws the direction of the calls between them):
+ *   xc_cache.c   get/release, the integer-handle fast path, pin/unpin,
+ *                the arena, open/close;
+ *   xc_slot.c    slot life (reserve, read, publish, hit, victim choice,
+ *                the order list of stamped inserts), a key's demand read
+ *                (xc_get_locked) and a stream's reservation claimed;
+ *   xc_batch.c   getmany and hold_layer on the batch pool, prefetch on the
+ *                read-ahead ring and its reader threads, drain;
  *   xc_stream.c  layer streams;
  *   xc_check.c   counters, snapshots, geometry and xc_cache_check();
  *   xc_trace.c   the access trace;
@@ -24,6 +26,7 @@
 #define XC_CACHE_IMPL_H
 
 #include "xc_internal.h"
+#include "xc_kinds.h"
 #include "xc_load.h"
 #include "xc_policy.h"
 
@@ -64,7 +67,7 @@ typedef struct slot {
 
 /* Owner of an INFLIGHT slot's read (slot.owner).  OWNER_STREAM is the one
  * reservation nobody is reading yet: any thread that needs the key claims
- * it (xc_stream_claim_read) instead of waiting for the consumer. */
+ * it (xc_slot_claim_read) instead of waiting for the consumer. */
 enum {
     OWNER_NONE = 0,   /* not INFLIGHT */
     OWNER_DEMAND,     /* a get() reading it in its own thread */
@@ -87,27 +90,13 @@ typedef struct resv {
                     * thread's error record (hold_layer reports it) */
 } resv;
 
-/* Who asked for a read: decides the publish rule (freq, marks, holds). */
-enum { KIND_DEMAND = 0, KIND_PREFETCH = 1, KIND_SPEC = 2, KIND_STREAM = 3 };
-
-/* Kind of call a trace record stands for (docs/TRACE_FORMAT.md). */
-enum {
-    TRACE_KIND_GET = 0, TRACE_KIND_PREFETCH = 1, TRACE_KIND_SPEC = 2,
-    TRACE_KIND_STREAM = 3,
-};
-/* What became of the key a trace record names (docs/TRACE_FORMAT.md). */
-enum {
-    TRACE_OUT_HIT = 0, TRACE_OUT_MISS = 1, TRACE_OUT_WAIT_HIT = 2,
-    TRACE_OUT_RESIDENT = 3, TRACE_OUT_INFLIGHT = 4, TRACE_OUT_ISSUED = 5,
-    TRACE_OUT_NO_SLOT = 6, TRACE_OUT_DUPLICATE = 7,
-};
 #define TRACE_MAGIC "XCTRACE1"
 #define TRACE_VERSION 1u
 #define TRACE_HEADER_BYTES 48u
 #define TRACE_RECORD_BYTES 24u
 
 /* One read-ahead read in the ring: slot `slot`, reserved for key, for a
- * prefetch, a speculative prefetch (kind: KIND_*) or item idx of stream
+ * prefetch, a speculative prefetch (kind: XC_KIND_*) or item idx of stream
  * `stream`. */
 typedef struct aitem {
     int32_t slot;
@@ -313,7 +302,7 @@ static inline void xc_slot_touch(xc_cache *c, slot *s)
 }
 
 /* ------------------------------------------------------------------ */
-/* Slot life (xc_cache.c); mu held                                      */
+/* Slot life (xc_slot.c); mu held                                       */
 /* ------------------------------------------------------------------ */
 
 /* Whether the calling process is not the one that opened c (a child
@@ -332,7 +321,7 @@ int32_t xc_slot_victim(xc_cache *c);
 /* Takes victim si (neither INFLIGHT nor protected) for key: counts the
  * eviction of a READY occupant and leaves si INFLIGHT, OWNER_DEMAND. */
 void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key);
-/* Ends the read of INFLIGHT slot si with rc: publishes (kind: KIND_*,
+/* Ends the read of INFLIGHT slot si with rc: publishes (kind: XC_KIND_*,
  * src: XC_SRC_*) or empties it, counting in the window it was reserved
  * in. */
 void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
@@ -345,18 +334,25 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key);
 int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key);
 /* Fills *out with the held reference of READY slot si. */
 void xc_slot_ref(const xc_cache *c, int32_t si, xc_ref *out);
-/* get steps (2)-(6) for a validated key; tkind is the TRACE_KIND_* to
- * record.  mu is released while waiting or reading. */
+/* Reads r's key into r's slot, filling r's results; no lock needed (the
+ * slot is INFLIGHT and owned by the caller). */
+void xc_slot_read(const xc_cache *c, resv *r);
+/* A stream's read of item idx ended with rc, in the thread that read it:
+ * the item is held for the consumer, or keeps the error record. */
+void xc_slot_stream_done(xc_cache *c, struct xc_stream *stream, size_t idx,
+                         int rc);
+/* Claims item i of stream (STREAM_ITEM_LOCAL) and reads it in the caller,
+ * mu released for the read. */
+void xc_slot_claim_read(xc_cache *c, struct xc_stream *stream, size_t i);
+/* get steps (2)-(6) for a validated key; kind is XC_KIND_GET, or
+ * XC_KIND_STREAM for a stream's plain get (its records and publish).  mu is released while waiting or reading. */
 int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
-                  int tkind, xc_ref *out);
+                  int kind, xc_ref *out);
 
 /* ------------------------------------------------------------------ */
 /* Batch pool and read-ahead (xc_batch.c)                               */
 /* ------------------------------------------------------------------ */
 
-/* Reads r's key into r's slot, filling r's results; no lock needed (the
- * slot is INFLIGHT and owned by the caller). */
-void xc_read_one(const xc_cache *c, resv *r);
 /* Appends a read to the read-ahead ring (mu held); 0 when it is full or
  * there are no readers. */
 int xc_readahead_push(xc_cache *c, int32_t si, uint32_t key, int kind,
@@ -369,17 +365,6 @@ void *xc_readahead_main(void *arg);
  * held); the readers first finish every queued read. */
 void xc_readahead_stop(xc_cache *c, int n_started);
 void xc_pool_stop(xc_cache *c, int n_started);
-
-/* ------------------------------------------------------------------ */
-/* Streams (xc_stream.c); mu held                                       */
-/* ------------------------------------------------------------------ */
-
-/* A stream's read of item idx ended with rc, in the thread that read it. */
-void xc_stream_item_done(xc_cache *c, struct xc_stream *stream, size_t idx,
-                         int rc);
-/* Claims item i of stream (STREAM_ITEM_LOCAL) and reads it in the caller,
- * mu released for the read. */
-void xc_stream_claim_read(xc_cache *c, struct xc_stream *stream, size_t i);
 
 /* ------------------------------------------------------------------ */
 /* Trace (xc_trace.c)                                                   */

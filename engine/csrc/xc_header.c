@@ -1,6 +1,6 @@
 /*
- * xc_header.c -- one shard's header: validate it completely (steps 1-10).
- *
+ * xc_header.c -- one shard: open its file (xc_st_add_shard) and validate
+ * its header completely (steps 1-10).
  *
  * Why the checks run in this order
  * --------------------------------
@@ -75,6 +75,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------------ */
 /* Dtypes                                                               */
@@ -969,3 +970,51 @@ int xc_st_load_shard(xc_st *st, size_t s)
     return check_data(st, s, ok, data_end);
 }
 
+/* ------------------------------------------------------------------ */
+/* Opening a shard                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Adds shard path (taking ownership of it) and opens it, probing O_DIRECT
+ * when asked.  NOT_FOUND is returned as is for the caller to word. */
+int xc_st_add_shard(xc_st *st, char *path)
+{
+    st_shard *sh;
+    char note[NOTE_LEN];
+    int rc;
+    if (path == NULL)
+        return xc_st_nomem(NULL, "shard path");
+    if (xc_st_grow((void **)&st->shards, &st->cap_shards, st->n_shards,
+                   sizeof *st->shards) != XC_OK) {
+        rc = xc_st_nomem(path, "shard table");
+        xc_free(path);
+        return rc;
+    }
+    sh = &st->shards[st->n_shards++];
+    memset(sh, 0, sizeof *sh);
+    sh->path = path;
+    sh->handle = -1;
+    rc = xc_io_open_probed(&st->io, path, st->direct_req, &sh->handle,
+                           &sh->direct, note, sizeof note);
+    if (rc != XC_OK) {
+        sh->handle = -1;
+        return rc;
+    }
+    if (st->direct_req && !sh->direct && st->note[0] == '\0')
+        snprintf(st->note, sizeof st->note, "%s", note);
+    {
+        /* The identity xc_st_check_files compares against.  Taken from the
+         * path (the io handle need not be a descriptor); the window between
+         * open and stat is a few microseconds. */
+        struct stat sb;
+        if (stat(path, &sb) == 0) {
+            sh->id_ok = 1;
+            sh->id_dev = (uint64_t)sb.st_dev;
+            sh->id_ino = (uint64_t)sb.st_ino;
+            sh->id_mtime_s = (int64_t)sb.st_mtim.tv_sec;
+            sh->id_mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
+            sh->id_ctime_s = (int64_t)sb.st_ctim.tv_sec;
+            sh->id_ctime_ns = (int64_t)sb.st_ctim.tv_nsec;
+        }
+    }
+    return XC_OK;
+}

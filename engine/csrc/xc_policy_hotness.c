@@ -14,7 +14,7 @@
  * sit in count buckets, each a heap in last_use order (xc_hset); a halving
  * maps every bucket value v to v >> 1 and melds the pairs of buckets that
  * meet, so it costs amortised O(log n) per request whatever the period and
- * the counts (xc_policy.c gives the argument).  A request of a held key
+ * the counts (xc_order_heaps.c gives the argument).  A request of a held key
  * takes it off its bucket and the hit that follows puts it back at
  * (count, last_use).
  */

@@ -3,11 +3,15 @@
  * file, a folder, or an index), its tensors, shards and metadata, reads,
  * and the check that the files are still the ones opened.
  *
- * The reader's other files, sharing xc_st_impl.h:
- *   xc_header.c  one shard's header, validated completely (steps 1-10 of
- *                the safetensors validation order);
+ * The reader's other files, sharing xc_st_impl.h (which says who calls
+ * whom: from this file down, never back):
+ *   xc_index.c   model.safetensors.index.json;
+ *   xc_header.c  one shard: its file opened, its header validated
+ *                completely (steps 1-10 of the safetensors validation
+ *                order);
  *   xc_names.c   name hashing and the name tables;
- *   xc_index.c   model.safetensors.index.json.
+ *   xc_st_mem.c  the memory the reader's tables live in: growing arrays,
+ *                huge-page advice, the out-of-memory record, paths.
  *
  * Nothing here is static and mutable: two threads may open containers at
  * once.
@@ -19,118 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
-/* ------------------------------------------------------------------ */
-/* Helpers the reader's files share (xc_st_impl.h)                      */
-/* ------------------------------------------------------------------ */
-
-void xc_st_advise_huge(void *p, size_t bytes)
-{
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a, e;
-    if (p == NULL || bytes < HUGE_MIN)
-        return;
-    a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
-    e = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (e > a)
-        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-
-/* Grows an array of elem-byte items to hold one more; NOMEM keeps it.
- * Large arrays (the tensor table of a big header) are advised onto huge
- * pages: the half each doubling adds is not touched yet. */
-int xc_st_grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-    size_t ncap;
-    void *p;
-    if (n < *cap)
-        return XC_OK;
-    ncap = *cap ? *cap * 2 : 16;
-    if (ncap > SIZE_MAX / elem)
-        return XC_E_NOMEM;
-    p = xc_realloc(*arr, ncap * elem);
-    if (p == NULL)
-        return XC_E_NOMEM;
-    *arr = p;
-    *cap = ncap;
-    xc_st_advise_huge(p, ncap * elem);
-    return XC_OK;
-}
-
-int xc_st_nomem(const char *path, const char *what)
-{
-    return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: out of memory (%s)",
-                   path ? path : "(container)", what);
-}
 
 /* ------------------------------------------------------------------ */
 /* Shards and the container                                             */
 /* ------------------------------------------------------------------ */
-
-char *xc_st_join_path(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = xc_malloc(a + b + 2);
-    if (p == NULL)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
-/* Adds shard path (taking ownership of it) and opens it, probing O_DIRECT
- * when asked.  NOT_FOUND is returned as is for the caller to word. */
-int xc_st_add_shard(xc_st *st, char *path)
-{
-    st_shard *sh;
-    char note[NOTE_LEN];
-    int rc;
-    if (path == NULL)
-        return xc_st_nomem(NULL, "shard path");
-    if (xc_st_grow((void **)&st->shards, &st->cap_shards, st->n_shards,
-                   sizeof *st->shards) != XC_OK) {
-        rc = xc_st_nomem(path, "shard table");
-        xc_free(path);
-        return rc;
-    }
-    sh = &st->shards[st->n_shards++];
-    memset(sh, 0, sizeof *sh);
-    sh->path = path;
-    sh->handle = -1;
-    rc = xc_io_open_probed(&st->io, path, st->direct_req, &sh->handle,
-                           &sh->direct, note, sizeof note);
-    if (rc != XC_OK) {
-        sh->handle = -1;
-        return rc;
-    }
-    if (st->direct_req && !sh->direct && st->note[0] == '\0')
-        snprintf(st->note, sizeof st->note, "%s", note);
-    {
-        /* The identity xc_st_check_files compares against.  Taken from the
-         * path (the io handle need not be a descriptor); the window between
-         * open and stat is a few microseconds. */
-        struct stat sb;
-        if (stat(path, &sb) == 0) {
-            sh->id_ok = 1;
-            sh->id_dev = (uint64_t)sb.st_dev;
-            sh->id_ino = (uint64_t)sb.st_ino;
-            sh->id_mtime_s = (int64_t)sb.st_mtim.tv_sec;
-            sh->id_mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
-            sh->id_ctime_s = (int64_t)sb.st_ctim.tv_sec;
-            sh->id_ctime_ns = (int64_t)sb.st_ctim.tv_nsec;
-        }
-    }
-    return XC_OK;
-}
 
 /* The final name table over the whole container, and the summaries. */
 static int finalize(xc_st *st)

@@ -4,9 +4,17 @@
  *
  *   xc_st.c      the public reader API: open (file, folder, index), the
  *                tensor, shard and metadata accessors, reads, file checks;
- *   xc_header.c  one shard's header, validated completely (steps 1-10);
+ *   xc_index.c   model.safetensors.index.json;
+ *   xc_header.c  one shard: its file opened, its header validated
+ *                completely (steps 1-10);
  *   xc_names.c   name hashing and the open-addressing name tables;
- *   xc_index.c   model.safetensors.index.json.
+ *   xc_st_mem.c  growing arrays, huge-page advice, the out-of-memory
+ *                record, paths.
+ *
+ * Calls run one way, down this list: xc_st.c -> xc_index.c ->
+ * xc_header.c -> xc_names.c -> xc_st_mem.c (each may skip a level; none
+ * calls one above it).  The sections below follow the same order, bottom
+ * first.
  */
 #ifndef XC_ST_IMPL_H
 #define XC_ST_IMPL_H
@@ -126,6 +134,26 @@ static inline int is_key(const char *k, size_t n, const char *want)
 }
 
 /* ------------------------------------------------------------------ */
+/* Memory (xc_st_mem.c)                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Grows an array of elem-byte items to hold one more than n when n has
+ * reached *cap; XC_E_NOMEM (not recorded) keeps it as it was. */
+int xc_st_grow(void **arr, size_t *cap, size_t n, size_t elem);
+/* Advice to the kernel that the 2 MiB-aligned part of [p, p + bytes) be
+ * backed by huge pages (Linux transparent huge pages in "madvise" mode),
+ * when bytes is at least HUGE_MIN: a 29 MB header and its tensor and name
+ * tables then fault in a few dozen times instead of ~12,000 times (4 KiB
+ * each) on every open.  Advice only: contents and sizes do not change, and
+ * where the kernel lacks it or refuses, nothing happens.  Cannot fail. */
+#define HUGE_MIN (4u << 20)
+void xc_st_advise_huge(void *p, size_t bytes);
+/* Records XC_E_NOMEM "<path>: out of memory (<what>)" and returns it. */
+int xc_st_nomem(const char *path, const char *what);
+/* "dir/name" from xc_malloc, or NULL. */
+char *xc_st_join_path(const char *dir, const char *name);
+
+/* ------------------------------------------------------------------ */
 /* Name tables (xc_names.c)                                             */
 /* ------------------------------------------------------------------ */
 
@@ -146,9 +174,12 @@ int xc_table_reserve(st_table *tb, size_t more);
 void xc_table_free(st_table *tb);
 
 /* ------------------------------------------------------------------ */
-/* One shard's header (xc_header.c)                                     */
+/* One shard: its file and its header (xc_header.c)                     */
 /* ------------------------------------------------------------------ */
 
+/* Adds shard path (taking ownership of it) and opens it, probing O_DIRECT
+ * when asked.  XC_E_NOT_FOUND is returned as is for the caller to word. */
+int xc_st_add_shard(xc_st *st, char *path);
 /* Reads, parses and validates shard s (already opened by
  * xc_st_add_shard): steps 1-10, its tensors appended to st->t in offset
  * order.  Returns the first problem's code, recorded. */
@@ -171,28 +202,5 @@ int xc_doc_close(xj *j, const char *what);
 /* Opens into st the container the index at index_path (in folder dir)
  * describes.  The first problem's code, recorded. */
 int xc_st_open_index(xc_st *st, const char *index_path, const char *dir);
-
-/* ------------------------------------------------------------------ */
-/* Container helpers (xc_st.c)                                          */
-/* ------------------------------------------------------------------ */
-
-/* Grows an array of elem-byte items to hold one more than n when n has
- * reached *cap; XC_E_NOMEM (not recorded) keeps it as it was. */
-int xc_st_grow(void **arr, size_t *cap, size_t n, size_t elem);
-/* Advice to the kernel that the 2 MiB-aligned part of [p, p + bytes) be
- * backed by huge pages (Linux transparent huge pages in "madvise" mode),
- * when bytes is at least HUGE_MIN: a 29 MB header and its tensor and name
- * tables then fault in a few dozen times instead of ~12,000 times (4 KiB
- * each) on every open.  Advice only: contents and sizes do not change, and
- * where the kernel lacks it or refuses, nothing happens.  Cannot fail. */
-#define HUGE_MIN (4u << 20)
-void xc_st_advise_huge(void *p, size_t bytes);
-/* Records XC_E_NOMEM "<path>: out of memory (<what>)" and returns it. */
-int xc_st_nomem(const char *path, const char *what);
-/* "dir/name" from xc_malloc, or NULL. */
-char *xc_st_join_path(const char *dir, const char *name);
-/* Adds shard path (taking ownership of it) and opens it, probing O_DIRECT
- * when asked.  XC_E_NOT_FOUND is returned as is for the caller to word. */
-int xc_st_add_shard(xc_st *st, char *path);
 
 #endif /* XC_ST_IMPL_H */

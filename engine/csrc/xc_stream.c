@@ -9,21 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A stream's read ended (mu held), in the thread that read it: hold the
- * expert for the consumer, or keep this thread's error record (the
- * loader's, naming file and byte) for next() to report, and put the item
- * on the stream's completion list. */
-void xc_stream_item_done(xc_cache *c, xc_stream *stream, size_t idx, int rc)
-{
-    if (rc == XC_OK)
-        c->slots[stream->slot[idx]].holds = 1;
-    else
-        stream->err[idx] = *xc_last_error();
-    stream->rc[idx] = rc;
-    stream->state[idx] = STREAM_ITEM_DONE;
-    stream->done[stream->n_done++] = idx;
-}
-
 static void stream_free(xc_stream *stream)
 {
     xc_free(stream->keys);
@@ -113,7 +98,7 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         int32_t si = c->index[key];
         if (si >= 0 && c->slots[si].state == XC_SLOT_READY) {
             xc_slot_hit(c, si, key);
-            xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_HIT, key);
+            xc_trace_put(c, XC_KIND_STREAM, XC_OUT_HIT, key);
             stream->slot[i] = si;
             stream->state[i] = STREAM_ITEM_HIT;
         } else if (si >= 0) {
@@ -121,13 +106,13 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
         } else if ((si = xc_slot_miss_reserve(c, key)) < 0) {
             stream->state[i] = STREAM_ITEM_DEFER;
         } else {
-            xc_trace_put(c, TRACE_KIND_STREAM, TRACE_OUT_MISS, key);
+            xc_trace_put(c, XC_KIND_STREAM, XC_OUT_MISS, key);
             xc_slot_stamp(c, si);
             stream->slot[i] = si;
             c->slots[si].owner = OWNER_STREAM;
             c->slots[si].owner_stream = stream;
             c->slots[si].owner_item = i;
-            if (xc_readahead_push(c, si, key, KIND_STREAM, stream, i)) {
+            if (xc_readahead_push(c, si, key, XC_KIND_STREAM, stream, i)) {
                 stream->state[i] = STREAM_ITEM_QUEUED;
                 n_queued++;
             } else {
@@ -143,35 +128,6 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
     pthread_mutex_unlock(&c->mu);
     *out = stream;
     return XC_OK;
-}
-
-/* Claims stream item i (STREAM_ITEM_LOCAL: reserved, nobody reading it)
- * and reads it in the calling thread -- the consumer's next() or end(), or
- * any get() or other stream that needs the key -- then publishes it for
- * the stream (its hold, its completion list) exactly as a reader thread
- * would.  mu held on entry and on return, released for the read; end()
- * waits for the read through n_queued, so the stream outlives it. */
-void xc_stream_claim_read(xc_cache *c, xc_stream *stream, size_t i)
-{
-    resv r;
-    r.slot = stream->slot[i];
-    r.key = stream->keys[i];
-    r.err = NULL;
-    /* a reservation nobody reads yet: claiming it twice would be two
-     * reads into one slot */
-    assert(stream->state[i] == STREAM_ITEM_LOCAL &&
-           c->slots[r.slot].owner == OWNER_STREAM);
-    stream->state[i] = STREAM_ITEM_READING; /* claimed: nobody else reads it */
-    stream->n_queued++;
-    c->slots[r.slot].owner = OWNER_CLAIMED;
-    pthread_mutex_unlock(&c->mu);
-    xc_read_one(c, &r);
-    pthread_mutex_lock(&c->mu);
-    xc_slot_finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,
-                   KIND_STREAM, r.src);
-    xc_stream_item_done(c, stream, i, r.rc);
-    stream->n_queued--;
-    pthread_cond_broadcast(&c->ended);
 }
 
 /* Yields stream item i, which is STREAM_ITEM_DONE (mu held). */
@@ -205,7 +161,7 @@ static int stream_get(xc_cache *c, xc_stream *stream, size_t i, xc_ref *out,
         *index = i;
     xc_load_unkey(&c->ld, stream->keys[i], &layer, &expert);
     return xc_get_locked(c, stream->keys[i], layer, expert,
-                         TRACE_KIND_STREAM, out);
+                         XC_KIND_STREAM, out);
 }
 
 /*
@@ -258,7 +214,7 @@ int xc_cache_stream_next(xc_stream *stream, xc_ref *out, size_t *index)
             si = c->index[stream->keys[i]];
             if (si >= 0 && c->slots[si].owner == OWNER_STREAM) {
                 /* another stream's reservation nobody reads: read it */
-                xc_stream_claim_read(c, c->slots[si].owner_stream,
+                xc_slot_claim_read(c, c->slots[si].owner_stream,
                                      c->slots[si].owner_item);
                 si = c->index[stream->keys[i]];
             }
@@ -275,7 +231,7 @@ int xc_cache_stream_next(xc_stream *stream, xc_ref *out, size_t *index)
             if (stream->state[i] == STREAM_ITEM_LOCAL)
                 break;
         if (i < stream->n) {
-            xc_stream_claim_read(c, stream, i);
+            xc_slot_claim_read(c, stream, i);
             continue;
         }
         /* (5) wait for a completion */
@@ -306,7 +262,7 @@ void xc_cache_stream_end(xc_stream *stream)
     /* reserved reads are ours: finish them, so no slot stays INFLIGHT */
     for (i = 0; i < stream->n; i++)
         if (stream->state[i] == STREAM_ITEM_LOCAL)
-            xc_stream_claim_read(c, stream, i);
+            xc_slot_claim_read(c, stream, i);
     while (stream->n_queued > 0)
         pthread_cond_wait(&c->ended, &c->mu);
     /* give back the holds of what was never yielded */

@@ -202,7 +202,7 @@ int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
 /* For the test suite only.  The hotness policy's halving work since the
  * cache opened, under its lock: out[0] halvings, out[1] keys whose bucket
  * a halving changed, out[2] heap nodes the halvings' melds walked
- * (xc_policy.c: amortised O(log n_keys) per request).  XC_E_MISUSE,
+ * (xc_order_heaps.c: amortised O(log n_keys) per request).  XC_E_MISUSE,
  * nothing written, for a NULL cache or out, or a policy that is not
  * hotness. */
 int xc_testhook_halving_work(xc_cache *c, uint64_t *out);

@@ -14,6 +14,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The names of the read kinds and outcomes, from their lists
+ * (xc_kinds.h). */
+#define XC_NAME_(n, name) name,
+static const char *const kind_names[] = {XC_READ_KINDS(XC_NAME_)};
+static const char *const outcome_names[] = {XC_TRACE_OUTCOMES(XC_NAME_)};
+#undef XC_NAME_
+
+const char *xc_read_kind_name(int kind)
+{
+    return kind >= 0 && kind < XC_N_KINDS ? kind_names[kind] : NULL;
+}
+
+const char *xc_trace_outcome_name(int outcome)
+{
+    return outcome >= 0 && outcome < XC_N_OUTCOMES ? outcome_names[outcome]
+                                                   : NULL;
+}
+
 static void put_le(uint8_t *p, uint64_t v, unsigned n)
 {
     unsigned i;

@@ -70,11 +70,11 @@ def _m(id: str, file: str, original: str, replacement: str, description: str,
 
 CATALOGUE: tuple[Mutant, ...] = (
     # -- victim choice and reservation ------------------------------------
-    _m("M01", "xc_cache.c",
+    _m("M01", "xc_slot.c",
        "if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))\n        return 0;",
        "if (s->state != XC_SLOT_READY)\n        return 0;",
        "victim choice ignores holds and pins", "holds-pins"),
-    _m("M02", "xc_cache.c",
+    _m("M02", "xc_slot.c",
        "for (i = c->empty_lo; i < c->n_slots; i++)\n"
        "        if (c->slots[i].state == XC_SLOT_EMPTY)\n"
        "            break;\n    c->empty_lo = i;\n",
@@ -82,7 +82,7 @@ CATALOGUE: tuple[Mutant, ...] = (
        "        if (c->slots[i].state == XC_SLOT_EMPTY)\n"
        "            break;\n    if (i == (size_t)-1)\n        i = c->n_slots;\n",
        "an empty slot is taken from the top, not the lowest", "victim"),
-    _m("M03", "xc_cache.c",
+    _m("M03", "xc_slot.c",
        "    oq_sweep(c, 1); /* no untold slot is left: this recurses once */\n"
        "    return xc_slot_victim(c);\n",
        "    for (i = 0; i < c->n_slots; i++)\n"
@@ -91,16 +91,16 @@ CATALOGUE: tuple[Mutant, ...] = (
        "            return (int32_t)i; /* untold, never told */\n"
        "    return -1;\n",
        "untold (held-back) inserts become victim candidates", "readahead-order"),
-    _m("M04", "xc_cache.c",
+    _m("M04", "xc_slot.c",
        "        c->index[s->key] = -1;\n        xc_policy_evict(&c->pol, s->key);",
        "        xc_policy_evict(&c->pol, s->key);",
        "an evicted key stays in the index (stale lookup)", "victim"),
-    _m("M05", "xc_cache.c",
+    _m("M05", "xc_slot.c",
        "        c->stats.evictions++;\n        c->evictions_since_open++;",
        "        c->evictions_since_open++;",
        "evictions are not counted in the window", "counters"),
     # -- publish and short reads ------------------------------------------
-    _m("M06", "xc_cache.c",
+    _m("M06", "xc_slot.c",
        "if (rc == XC_OK) {\n        s->state = XC_SLOT_READY;",
        "if (rc == XC_OK || rc == XC_E_SHORT_READ) {\n        s->state = XC_SLOT_READY;",
        "a slot whose read came back short is published", "short-read"),
@@ -130,40 +130,40 @@ CATALOGUE: tuple[Mutant, ...] = (
        "        *asked += stop - at;",
        "        *asked += ld->chunk_bytes ? ld->chunk_bytes : stop - at;",
        "io_bytes counts whole chunks, not the bytes asked", "chunking"),
-    _m("M12", "xc_cache.c",
+    _m("M12", "xc_slot.c",
        "        s->generation++;\n",
        "",
        "a republished slot keeps its generation (old references stay valid)",
        "publish"),
-    _m("M13", "xc_cache.c",
-       "s->freq = kind == KIND_DEMAND || kind == KIND_STREAM ? 1 : 0;",
+    _m("M13", "xc_slot.c",
+       "s->freq = kind == XC_KIND_GET || kind == XC_KIND_STREAM ? 1 : 0;",
        "s->freq = 1;",
        "a prefetched expert is published with freq 1", "publish"),
-    _m("M14", "xc_cache.c",
-       "    xc_slot_finish(c, si, rc, payload_off, asked, ns, KIND_DEMAND, src);\n"
+    _m("M14", "xc_slot.c",
+       "    xc_slot_finish(c, si, rc, payload_off, asked, ns, kind, src);\n"
        "    pthread_cond_broadcast(&c->ended);\n",
-       "    xc_slot_finish(c, si, rc, payload_off, asked, ns, KIND_DEMAND, src);\n",
+       "    xc_slot_finish(c, si, rc, payload_off, asked, ns, kind, src);\n",
        "a demand read that ends wakes no waiter", "inflight-wait"),
     # -- counters and windows ---------------------------------------------
-    _m("M15", "xc_cache.c",
+    _m("M15", "xc_slot.c",
        "    c->stats.requests++;\n    c->stats.misses++;",
        "    c->stats.misses++;",
        "a miss is not counted as a request", "counters"),
-    _m("M16", "xc_cache.c",
+    _m("M16", "xc_slot.c",
        "        if (rc == XC_E_SHORT_READ)\n            cs->short_reads++;",
        "        if (rc != XC_E_SHORT_READ)\n            cs->short_reads++;",
        "short reads and I/O errors are counted the wrong way round", "counters"),
-    _m("M17", "xc_cache.c",
+    _m("M17", "xc_slot.c",
        "    cs->io_bytes += asked_bytes;",
        "    if (rc == XC_OK)\n        cs->io_bytes += asked_bytes;",
        "io_bytes leaves out the bytes asked by failed loads", "counters"),
-    _m("M18", "xc_cache.c",
+    _m("M18", "xc_slot.c",
        "        if (s->unused_prefetch)\n"
        "            c->stats.prefetch_evicted_unused++;",
        "        if (s->unused_prefetch && s->freq)\n"
        "            c->stats.prefetch_evicted_unused++;",
        "an unused prefetch evicted is not counted", "counters"),
-    _m("M19", "xc_cache.c",
+    _m("M19", "xc_slot.c",
        "    if (s->window != c->window) {",
        "    if (s->window > c->window) {",
        "a load reserved before reset_stats counts in the new window", "reset"),
@@ -176,7 +176,7 @@ CATALOGUE: tuple[Mutant, ...] = (
        "        c->slots[i].unused_spec = 0;",
        "reset_stats keeps the unused-prefetch marks", "reset"),
     # -- adjusted hits -----------------------------------------------------
-    _m("M22", "xc_cache.c",
+    _m("M22", "xc_slot.c",
        "    if (s->unused_prefetch) {\n        s->unused_prefetch = 0;\n"
        "        c->stats.prefetch_first_uses++;",
        "    if (s->unused_prefetch) {\n        c->stats.prefetch_first_uses++;",
@@ -229,27 +229,27 @@ CATALOGUE: tuple[Mutant, ...] = (
        "if (lo == ld->n_layers || expert < 0 ||",
        "a layer that is not a MoE layer maps to the next one", "bounds"),
     # -- get of an in-flight key, streams ---------------------------------
-    _m("M33", "xc_cache.c",
+    _m("M33", "xc_slot.c",
        "        else\n            pthread_cond_wait(&c->ended, &c->mu);",
        "        else\n            break;",
        "get of an in-flight key reads it again instead of waiting",
        "inflight-wait"),
-    _m("M34", "xc_cache.c",
+    _m("M34", "xc_slot.c",
        "        waited = 1;\n",
        "",
        "a hit after waiting is recorded as a plain hit", "inflight-wait"),
-    _m("M35", "xc_cache.c",
+    _m("M35", "xc_slot.c",
        "        if (c->slots[si].owner == OWNER_STREAM)\n"
-       "            xc_stream_claim_read(",
+       "            xc_slot_claim_read(",
        "        if (c->slots[si].owner == OWNER_CLAIMED)\n"
-       "            xc_stream_claim_read(",
+       "            xc_slot_claim_read(",
        "get waits on a stream's unread reservation instead of claiming it",
        "stream-claim"),
-    _m("M36", "xc_stream.c",
+    _m("M36", "xc_slot.c",
        "    xc_slot_finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,\n"
-       "                   KIND_STREAM, r.src);",
+       "                   XC_KIND_STREAM, r.src);",
        "    xc_slot_finish(c, r.slot, r.rc, r.payload_off, r.asked_bytes, r.ns,\n"
-       "                   KIND_PREFETCH, r.src);",
+       "                   XC_KIND_PREFETCH, r.src);",
        "a claimed stream read is published as a prefetch", "stream-claim"),
     # -- read-ahead and stream stamp order --------------------------------
     _m("M37", "xc_batch.c",
@@ -344,8 +344,8 @@ CATALOGUE: tuple[Mutant, ...] = (
        "    r[16] = (uint8_t)kind;\n    r[17] = (uint8_t)outcome;",
        "    r[16] = (uint8_t)outcome;\n    r[17] = (uint8_t)kind;",
        "trace records swap kind and outcome", "trace"),
-    _m("M54", "xc_cache.c",
-       "    xc_trace_put(c, tkind, TRACE_OUT_MISS, key);\n",
+    _m("M54", "xc_slot.c",
+       "    xc_trace_put(c, kind, XC_OUT_MISS, key);\n",
        "",
        "a get's miss is not recorded in the trace", "trace"),
     # -- check() itself ----------------------------------------------------

@@ -141,16 +141,16 @@ def test_runner_verdicts_on_a_tiny_catalogue(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Caught, missed, did-not-compile and not-applicable come out as such."""
     tiny = [
-        {"id": "T1", "file": "xc_cache.c",
+        {"id": "T1", "file": "xc_slot.c",
          "original": "if (rc == XC_OK) {\n        s->state = XC_SLOT_READY;",
          "replacement": "if (rc == XC_OK || rc == XC_E_SHORT_READ) {\n"
                         "        s->state = XC_SLOT_READY;",
          "description": "publish short reads", "contract": "short-read"},
-        {"id": "T2", "file": "xc_cache.c",
+        {"id": "T2", "file": "xc_slot.c",
          "original": "/* only a fresh reservation is stamped, once */",
          "replacement": "/* a fresh reservation is stamped once */",
          "description": "a comment", "contract": "publish"},
-        {"id": "T3", "file": "xc_cache.c",
+        {"id": "T3", "file": "xc_slot.c",
          "original": "        s->generation++;\n",
          "replacement": "        s->generation++\n",
          "description": "a missing semicolon", "contract": "publish"},

@@ -1,7 +1,7 @@
 """The hotness halving's work is bounded: amortised O(log n) per request.
 
 A halving maps every bucket's count v to v >> 1 and melds the buckets that
-meet (engine/csrc/xc_policy.c, "Heap buckets"): the smaller bucket's keys
+meet (engine/csrc/xc_order_heaps.c): the smaller bucket's keys
 are relabelled and two heaps' right spines walked, never the bigger
 bucket's keys.  The test hook ``xc_testhook_halving_work`` reads the
 work done so far (halvings, keys relabelled, heap nodes walked by melds);

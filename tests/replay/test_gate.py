@@ -36,8 +36,8 @@ def _candidate(tmp_path: Path) -> Path:
 
 
 def _plant(cand: Path, old: str, new: str) -> None:
-    """Replace exactly one occurrence of old by new in the candidate's cache."""
-    src = cand / "engine" / "csrc" / "xc_cache.c"
+    """Replace exactly one occurrence of old by new in the candidate's slot life."""
+    src = cand / "engine" / "csrc" / "xc_slot.c"
     text = src.read_text()
     assert text.count(old) == 1, "the planted bug's anchor moved"
     src.write_text(text.replace(old, new))
@@ -72,11 +72,11 @@ def test_planted_short_read_bug_is_caught(tmp_path):
 
     p = _replay("--engine-src", str(cand), out)
     assert p.returncode == 2
-    assert "changed   csrc/xc_cache.c" in p.stderr
+    assert "changed   csrc/xc_slot.c" in p.stderr
     assert "Built" not in p.stdout  # never built
 
     p = _replay("--engine-src", str(cand), "--repin")
-    assert p.returncode == 0 and "changed csrc/xc_cache.c" in p.stdout
+    assert p.returncode == 0 and "changed csrc/xc_slot.c" in p.stdout
 
     p = _replay("--engine-src", str(cand), out, "--keep")
     assert p.returncode == 1, p.stdout + p.stderr

@@ -173,12 +173,12 @@ def test_console_scripts_are_documented() -> None:
 TOP = ("engine", "oracle", "fixtures", "gate", "lab", "faults", "tests",
        "bench", "docs", "examples", ".ci")
 _TOPS = "|".join(re.escape(t) for t in TOP)
-_PATH = re.compile(r"(?<![\w./-])((?:" + _TOPS + r")/[\w./*{},-]*[\w*}])")
+_PATH = re.compile(r"(?<![\w./-])((?:" + _TOPS + r")/[\w./*{},<>-]*[\w*}>])")
 
 
 def _exists(ref: str) -> bool:
-    """Whether a path a page names exists (a glob or ``{a,b}`` form counts)."""
-    ref = ref.split("::")[0].rstrip(".")
+    """Whether a path a page names exists (globs, ``{a,b}`` and ``<name>`` count)."""
+    ref = re.sub(r"<[^>]*>", "*", ref.split("::")[0].rstrip("."))
     if "{" in ref:
         head, rest = ref.split("{", 1)
         options, tail = rest.split("}", 1)
@@ -240,9 +240,9 @@ def test_every_design_section_cited_exists() -> None:
 
 def test_the_reference_checks_can_fail(tmp_path: Path) -> None:
     """The path reader finds a missing path and accepts globs and brace forms."""
-    text = "see `engine/csrc/xc_nowhere.c`, `gate/scenarios/*.json` and " \
-           "`oracle/{cache,sim}.py`"
+    text = "see `engine/csrc/xc_nowhere.c`, `gate/scenarios/*.json`, " \
+           "`oracle/{cache,sim}.py` and `engine/csrc/xc_policy_<name>.c`"
     refs = _references(text)
     assert refs == {"engine/csrc/xc_nowhere.c", "gate/scenarios/*.json",
-                    "oracle/{cache,sim}.py"}
+                    "oracle/{cache,sim}.py", "engine/csrc/xc_policy_<name>.c"}
     assert [r for r in sorted(refs) if not _exists(r)] == ["engine/csrc/xc_nowhere.c"]

@@ -10,6 +10,18 @@ returns the :class:`engine.layout.Layout` they describe, or raises
 Detection knows generic structure only, never a model: ``layers.<N>``
 components, an ``experts`` module (``experts.<N>.<tensor>`` per expert, or
 ``experts.<tensor>`` fused) and the module names of :data:`FUSED_MODULES`.
+Each pattern decides the layout family it finds (``per-expert`` or
+``fused``, :mod:`engine.layout_core`) together with the template, and the
+Layout it returns carries that family.
+
+Why a second detector exists (``fixtures.detect``): the generator must not
+import the engine, nor the engine the generator (docs/DESIGN.md §2), and
+the two are written apart on purpose -- this one from the C reader's
+validated table, that one from names, regular expressions and possibly
+header-less shards -- so that a rule one gets wrong the other does not
+repeat.  tests/cache/test_detectors_agree.py holds them to the same answer,
+family included, on every preset and every real-model description in
+tests/data/models/.
 """
 
 from __future__ import annotations
@@ -23,15 +35,17 @@ from typing import Any
 
 from engine.container import Container, TensorInfo
 from engine.errors import LayoutError
-from engine.layout import (
+from engine.layout_core import (
+    FUSED,
     LAYOUT_FILE,
+    PER_EXPERT,
     Layout,
-    _folder,
-    _is_int,
-    _missing,
-    _shape,
+    folder_of,
     fused_slice,
+    is_int,
+    missing_tensor,
     ranges,
+    shape_text,
 )
 
 #: config.json keys giving the experts per layer, the first present wins.
@@ -54,7 +68,7 @@ class _Hit:
     """One tensor name that fits a routed-expert pattern."""
 
     template: str
-    fused: bool
+    family: str  # PER_EXPERT or FUSED
     layer: int
     expert: int  # -1 for fused
     tensor: str
@@ -85,13 +99,13 @@ def _classify(name: str) -> _Hit | None:
                 if j + 2 >= len(comps):
                     return None
                 return _Hit(".".join(head + comps[i + 2:j + 1]
-                                     + ["{expert}", "{tensor}"]), False,
+                                     + ["{expert}", "{tensor}"]), PER_EXPERT,
                             layer, int(nxt), ".".join(comps[j + 2:]))
             return _Hit(".".join(head + comps[i + 2:j + 1] + ["{tensor}"]),
-                        True, layer, -1, ".".join(comps[j + 1:]))
+                        FUSED, layer, -1, ".".join(comps[j + 1:]))
     for k in range(i + 2, len(comps)):
         if comps[k] in FUSED_MODULES:
-            return _Hit(".".join(head + comps[i + 2:k] + ["{tensor}"]), True,
+            return _Hit(".".join(head + comps[i + 2:k] + ["{tensor}"]), FUSED,
                         layer, -1, ".".join(comps[k:]))
     return None
 
@@ -133,7 +147,7 @@ class _Config:
             v = self.get(k)
             if v is None:
                 continue
-            if not _is_int(v) or v < lo:
+            if not is_int(v) or v < lo:
                 raise LayoutError(f"{self.path}: {k} must be an integer of at "
                                   f"least {lo}, got {v!r}")
             return int(v), k
@@ -166,7 +180,7 @@ class _Config:
             why.append(f"decoder_sparse_step {step[0]}")
         only = self.get("mlp_only_layers")
         if only:
-            if not isinstance(only, list) or not all(_is_int(x) for x in only):
+            if not isinstance(only, list) or not all(is_int(x) for x in only):
                 raise LayoutError(f"{self.path}: mlp_only_layers must be a "
                                   f"list of integers, got {only!r}")
             ids = [x for x in ids if x not in set(only)]
@@ -185,7 +199,7 @@ def detect(path: str | os.PathLike[str], *,
 
 
 def _detect(p: Path, c: Container) -> Layout:
-    folder = _folder(p)
+    folder = folder_of(p)
     cfg = _Config(folder)
     infos = c.tensors()
     groups: dict[str, list[tuple[_Hit, TensorInfo]]] = {}
@@ -202,14 +216,13 @@ def _detect(p: Path, c: Container) -> Layout:
     if len(groups) > 1:
         lines = []
         for tmpl, hits in groups.items():
-            fam = "fused" if hits[0][0].fused else "per-expert"
-            lines.append(f"{tmpl} ({fam}, {len(hits)} tensors, layers "
+            lines.append(f"{tmpl} ({hits[0][0].family}, {len(hits)} tensors, layers "
                          f"{ranges(h.layer for h, _ in hits)})")
         raise LayoutError(f"{p}: several candidate expert layouts; give a "
                           f"layout file ({LAYOUT_FILE}) to choose: "
                           + "; ".join(lines))
     template, hits = next(iter(groups.items()))
-    fused = hits[0][0].fused
+    family = hits[0][0].family
     names_layers = sorted({h.layer for h, _ in hits})
     cfg_layers = cfg.moe_layers()
     if cfg_layers is not None:
@@ -229,7 +242,7 @@ def _detect(p: Path, c: Container) -> Layout:
     for h, info in hits:
         by_key.setdefault((h.layer, h.expert), {})[h.tensor] = info
     first = names_layers[0]
-    if fused:
+    if family == FUSED:
         lead = by_key[first, -1]
         first_info = min(lead.values(), key=lambda t: (t.shard, t.offset))
         n_experts = (cfg_e[0] if cfg_e is not None
@@ -237,7 +250,7 @@ def _detect(p: Path, c: Container) -> Layout:
         if n_experts < 1:
             raise LayoutError(
                 f"fused expert tensor {first_info.name} (layer {first}) has "
-                f"shape {_shape(first_info.shape)}: no leading dimension to "
+                f"shape {shape_text(first_info.shape)}: no leading dimension to "
                 f"take n_experts from", layer=first)
     else:
         experts_of = {la: sorted({e for (la2, e) in by_key if la2 == la})
@@ -271,7 +284,8 @@ def _detect(p: Path, c: Container) -> Layout:
                           f"{n_experts} experts per layer")
     layout = Layout(template, tensors, tuple(names_layers), n_experts, top[0],
                     "detected (config.json and tensor names)"
-                    if cfg.data is not None else "detected (tensor names)")
+                    if cfg.data is not None else "detected (tensor names)",
+                    family=family)
     _check_detected(layout, by_key, c.shards)
     return layout
 
@@ -300,7 +314,7 @@ def _check_detected(layout: Layout, by_key: dict[tuple[int, int],
             have = by_key.get((layer, -1 if layout.fused else e), {})
             for t in layout.tensors:
                 if t not in have:
-                    raise _missing(layout, layer, e, t)
+                    raise missing_tensor(layout, layer, e, t)
             where = sorted({have[t].shard for t in layout.tensors})
             if len(where) > 1:
                 names = ", ".join(os.path.basename(shards[s]) for s in where)

@@ -13,11 +13,15 @@ this order (docs/LAYOUT.md):
 4. detection from ``config.json`` beside the container and the tensor
    names, shapes and offsets the C reader validated.
 
-A template with ``{expert}`` names one whole tensor per expert; a template
-without it names *fused* tensors: one ``[n_experts, ...]`` tensor per layer
-and tensor part, expert e being slice e along the leading dimension.
+A layout's family (:attr:`Layout.family`, :mod:`engine.layout_core`) is
+``per-expert`` (the template holds ``{expert}``: one whole tensor per
+expert) or ``fused`` (no ``{expert}``: one ``[n_experts, ...]`` tensor per
+layer and tensor part, expert e being slice e along the leading
+dimension).  A layout file or spec may name it (key ``family``); it is
+decided once, here or in detection, and checked against the template.
 
-Detection is :mod:`engine.detect`.  Every problem raises
+Detection is :mod:`engine.detect`; the Layout value and the helpers both
+share are :mod:`engine.layout_core`.  Every problem raises
 :class:`engine.errors.LayoutError` naming the file, key, layer, expert or
 tensor concerned.
 """
@@ -27,77 +31,52 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.container import Container, TensorInfo
+from engine.detect import detect
 from engine.errors import LayoutError, misuse
+from engine.layout_core import (
+    FAMILIES,
+    FUSED,
+    I32_MAX,
+    LAYOUT_FILE,
+    PER_EXPERT,
+    Layout,
+    check_family,
+    check_template,
+    folder_of,
+    fused_slice,
+    is_int,
+    missing_tensor,
+    ranges,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-#: The conventional name of an explicit layout file inside a container folder.
-LAYOUT_FILE = "xcache-layout.toml"
+__all__ = ["FAMILIES", "FUSED", "KEYS", "LAYOUT_FILE", "OPTIONAL_KEYS",
+           "PER_EXPERT", "Layout", "Summary", "UNSET", "cache_keywords",
+           "expert_pieces", "from_mapping", "from_spec", "fused_slice",
+           "has_layout", "load_file", "ranges", "resolve", "resolve_given",
+           "summarize"]
+
 #: The metadata key under which a fixture container stores its spec (JSON).
 SPEC_KEY = "xcache.spec"
 #: The index file name the C reader looks for in a folder.
 INDEX_NAME = "model.safetensors.index.json"
 #: The keys of a layout, exactly: ExpertCache's layout keyword arguments.
 KEYS = ("expert_template", "tensors", "layers", "n_experts", "top_k")
-
-_I32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The expert layout of a container and where it came from (``source``)."""
-
-    expert_template: str
-    tensors: tuple[str, ...]
-    layers: tuple[int, ...]
-    n_experts: int
-    top_k: int
-    source: str = "given"
-
-    @property
-    def fused(self) -> bool:
-        """Whether experts are slices of stacked tensors (no ``{expert}``)."""
-        return "{expert}" not in self.expert_template
-
-    def cache_kwargs(self) -> dict[str, Any]:
-        """The five keyword arguments of ``engine.ExpertCache`` for this layout."""
-        return {"expert_template": self.expert_template,
-                "tensors": list(self.tensors), "layers": list(self.layers),
-                "n_experts": self.n_experts, "top_k": self.top_k}
-
-    def tensor_name(self, layer: int, expert: int, tensor: str) -> str:
-        """The container name of ``tensor`` of (layer, expert) (fused: of the layer)."""
-        return (self.expert_template.replace("{layer}", str(layer))
-                .replace("{expert}", str(expert)).replace("{tensor}", tensor))
+#: Keys a layout file or mapping may add: the family, else the template's.
+OPTIONAL_KEYS = ("family",)
 
 
 # -- explicit layouts ---------------------------------------------------------
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _check_template(where: str, key: str, v: Any) -> str:
-    need = "a string holding {layer} and {tensor} (and {expert} unless the " \
-           "experts are fused)"
-    if not isinstance(v, str) or "{layer}" not in v or "{tensor}" not in v:
-        raise LayoutError(f"{where}: key {key!r} must be {need}, got {v!r}")
-    rest = v.replace("{layer}", "").replace("{expert}", "").replace(
-        "{tensor}", "")
-    if "{" in rest or "}" in rest or "\0" in v:
-        raise LayoutError(f"{where}: key {key!r} may hold no braces other than "
-                          f"{{layer}}, {{expert}} and {{tensor}}, got {v!r}")
-    return v
 
 
 def _check_tensors(where: str, key: str, v: Any) -> tuple[str, ...]:
@@ -115,9 +94,9 @@ def _check_tensors(where: str, key: str, v: Any) -> tuple[str, ...]:
 
 def _check_layers(where: str, key: str, v: Any) -> tuple[int, ...]:
     if (not isinstance(v, (list, tuple)) or not v
-            or not all(_is_int(x) and 0 <= x <= _I32_MAX for x in v)):
+            or not all(is_int(x) and 0 <= x <= I32_MAX for x in v)):
         raise LayoutError(f"{where}: key {key!r} must be a non-empty list of "
-                          f"integers from 0 to {_I32_MAX}, got {v!r}")
+                          f"integers from 0 to {I32_MAX}, got {v!r}")
     for a, b in zip(v[:-1], v[1:], strict=True):
         if b <= a:
             raise LayoutError(f"{where}: key {key!r} must be strictly "
@@ -126,7 +105,7 @@ def _check_layers(where: str, key: str, v: Any) -> tuple[int, ...]:
 
 
 def _check_count(where: str, key: str, v: Any, hi: int, what: str = "") -> int:
-    if not _is_int(v) or not 1 <= v <= hi:
+    if not is_int(v) or not 1 <= v <= hi:
         raise LayoutError(f"{where}: key {key!r} must be an integer from 1 to "
                           f"{hi}{what}, got {v!r}")
     return int(v)
@@ -141,19 +120,21 @@ def from_mapping(data: Any, where: str = "layout", source: str = "given"
         raise LayoutError(f"{where}: must be a table of {', '.join(KEYS)}, "
                           f"got {type(data).__name__} {data!r}")
     for k in data:
-        if k not in KEYS:
+        if k not in KEYS and k not in OPTIONAL_KEYS:
             raise LayoutError(f"{where}: unknown key {k!r} (a layout has "
-                              f"exactly {', '.join(KEYS)})")
+                              f"exactly {', '.join(KEYS)}, and optionally "
+                              f"{', '.join(OPTIONAL_KEYS)})")
     for k in KEYS:
         if k not in data:
             raise LayoutError(f"{where}: missing key {k!r} (a layout has "
                               f"exactly {', '.join(KEYS)})")
-    template = _check_template(where, "expert_template", data["expert_template"])
+    template = check_template(where, "expert_template", data["expert_template"])
     tensors = _check_tensors(where, "tensors", data["tensors"])
     layers = _check_layers(where, "layers", data["layers"])
-    n = _check_count(where, "n_experts", data["n_experts"], _I32_MAX)
+    n = _check_count(where, "n_experts", data["n_experts"], I32_MAX)
     top_k = _check_count(where, "top_k", data["top_k"], n, " (n_experts)")
-    return Layout(template, tensors, layers, n, top_k, source)
+    family = check_family(where, template, data.get("family"))
+    return Layout(template, tensors, layers, n, top_k, source, family=family)
 
 
 def load_file(path: str | os.PathLike[str]) -> Layout:
@@ -186,7 +167,7 @@ def from_spec(text: str, where: str) -> Layout:
               "top_k"):
         if k not in spec:
             raise LayoutError(f"{where}: missing key {k!r}")
-    template = _check_template(where, "expert_template", spec["expert_template"])
+    template = check_template(where, "expert_template", spec["expert_template"])
     parts = spec["expert_tensors"]
     if not isinstance(parts, list) or not all(
             isinstance(t, Mapping) and "name" in t for t in parts):
@@ -195,20 +176,17 @@ def from_spec(text: str, where: str) -> Layout:
     tensors = _check_tensors(where, "expert_tensors",
                              [t["name"] for t in parts])
     layers = spec["layers"]
-    if _is_int(layers) and 1 <= layers <= _I32_MAX:  # a count: 0..n-1
+    if is_int(layers) and 1 <= layers <= I32_MAX:  # a count: 0..n-1
         layers = list(range(layers))
     layers = _check_layers(where, "layers", layers)
-    n = _check_count(where, "experts", spec["experts"], _I32_MAX)
+    n = _check_count(where, "experts", spec["experts"], I32_MAX)
     top_k = _check_count(where, "top_k", spec["top_k"], n, " (experts)")
+    family = check_family(where, template, spec.get("family"))
     return Layout(template, tensors, layers, n, top_k,
-                  f"fixture spec ({where})")
+                  f"fixture spec ({where})", family=family)
 
 
 # -- where a container lives ------------------------------------------------------
-
-
-def _folder(path: Path) -> Path:
-    return path if path.is_dir() else path.parent
 
 
 def _index_path(path: Path) -> Path | None:
@@ -260,7 +238,7 @@ def resolve(path: str | os.PathLike[str], layout: Any = None, *,
 def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
     """Whether anything describes experts: a layout file, config.json, a spec, names."""
     p = Path(os.fsdecode(path))
-    folder = _folder(p)
+    folder = folder_of(p)
     if (folder / LAYOUT_FILE).is_file() or (folder / "config.json").is_file():
         return True
     if SPEC_KEY in container.metadata:
@@ -319,47 +297,16 @@ def cache_keywords(layout: Any, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_in(p: Path, c: Container) -> Layout:
-    explicit = _folder(p) / LAYOUT_FILE
+    explicit = folder_of(p) / LAYOUT_FILE
     if explicit.is_file():
         return load_file(explicit)
     spec = _spec_from(p, c)
     if spec is not None:
         return spec
-    from engine.detect import detect  # noqa: PLC0415 - it imports this module
-
     return detect(p, container=c)
 
 
 # -- pieces -------------------------------------------------------------------------
-
-
-def _shape(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def fused_slice(info: TensorInfo, layer: int, n_experts: int) -> int:
-    """Bytes of expert slices of fused tensor ``info``; LayoutError if none."""
-    if not info.shape or info.shape[0] != n_experts:
-        raise LayoutError(
-            f"fused expert tensor {info.name} (layer {layer}) has shape "
-            f"{_shape(info.shape)}: its leading dimension must be n_experts "
-            f"({n_experts})", layer=layer)
-    if info.nbytes % n_experts:
-        raise LayoutError(
-            f"fused expert tensor {info.name} (layer {layer}) has shape "
-            f"{_shape(info.shape)} ({info.nbytes} bytes), which does not "
-            f"split into n_experts ({n_experts}) slices of whole bytes",
-            layer=layer)
-    return info.nbytes // n_experts
-
-
-def _missing(layout: Layout, layer: int, expert: int, tensor: str) -> LayoutError:
-    name = layout.tensor_name(layer, expert, tensor)
-    who = (f"layer {layer} (all {layout.n_experts} experts)" if layout.fused
-           else f"layer {layer} expert {expert}")
-    return LayoutError(f"missing expert tensor: {who} has no {tensor!r}: "
-                       f"{name} is not in the container",
-                       layer=layer, expert=expert)
 
 
 def expert_pieces(layout: Layout, layer: int, expert: int,
@@ -374,7 +321,7 @@ def expert_pieces(layout: Layout, layer: int, expert: int,
         name = layout.tensor_name(layer, expert, t)
         info = infos.get(name)
         if info is None:
-            raise _missing(layout, layer, expert, t)
+            raise missing_tensor(layout, layer, expert, t)
         if layout.fused:
             nb = fused_slice(info, layer, layout.n_experts)
             out.append((name, expert * nb, nb))
@@ -420,16 +367,3 @@ def summarize(layout: Layout, container: Container) -> Summary:
     return Summary(layout, nbytes or 0,
                    len(layout.layers) * layout.n_experts, scattered)
 
-
-def ranges(values: Iterable[int]) -> str:
-    """Ascending integers as compact ranges: ``0, 3-5, 9``."""
-    vals = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out) or "none"

@@ -11,6 +11,14 @@ engine's loader makes for one load (docs/DESIGN.md §4): one contiguous run
 cut at multiples of ``chunk_bytes``, else one read per piece.
 
 Never imports ``engine``.
+
+The family (per-expert or fused) is decided here from the template, on
+purpose, and not taken from the caller's ``Layout.family`` or
+``Spec.family``: the oracle models the C engine, whose ABI is the five
+layout keys and whose loader decides the family from the template alone
+(``engine/csrc/xc_load.c``), so reading the template independently is what
+lets a wrong family recorded by the engine's Python side or the generator
+show up as a disagreement instead of being copied into the reference.
 """
 
 from __future__ import annotations

@@ -110,7 +110,18 @@ def test_an_explicit_layout_wins_over_everything(presets, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"extra": 1}, "unknown key 'extra' (a layout has exactly expert_template, "
-                   "tensors, layers, n_experts, top_k)"),
+                   "tensors, layers, n_experts, top_k, and optionally family)"),
+    ({"family": "per-expert", "expert_template": "m.{layer}.{tensor}"},
+     "key 'family' is 'per-expert' but key 'expert_template' has no {expert}, "
+     "which a 'per-expert' layout needs: 'm.{layer}.{tensor}'"),
+    ({"family": "fused"},
+     "key 'family' is 'fused' but key 'expert_template' holds {expert}, which "
+     "only a 'per-expert' layout may: "
+     "'language_model.model.layers.{layer}.block_sparse_moe.experts.{expert}."
+     "{tensor}'"),
+    ({"family": "stacked"}, "key 'family' must be one of 'per-expert', "
+                            "'fused', got 'stacked'"),
+    ({"family": 1}, "key 'family' must be one of 'per-expert', 'fused', got 1"),
     ({"top_k": None}, "missing key 'top_k' (a layout has exactly "
                       "expert_template, tensors, layers, n_experts, top_k)"),
     ({"expert_template": "a.{expert}.{tensor}"},

@@ -78,10 +78,16 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+#: model -> its layout family
+FAMILY = {"mixtral-8x7b": "per-expert", "qwen2-moe-lm": "per-expert",
+          "deepseek-v3": "per-expert", "olmoe-1b-7b": "per-expert",
+          "granite-3.0-1b-a400m": "fused", "gpt-oss-20b": "fused"}
+
+
 def _expected(model: str) -> dict:
     _, experts, template, tensors, layers, top_k = CASES[model]
     return {"expert_template": template, "tensors": tensors, "layers": layers,
-            "n_experts": experts, "top_k": top_k}
+            "n_experts": experts, "top_k": top_k, "family": FAMILY[model]}
 
 
 @pytest.mark.parametrize("model", sorted(CASES))
@@ -99,18 +105,18 @@ def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
     assert {k: v for k, v in got_src.items() if k != "tensors"} == {
         k: v for k, v in want.items() if k != "tensors"}
     assert sorted(got_src["tensors"]) == sorted(want["tensors"])
-    engine_view = detect(twin).cache_kwargs()
+    engine_view = {**detect(twin).cache_kwargs(), "family": detect(twin).family}
     fixtures_view = detect_dir(twin)
     stored = resolve(twin)
     assert stored.source.startswith("fixture spec")
     assert engine_view == fixtures_view == stored.cache_kwargs() | {
-        "tensors": engine_view["tensors"]}
+        "tensors": engine_view["tensors"], "family": stored.family}
     # the stored spec names the same tensors, in the order it was written
     assert sorted(stored.tensors) == sorted(engine_view["tensors"])
     assert sorted(engine_view["tensors"]) == sorted(want["tensors"])
     assert {k: v for k, v in engine_view.items() if k != "tensors"} == {
         k: v for k, v in want.items() if k != "tensors"}
-    assert detect(twin).fused == ("{expert}" not in want["expert_template"])
+    assert detect(twin).fused == (FAMILY[model] == "fused")
 
 
 @pytest.mark.parametrize("model", sorted(CASES))

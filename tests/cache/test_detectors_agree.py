@@ -1,0 +1,134 @@
+"""engine.detect and fixtures.detect give one answer, family included, everywhere.
+
+The two detectors stay two on purpose (their docstrings say why); this is
+what keeps them in step: every preset and every real-model description in
+tests/data/models/, each detected by both, compared key for key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import engine
+import fixtures
+from engine.detect import detect
+from engine.layout import resolve
+from fixtures import realistic
+from fixtures.detect import DetectError, config_moe_layers, detect_dir, text_config
+from fixtures.from_header import from_header
+from fixtures.reader import container_spec
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "models"
+
+#: every preset's family
+PRESET_FAMILY = {"k3-mini": "per-expert", "mixtral-mini": "per-expert",
+                 "deepseek-mini": "per-expert", "granite-mini": "fused",
+                 "gptoss-mini": "fused", "huge-sparse": "per-expert"}
+#: every real-model description's family
+MODEL_FAMILY = {"deepseek-v3": "per-expert", "gpt-oss-20b": "fused",
+                "granite-3.0-1b-a400m": "fused", "mixtral-8x7b": "per-expert",
+                "olmoe-1b-7b": "per-expert", "qwen2-moe-lm": "per-expert"}
+
+
+#: presets both detectors refuse, and the same expert they name: detection
+#: wants each expert in one shard (docs/LAYOUT.md "Detection")
+SPLIT = {"mixtral-mini": ("layer 1 expert 1", "model-00001-of-00003",
+                          "model-00002-of-00003"),
+         "deepseek-mini": ("layer 1 expert 2", "model-00001-of-00004",
+                           "model-00002-of-00004"),
+         "huge-sparse": ("layer 4 expert 117", "model-00001-of-00008",
+                         "model-00002-of-00008")}
+
+
+def _engine_view(path: Path) -> dict:
+    """The engine's detection as fixtures.detect spells it (six keys, lists)."""
+    lay = detect(path)
+    return {**lay.cache_kwargs(), "family": lay.family}
+
+
+def test_the_tables_cover_every_preset_and_description():
+    """A new preset or description must be added here, so it is compared too."""
+    assert sorted(PRESET_FAMILY) == sorted(fixtures.PRESETS)
+    assert sorted(MODEL_FAMILY) == sorted(p.stem for p in DATA.glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def presets(tmp_path_factory) -> dict[str, Path]:
+    """Every preset generated once, with a config.json giving top-k if it had none."""
+    root = tmp_path_factory.mktemp("presets")
+    out = {}
+    for name in fixtures.PRESETS:
+        lay = fixtures.generate(name, root / name)
+        cfg = lay.dir / "config.json"
+        if not cfg.exists():
+            spec = lay.spec
+            cfg.write_text(json.dumps({"num_experts_per_tok": spec.top_k,
+                                       "num_local_experts": spec.n_experts}))
+        out[name] = lay.dir
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_FAMILY))
+def test_both_detectors_agree_on_every_preset(presets, name):
+    """Both find the preset's spec, tensor order and family, or refuse it alike."""
+    folder = presets[name]
+    spec = fixtures.preset(name)
+    stored = resolve(folder)  # the stored spec, not detection
+    assert stored.source.startswith("fixture spec")
+    assert stored.family == spec.family == PRESET_FAMILY[name]
+    if name in SPLIT:
+        key, a, b = SPLIT[name]
+        said = (f"{key}: its tensors are split across shards {a}.safetensors, "
+                f"{b}.safetensors")
+        with pytest.raises(engine.LayoutError) as engine_no:
+            detect(folder)
+        with pytest.raises(DetectError) as fixtures_no:
+            detect_dir(folder)
+        assert str(engine_no.value) == (
+            f"{said}; each expert's tensors must be in one shard")
+        assert str(fixtures_no.value) == said
+        return
+    engine_view = _engine_view(folder)
+    assert detect_dir(folder) == engine_view
+    assert engine_view["family"] == spec.family == PRESET_FAMILY[name]
+    assert {k: v for k, v in engine_view.items() if k != "tensors"} == {
+        "expert_template": spec.expert_template, "layers": list(spec.layers),
+        "n_experts": spec.n_experts, "top_k": spec.top_k, "family": spec.family}
+    assert sorted(engine_view["tensors"]) == sorted(
+        p for p, _, _ in spec.expert_tensors)
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Description -> (index + config folder of its first two MoE layers, twin)."""
+    root = tmp_path_factory.mktemp("models")
+    out = {}
+    for path in sorted(DATA.glob("*.json")):
+        desc = realistic.load(path)
+        moe = config_moe_layers(text_config(desc["config"]))
+        assert moe, f"{path.name}: the config names no MoE layers"
+        src = realistic.expand(desc, root / path.stem / "src", form="index",
+                               layers=moe[:2], experts=4)
+        twin = root / path.stem / "twin"
+        from_header(src, twin, scale=0.01)
+        out[path.stem] = (src, twin)
+    return out
+
+
+@pytest.mark.parametrize("model", sorted(MODEL_FAMILY))
+def test_both_detectors_agree_on_every_real_model(twins, model):
+    """On each description's twin both detectors say the same six keys."""
+    src, twin = twins[model]
+    engine_view = _engine_view(twin)
+    assert detect_dir(twin) == engine_view
+    assert engine_view["family"] == MODEL_FAMILY[model]
+    # from the index alone the fixtures' detector sees the same layout
+    from_index = detect_dir(src)
+    assert from_index["family"] == MODEL_FAMILY[model]
+    assert {k: from_index[k] for k in ("expert_template", "layers")} == {
+        k: engine_view[k] for k in ("expert_template", "layers")}
+    assert container_spec(twin).family == MODEL_FAMILY[model]
+    assert resolve(twin).family == MODEL_FAMILY[model]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.container import Container, TensorInfo
+from engine.container import Container
 from engine.detect import detect
 from engine.errors import LayoutError, misuse
 from engine.layout_core import (
@@ -48,10 +48,10 @@ from engine.layout_core import (
     Layout,
     check_family,
     check_template,
+    expert_pieces,
     folder_of,
     fused_slice,
     is_int,
-    missing_tensor,
     ranges,
 )
 
@@ -307,27 +307,6 @@ def _resolve_in(p: Path, c: Container) -> Layout:
 
 
 # -- pieces -------------------------------------------------------------------------
-
-
-def expert_pieces(layout: Layout, layer: int, expert: int,
-                  infos: Mapping[str, TensorInfo]) -> list[tuple[str, int, int]]:
-    """Expert (layer, expert) as ``(tensor name, byte start in it, nbytes)`` pieces.
-
-    ``infos`` maps tensor names to their :class:`TensorInfo`.  Per-expert
-    tensors give ``(name, 0, nbytes)``; fused ones ``(name, e*nb/E, nb/E)``.
-    """
-    out = []
-    for t in layout.tensors:
-        name = layout.tensor_name(layer, expert, t)
-        info = infos.get(name)
-        if info is None:
-            raise missing_tensor(layout, layer, expert, t)
-        if layout.fused:
-            nb = fused_slice(info, layer, layout.n_experts)
-            out.append((name, expert * nb, nb))
-        else:
-            out.append((name, 0, info.nbytes))
-    return out
 
 
 @dataclass(frozen=True)

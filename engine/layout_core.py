@@ -14,13 +14,14 @@ The layout *family* is one field, decided once where a layout is built:
   ``[n_experts, ...]`` tensor per (layer, part), expert e being slice e
   along the leading dimension.
 
-:func:`check_family` is the one place that relates a family to a template;
-everything else reads :attr:`Layout.family`.
+:func:`check_family` is the one place that relates a family to a template
+and :func:`expert_pieces` the one place in the engine's Python that turns
+a family into bytes; everything else reads :attr:`Layout.family`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,27 @@ def missing_tensor(layout: Layout, layer: int, expert: int, tensor: str
     return LayoutError(f"missing expert tensor: {who} has no {tensor!r}: "
                        f"{name} is not in the container",
                        layer=layer, expert=expert)
+
+
+def expert_pieces(layout: Layout, layer: int, expert: int,
+                  infos: Mapping[str, TensorInfo]) -> list[tuple[str, int, int]]:
+    """Expert (layer, expert) as ``(tensor name, byte start in it, nbytes)`` pieces.
+
+    ``infos`` maps tensor names to their :class:`TensorInfo`.  Per-expert
+    tensors give ``(name, 0, nbytes)``; fused ones ``(name, e*nb/E, nb/E)``.
+    """
+    out = []
+    for t in layout.tensors:
+        name = layout.tensor_name(layer, expert, t)
+        info = infos.get(name)
+        if info is None:
+            raise missing_tensor(layout, layer, expert, t)
+        if layout.fused:
+            nb = fused_slice(info, layer, layout.n_experts)
+            out.append((name, expert * nb, nb))
+        else:
+            out.append((name, 0, info.nbytes))
+    return out
 
 
 def ranges(values: Iterable[int]) -> str:

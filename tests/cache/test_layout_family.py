@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -173,3 +174,25 @@ def test_no_module_decides_the_family_from_a_template_but_the_deciders():
             if _DECIDE.search(path.read_text(encoding="utf-8")):
                 found.add(path.relative_to(ROOT).as_posix())
     assert found == DECIDERS
+
+
+def _engine_imports(module: str) -> set[tuple[str, str]]:
+    """(engine module, name) pairs one engine module imports, anywhere in it."""
+    tree = ast.parse((ROOT / "engine" / f"{module}.py").read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "engine."):
+            out.update((node.module.split(".")[1], a.name) for a in node.names)
+    return out
+
+
+def test_the_layout_modules_form_no_circle_and_share_no_private_name():
+    """layout_core imports neither; detect only layout_core; nothing private crosses."""
+    imports = {m: _engine_imports(m) for m in ("layout", "detect", "layout_core")}
+    uses = {m: {mod for mod, _ in v} & set(imports) for m, v in imports.items()}
+    assert uses == {"layout": {"detect", "layout_core"},
+                    "detect": {"layout_core"}, "layout_core": set()}
+    private = sorted((m, mod, name) for m, v in imports.items()
+                     for mod, name in v if name.startswith("_"))
+    assert private == []

@@ -31,6 +31,8 @@
  * The four lists are key lists (xc_klist), so every move is O(1) and the
  * victim walk steps only over protected keys.
  */
+#include <assert.h>
+
 #include "xc_internal.h"
 #include "xc_policy.h"
 
@@ -138,7 +140,9 @@ static int64_t replace(const arc *a, double tp, int from_b2,
 static int64_t arc_to_evict(const xc_policy *p, const xc_pview *v)
 {
     const arc *a = p->priv;
-    int w = p->want_set ? a->where[p->want] : W_NONE;
+    int w;
+    assert(!p->want_set || p->want < p->n_keys);
+    w = p->want_set ? a->where[p->want] : W_NONE;
     if (w == W_B1 || w == W_B2)
         return replace(a, adapted(a, p, w), w == W_B2, v);
     if (a->l[W_T1].n + a->l[W_B1].n >= p->n_slots && a->l[W_B1].n == 0)

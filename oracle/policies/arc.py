@@ -50,11 +50,12 @@ class ARC:
     def _adapted(self, key: int) -> tuple[float, bool]:
         """``p`` after a ghost hit on ``key`` (in B1 or B2), and whether it was B2."""
         if key in self.B1:
-            return min(self.p + max(len(self.B2) / len(self.B1), 1.0), float(self.c)), False
+            up = self.p + max(len(self.B2) / len(self.B1), 1.0)
+            return min(up, float(self.c)), False
         return max(self.p - max(len(self.B1) / len(self.B2), 1.0), 0.0), True
 
     def _replace(self, p: float, from_b2: bool, cand: set[int]) -> int:
-        """REPLACE's choice: T1's oldest candidate or T2's, the other list as fallback."""
+        """REPLACE: T1's or T2's oldest candidate, the other list's as fallback."""
         n1 = len(self.T1)
         t1_first = (n1 > 0 and (n1 > p or (n1 == p and from_b2))) or not self.T2
         return _first((self.T1, self.T2) if t1_first else (self.T2, self.T1), cand)
@@ -78,7 +79,7 @@ class ARC:
             self.ret = key
 
     def evict(self, key: int, cand: set[int]) -> None:
-        """Evict ``key``: trim the ghosts unless a ghost hit is served, then ghost it."""
+        """Evict ``key``: trim the ghosts unless serving a ghost hit; ghost the key."""
         if self.want is None or self.ret != self.want:
             if len(self.T1) + len(self.B1) >= self.c:
                 if not self.B1:
@@ -101,7 +102,7 @@ class ARC:
         self.T2.append(key)
 
     def insert(self, key: int) -> None:
-        """Publish: a returning or ghost key to T2's back (a ghost adapts p), else T1's."""
+        """Publish: a returning or ghost key to T2 (a ghost adapts p), others to T1."""
         if key in self.returning:
             self.returning.discard(key)
             self.T2.append(key)

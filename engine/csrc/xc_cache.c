@@ -476,13 +476,15 @@ int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key)
     c->pol.want = key; /* xc_policy.h: the victim is chosen for key */
     c->pol.want_set = 1;
     si = xc_slot_victim(c);
-    if (si >= 0) {
-        c->stats.requests++;
-        c->stats.misses++;
-        c->requests_since_open++;
-        xc_policy_request(&c->pol, key);
-        xc_slot_reserve(c, si, key);
+    if (si < 0) {
+        c->pol.want_set = 0;
+        return -1;
     }
+    c->stats.requests++;
+    c->stats.misses++;
+    c->requests_since_open++;
+    xc_policy_request(&c->pol, key);
+    xc_slot_reserve(c, si, key);
     c->pol.want_set = 0;
     return si;
 }

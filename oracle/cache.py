@@ -183,6 +183,11 @@ class CacheModel:
                              np.array(self._freq), np.array(hot),
                              self.n_policy_evictions)
 
+    def _want(self, key: int | None) -> None:
+        """Tell a queue policy the key whose demand miss the next victim serves."""
+        if self.queue is not None:
+            self.queue.want = key
+
     def _evict_into(self, slot: int, key: int) -> None:
         """Make ``slot`` INFLIGHT for ``key``, evicting a READY occupant."""
         assert self._state[slot] != INFLIGHT and not self._protected(slot)
@@ -209,6 +214,8 @@ class CacheModel:
         return per_load(self.key_of(key)) if callable(per_load) else per_load
 
     def _count_demand(self, key: int) -> None:
+        if self.queue is not None:
+            self.queue.request(key)
         self.counters["requests"] += 1
         self.hot[key] = self.hot.get(key, 0) + 1
         self.demand_total += 1
@@ -269,13 +276,16 @@ class CacheModel:
             if self.queue is not None:
                 self.queue.hit(key)
             return self._hold(slot, layer, expert)
+        self._want(key)
         slot = self._victim()  # (4) miss: choose a victim
         if slot is None:
+            self._want(None)
             raise AllPinned(f"no slot for (layer {layer}, expert {expert}): all "
                             f"{self.n_slots} are held, pinned or in flight")
         self._count_demand(key)
         self.counters["misses"] += 1
         self._evict_into(slot, key)
+        self._want(None)
         self.counters["io_bytes"] += self._io_bytes(key)  # (5) read
         if fail is not None:
             self._fail(slot, fail)
@@ -371,13 +381,16 @@ class CacheModel:
             if key in self._index:  # READY: nothing is in flight here
                 refs.append(self.get(layer, expert))
                 continue
+            self._want(key)
             slot = self._victim()
             if slot is None:
+                self._want(None)
                 deferred.append((layer, expert))
                 continue
             self._count_demand(key)
             self.counters["misses"] += 1
             self._evict_into(slot, key)
+            self._want(None)
             self._touch(slot)  # the stamp its publish keeps
             reads.append((slot, layer, expert))
         for slot, layer, expert in reads:

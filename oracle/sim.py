@@ -121,11 +121,14 @@ def _run(keys: np.ndarray, starts: np.ndarray, n_keys: int, policy: str,
             hits += 1
             freq[s] += 1
             if queue:
+                queue.request(k)
                 queue.hit(k)
         else:
             if filled < n:
                 s = filled
                 filled += 1
+                if queue:
+                    queue.request(k)
             else:
                 cands = np.flatnonzero(~protected) if step_mode else all_slots
                 if not len(cands):
@@ -134,8 +137,11 @@ def _run(keys: np.ndarray, starts: np.ndarray, n_keys: int, policy: str,
                     s = int(cands[np.argmax(key_next[slot_key[cands]])])
                 elif queue:
                     cand_keys = set(slot_key[cands].tolist())
+                    queue.want = k  # the victim is chosen for k's miss
                     victim = queue.victim(cand_keys)
+                    queue.request(k)
                     queue.evict(victim, cand_keys)
+                    queue.want = None
                     s = int(key_slot[victim])
                 else:
                     s = choose_victim(name, params, cands, last_use, insert_tick,

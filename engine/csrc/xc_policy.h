@@ -89,6 +89,11 @@ typedef struct xc_policy {
     size_t n_slots;        /* the cache's capacity in slots */
     uint64_t n_evicted;    /* policy evictions since open (lfru's e) */
     uint64_t n_requests;   /* demand requests since open (hotness) */
+    /* The key whose demand miss the victim choice under way serves: the
+     * caller sets it before to_evict and clears want_set after on_evict
+     * (0 otherwise, as for a batch load).  arc reads it. */
+    uint32_t want;
+    int want_set;
     uint32_t *count;       /* per-key hotness counts, or NULL */
     void *priv;            /* the policy's own ordered state, or NULL */
 } xc_policy;

@@ -3,39 +3,50 @@
  * ghosts B1, B2 steering an adaptive target p for T1.
  *
  * Megiddo and Modha's ARC balances "used once lately" against "used at
- * least twice" by learning from misses on recently evicted keys.  The cache
- * chooses a victim before it reads, and a policy sees a key only when it is
- * published, so here the ghost hit adapts p when the key is published
- * (on_insert), one step later than in the paper; the victim of that very
- * miss is chosen with the old p, and the paper's "x in B2 and |T1| == p"
- * tie term is dropped.  Exact rules (docs/CACHE.md "ARC"), c = n_slots,
- * all lists oldest first, integer arithmetic:
+ * least twice" by learning from misses on recently evicted keys.  The rules
+ * are libCacheSim's ARC (cache/eviction/ARC.c), so that both give the same
+ * misses on any trace: a demand miss on a ghost key adapts p before its
+ * victim is chosen, which is why the cache names the key it chooses for
+ * (xc_policy.want).  Exact rules (docs/CACHE.md "ARC"), c = n_slots, all
+ * lists oldest first, p a double starting at 0:
  *
  * - hit: the key moves to T2's back.
- * - insert of a key in B1: p = min(c, p + max(1, |B2| / |B1|)), the key
- *   leaves B1 for T2's back; in B2: p = max(0, p - max(1, |B1| / |B2|)),
- *   B2 -> T2's back; otherwise T1's back.  Then drop B1's oldest while
- *   |T1| + |B1| > c and B1 is not empty, then B2's oldest (B1's when B2 is
- *   empty) while |T1| + |T2| + |B1| + |B2| > 2c.
- * - victim: t1 = the oldest candidate in T1, t2 = the oldest in T2; t1 if
- *   it exists and (|T1| > p or there is no t2), else t2.  |T1| counts
- *   protected entries too.
- * - evict: a T1 victim goes to B1's back, a T2 victim to B2's back.
+ * - adapt(x): x in B1: p = min(c, p + max(1, |B2| / |B1|)), as
+ *   doubles; x in B2: p = max(0, p - max(1, |B1| / |B2|)).
+ * - replace(p, from_b2): T1 if |T1| > 0 and (|T1| > p, or |T1| == p and
+ *   from_b2), or if T2 is empty; else T2.  The victim is that list's oldest
+ *   candidate, else the other list's.
+ * - victim for a demand miss on x in B1/B2: replace(adapt(x), x in B2);
+ *   for any other load: if |T1| + |B1| >= c and B1 is empty, T1's oldest
+ *   candidate (else T2's); otherwise replace(p, 0).
+ * - request(x) (every demand get, before the eviction): x in B1/B2 adapts
+ *   p and leaves its list, marked returning.
+ * - evict(v), unless it serves a returning key's miss: if |T1| + |B1| >= c,
+ *   drop B1's oldest, or when B1 is empty drop v outright (no ghost); else
+ *   if |T1| + |T2| + |B1| + |B2| >= 2c, drop B2's oldest (if any).  Then a
+ *   T1 victim goes to B1's back, a T2 victim to B2's back.
+ * - insert(x): returning -> T2's back; in B1/B2 (a batch load: no request
+ *   came) -> adapt(x), T2's back; else T1's back.
  *
  * The four lists are key lists (xc_klist), so every move is O(1) and the
  * victim walk steps only over protected keys.
  */
+#include <assert.h>
+
 #include "xc_internal.h"
 #include "xc_policy.h"
 
-enum { W_NONE = 0, W_T1 = 1, W_T2 = 2, W_B1 = 3, W_B2 = 4 };
+enum { W_NONE = 0, W_T1 = 1, W_T2 = 2, W_B1 = 3, W_B2 = 4, W_RET = 5 };
 
-/* The four lists share one link set: a key is on at most one. */
+/* The four lists share one link set: a key is on at most one.  A key a
+ * demand miss took out of a ghost list is W_RET until published. */
 typedef struct arc {
     xc_klinks kl;
     xc_klist l[5];      /* l[W_T1] .. l[W_B2], oldest first */
-    uint64_t p;
+    double p;
     uint8_t *where;
+    uint32_t ret;       /* the key the last request took out of a ghost */
+    int ret_set;
 } arc;
 
 static void arc_free(arc *a)
@@ -73,7 +84,7 @@ static void arc_fini(xc_policy *p)
 static void take(arc *a, uint32_t key)
 {
     int w = a->where[key];
-    if (w != W_NONE)
+    if (w != W_NONE && w != W_RET)
         xc_kl_remove(&a->kl, &a->l[w], key);
     a->where[key] = W_NONE;
 }
@@ -82,6 +93,20 @@ static void put(arc *a, int w, uint32_t key)
 {
     xc_kl_push(&a->kl, &a->l[w], key);
     a->where[key] = (uint8_t)w;
+}
+
+/* p after a ghost hit on a key of ghost list w (W_B1 or W_B2). */
+static double adapted(const arc *a, const xc_policy *p, int w)
+{
+    double nb1 = (double)a->l[W_B1].n, nb2 = (double)a->l[W_B2].n, d;
+    if (w == W_B1) {
+        d = nb2 / nb1;
+        d = d < 1.0 ? 1.0 : d;
+        return a->p + d < (double)p->n_slots ? a->p + d : (double)p->n_slots;
+    }
+    d = nb1 / nb2;
+    d = d < 1.0 ? 1.0 : d;
+    return a->p - d > 0.0 ? a->p - d : 0.0;
 }
 
 /* The oldest key of list w that v shows as a candidate, or -1. */
@@ -95,15 +120,48 @@ static int64_t oldest(const arc *a, int w, const xc_pview *v)
     return -1;
 }
 
+/* The oldest candidate of list `first`, else of the other resident list. */
+static int64_t oldest_of(const arc *a, int first, const xc_pview *v)
+{
+    int64_t t = oldest(a, first, v);
+    return t >= 0 ? t : oldest(a, first == W_T1 ? W_T2 : W_T1, v);
+}
+
+/* REPLACE's choice with target tp. */
+static int64_t replace(const arc *a, double tp, int from_b2,
+                       const xc_pview *v)
+{
+    double n1 = (double)a->l[W_T1].n;
+    int t1 = (a->l[W_T1].n > 0 && (n1 > tp || (n1 == tp && from_b2))) ||
+             a->l[W_T2].n == 0;
+    return oldest_of(a, t1 ? W_T1 : W_T2, v);
+}
+
 static int64_t arc_to_evict(const xc_policy *p, const xc_pview *v)
 {
     const arc *a = p->priv;
-    int64_t t;
-    if (a->l[W_T1].n > a->p && (t = oldest(a, W_T1, v)) >= 0)
-        return t;
-    if ((t = oldest(a, W_T2, v)) >= 0)
-        return t;
-    return oldest(a, W_T1, v);
+    int w;
+    assert(!p->want_set || p->want < p->n_keys);
+    w = p->want_set ? a->where[p->want] : W_NONE;
+    if (w == W_B1 || w == W_B2)
+        return replace(a, adapted(a, p, w), w == W_B2, v);
+    if (a->l[W_T1].n + a->l[W_B1].n >= p->n_slots && a->l[W_B1].n == 0)
+        return oldest_of(a, W_T1, v);
+    return replace(a, a->p, 0, v);
+}
+
+static void arc_on_request(xc_policy *p, uint32_t key)
+{
+    arc *a = p->priv;
+    int w = a->where[key];
+    a->ret_set = 0;
+    if (w == W_B1 || w == W_B2) {
+        a->p = adapted(a, p, w);
+        take(a, key);
+        a->where[key] = W_RET;
+        a->ret = key;
+        a->ret_set = 1;
+    }
 }
 
 static void arc_on_hit(xc_policy *p, const xc_pcand *row)
@@ -117,35 +175,31 @@ static void arc_on_insert(xc_policy *p, const xc_pcand *row)
 {
     arc *a = p->priv;
     uint32_t key = row->key;
-    uint64_t c = p->n_slots, d;
-    size_t *n1 = &a->l[W_T1].n, *n2 = &a->l[W_T2].n, *nb1 = &a->l[W_B1].n,
-           *nb2 = &a->l[W_B2].n;
-    if (a->where[key] == W_B1) {
-        d = *nb2 / *nb1;
-        d = d < 1 ? 1 : d;
-        a->p = a->p + d < c ? a->p + d : c;
-        take(a, key);
-        put(a, W_T2, key);
-    } else if (a->where[key] == W_B2) {
-        d = *nb1 / *nb2;
-        d = d < 1 ? 1 : d;
-        a->p = a->p > d ? a->p - d : 0;
-        take(a, key);
-        put(a, W_T2, key);
-    } else {
-        take(a, key);
-        put(a, W_T1, key);
-    }
-    while (*n1 + *nb1 > c && *nb1 > 0)
-        take(a, a->l[W_B1].head);
-    while (*n1 + *n2 + *nb1 + *nb2 > 2 * c && *nb1 + *nb2 > 0)
-        take(a, *nb2 ? a->l[W_B2].head : a->l[W_B1].head);
+    int w = a->where[key];
+    if (w == W_B1 || w == W_B2)
+        a->p = adapted(a, p, w); /* a batch load: no request came */
+    take(a, key);
+    put(a, w == W_NONE ? W_T1 : W_T2, key);
 }
 
 static void arc_on_evict(xc_policy *p, uint32_t key)
 {
     arc *a = p->priv;
+    uint64_t c = p->n_slots;
     int w = a->where[key];
+    if (!(p->want_set && a->ret_set && a->ret == p->want)) {
+        size_t n1 = a->l[W_T1].n, nb1 = a->l[W_B1].n;
+        if (n1 + nb1 >= c) {
+            if (nb1 == 0) {
+                take(a, key); /* T1 fills the cache: no ghost */
+                return;
+            }
+            take(a, a->l[W_B1].head);
+        } else if (n1 + a->l[W_T2].n + nb1 + a->l[W_B2].n >= 2 * c &&
+                   a->l[W_B2].n > 0) {
+            take(a, a->l[W_B2].head);
+        }
+    }
     take(a, key);
     if (w == W_T1)
         put(a, W_B1, key);
@@ -156,22 +210,22 @@ static void arc_on_evict(xc_policy *p, uint32_t key)
 static int arc_check(const xc_policy *p)
 {
     const arc *a = p->priv;
-    size_t i, n[5] = {0, 0, 0, 0, 0};
+    size_t i, n[6] = {0, 0, 0, 0, 0, 0};
     if (a == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "arc: no state");
     for (i = 0; i < p->n_keys; i++)
-        if (a->where[i] < 5)
+        if (a->where[i] < 6)
             n[a->where[i]]++;
     for (i = 1; i < 5; i++)
         if (n[i] != a->l[i].n)
             return xc_fail(XC_E_MISUSE, -1, -1, -1,
                            "arc: list %zu holds %zu keys, marks say %zu", i,
                            a->l[i].n, n[i]);
-    if (a->l[W_T1].n + a->l[W_T2].n > p->n_slots || a->p > p->n_slots)
+    if (a->l[W_T1].n + a->l[W_T2].n > p->n_slots ||
+        !(a->p >= 0.0 && a->p <= (double)p->n_slots))
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "arc: %zu + %zu resident in %zu slots, p %llu",
-                       a->l[W_T1].n, a->l[W_T2].n, p->n_slots,
-                       (unsigned long long)a->p);
+                       "arc: %zu + %zu resident in %zu slots, p %g",
+                       a->l[W_T1].n, a->l[W_T2].n, p->n_slots, a->p);
     for (i = 1; i < 5; i++)
         if (xc_kl_check(&a->kl, &a->l[i], a->where, (uint8_t)i, NULL,
                         "arc") != 0)
@@ -180,7 +234,7 @@ static int arc_check(const xc_policy *p)
 }
 
 const xc_policy_ops xc_policy_arc_ops = {
-    "arc", {NULL}, {0}, arc_init, arc_fini, arc_to_evict, xc_policy_nop,
+    "arc", {NULL}, {0}, arc_init, arc_fini, arc_to_evict, arc_on_request,
     arc_on_hit, arc_on_insert, arc_on_evict, arc_check, XC_POLICY_ORDER_NONE,
     1, xc_policy_row_nop, 0,
 };

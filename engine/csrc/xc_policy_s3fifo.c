@@ -6,18 +6,25 @@
  * a window; S3-FIFO (Yang et al., SOSP'23) lets such one-hit keys leave
  * through the small queue S quickly, while keys that were hit while in S,
  * or come back soon after leaving it (they are in the ghost queue G), live
- * in the main queue M.  Exact rules (docs/CACHE.md "S3-FIFO"):
+ * in the main queue M.  The rules are libCacheSim's S3FIFO
+ * (cache/eviction/S3FIFO.c), so that both give the same misses on any
+ * trace it runs; exact rules (docs/CACHE.md "S3-FIFO"), c = n_slots:
  *
- * - s = max(1, n_slots * small / 100); G holds at most max(1, n_slots - s)
- *   keys (oldest dropped first).
- * - insert: a key in G leaves G and enters M's back with freq 0; any other
- *   key enters S's back with freq 0.  hit: freq = min(freq + 1, 3).
- * - victim, one eviction: if |S| < s and M is not empty, the M pass runs
+ * - s = max(1, c * small / 100); G holds at most c * ghost / 100 keys
+ *   (oldest dropped first; none when that is 0).
+ * - request (every demand get, before its eviction): a key in G leaves G,
+ *   marked returning.
+ * - insert: a returning key, or a key in G (a batch load: no request
+ *   came), enters M's back; before the first eviction, with |S| >= s, any
+ *   other key enters M's back too (warm-up); else S's back.  freq 0.
+ *   hit: freq = min(freq + 1, 3).
+ * - victim, one eviction: if |M| > c - s or S is empty, the M pass runs
  *   first and ends the search when M holds a candidate.  The S pass walks S
- *   from the front: an entry with freq >= 1 moves to M's back with freq 0
- *   (protected or not), the first candidate with freq 0 is the victim (it
- *   enters G), a protected entry with freq 0 stays.  If S gave no victim,
- *   the M pass runs over M (now with the promoted keys at its back).
+ *   from the front: an entry with freq >= promote moves to M's back with
+ *   freq 0 (protected or not), the first candidate below promote is the
+ *   victim (it enters G), a protected entry below promote stays.  If S gave
+ *   no victim, the M pass runs over M (now with the promoted keys at its
+ *   back).
  * - the M pass walks M from the front round and round: a candidate with
  *   freq 0 is the victim (dropped, not ghosted); any other entry moves to
  *   the back with freq - 1 (floored at 0).  In closed form: the victim is the
@@ -38,14 +45,17 @@
 #include "xc_internal.h"
 #include "xc_policy.h"
 
-enum { P_SMALL = 0 };
-enum { W_NONE = 0, W_S = 1, W_M = 2, W_G = 3 };
+enum { P_SMALL = 0, P_GHOST = 1, P_PROMOTE = 2 };
+enum { W_NONE = 0, W_S = 1, W_M = 2, W_G = 3, W_R = 4 };
 
-/* S, M and G share one link set: a key is on at most one. */
+/* S, M and G share one link set: a key is on at most one.  A key a demand
+ * miss took out of G is W_R (returning) until published. */
 typedef struct s3 {
     xc_klinks kl;
     xc_klist q[4];            /* q[W_S], q[W_M], q[W_G], oldest first */
-    size_t s_target, g_cap;
+    size_t s_target, m_target, g_cap;
+    unsigned promote;         /* hits in S that move a key to M */
+    int evicted;              /* an eviction happened (ends the warm-up) */
     uint8_t *where, *freq;    /* per key */
 } s3;
 
@@ -67,6 +77,12 @@ static int s3_init(xc_policy *p)
     if (p->param[P_SMALL] > 100)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "policy s3fifo: small is a percentage 0..100");
+    if (p->param[P_GHOST] > 100)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "policy s3fifo: ghost is a percentage 0..100");
+    if (p->param[P_PROMOTE] < 1 || p->param[P_PROMOTE] > 3)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "policy s3fifo: promote is a hit count 1..3");
     q = xc_calloc(1, sizeof *q);
     if (q == NULL || xc_kl_alloc(&q->kl, p->n_keys, "s3fifo") != XC_OK ||
         (q->where = xc_calloc(nk, 1)) == NULL ||
@@ -80,9 +96,11 @@ static int s3_init(xc_policy *p)
     q->s_target = p->n_slots * p->param[P_SMALL] / 100;
     if (q->s_target < 1)
         q->s_target = 1;
-    q->g_cap = p->n_slots > q->s_target ? p->n_slots - q->s_target : 1;
+    q->m_target = p->n_slots - q->s_target;
+    q->g_cap = p->n_slots * p->param[P_GHOST] / 100;
     if (q->g_cap > nk)
         q->g_cap = nk;
+    q->promote = (unsigned)p->param[P_PROMOTE];
     p->priv = q;
     return XC_OK;
 }
@@ -101,8 +119,8 @@ static int is_cand(const xc_pview *v, uint32_t key)
 
 #define NEXT(q, k) ((q)->kl.next[k])
 
-/* The M pass over M (then, when promoted, S's entries with freq >= 1 at
- * freq 0): the first candidate of least freq, or -1.  It stops at a
+/* The M pass over M (then, when promoted, S's entries with freq >= promote
+ * at freq 0): the first candidate of least freq, or -1.  It stops at a
  * candidate of freq 0: none can come before it. */
 static int64_t m_pass(const s3 *q, const xc_pview *v, int promoted)
 {
@@ -115,9 +133,15 @@ static int64_t m_pass(const s3 *q, const xc_pview *v, int promoted)
         }
     if (promoted && best_f > 0)
         for (k = q->q[W_S].head; k != XC_KNIL; k = NEXT(q, k))
-            if (q->freq[k] >= 1 && is_cand(v, k))
+            if (q->freq[k] >= q->promote && is_cand(v, k))
                 return k;
     return best;
+}
+
+/* Whether one eviction starts with the M pass. */
+static int m_first(const s3 *q)
+{
+    return q->q[W_M].n > q->m_target || q->q[W_S].n == 0;
 }
 
 static int64_t s3_to_evict(const xc_policy *p, const xc_pview *v)
@@ -125,11 +149,11 @@ static int64_t s3_to_evict(const xc_policy *p, const xc_pview *v)
     const s3 *q = p->priv;
     int64_t vk = -1;
     uint32_t k;
-    if (q->q[W_S].n < q->s_target && q->q[W_M].n > 0)
+    if (m_first(q))
         vk = m_pass(q, v, 0);
     if (vk < 0)
         for (k = q->q[W_S].head; k != XC_KNIL; k = NEXT(q, k)) {
-            if (q->freq[k] == 0 && is_cand(v, k)) {
+            if (q->freq[k] < q->promote && is_cand(v, k)) {
                 vk = k;
                 break;
             }
@@ -139,14 +163,14 @@ static int64_t s3_to_evict(const xc_policy *p, const xc_pview *v)
     return vk;
 }
 
-/* Moves S's entries with freq >= 1 in front of `end` (XC_KNIL: all) to
- * M's back. */
+/* Moves S's entries with freq >= promote in front of `end` (XC_KNIL: all)
+ * to M's back. */
 static void promote(s3 *q, uint32_t end)
 {
     uint32_t k = q->q[W_S].head, nx;
     for (; k != XC_KNIL && k != end; k = nx) {
         nx = NEXT(q, k);
-        if (q->freq[k] >= 1) {
+        if (q->freq[k] >= q->promote) {
             xc_kl_remove(&q->kl, &q->q[W_S], k);
             q->freq[k] = 0;
             q->where[k] = W_M;
@@ -157,6 +181,10 @@ static void promote(s3 *q, uint32_t end)
 
 static void ghost_add(s3 *q, uint32_t key)
 {
+    if (q->g_cap == 0) {
+        q->where[key] = W_NONE;
+        return;
+    }
     if (q->q[W_G].n == q->g_cap) {
         uint32_t old = q->q[W_G].head;
         xc_kl_remove(&q->kl, &q->q[W_G], old);
@@ -169,10 +197,11 @@ static void ghost_add(s3 *q, uint32_t key)
 static void s3_on_evict(xc_policy *p, uint32_t v)
 {
     s3 *q = p->priv;
-    int m_first = q->q[W_S].n < q->s_target && q->q[W_M].n > 0;
+    int mf = m_first(q);
     uint32_t k, nx;
     unsigned f;
-    if (q->where[v] == W_S && q->freq[v] == 0) {
+    q->evicted = 1;
+    if (q->where[v] == W_S && q->freq[v] < q->promote) {
         /* found by the S pass */
         promote(q, v);
         xc_kl_remove(&q->kl, &q->q[W_S], v);
@@ -180,7 +209,7 @@ static void s3_on_evict(xc_policy *p, uint32_t v)
         ghost_add(q, v);
         return;
     }
-    if (!(m_first && q->where[v] == W_M))
+    if (!(mf && q->where[v] == W_M))
         promote(q, XC_KNIL); /* the S pass ran through without a victim */
     if (q->where[v] != W_M)
         return; /* not a key the passes could choose: nothing moves */
@@ -200,12 +229,24 @@ static void s3_on_evict(xc_policy *p, uint32_t v)
     q->where[v] = W_NONE;
     q->freq[v] = 0;
 }
+
+static void s3_on_request(xc_policy *p, uint32_t key)
+{
+    s3 *q = p->priv;
+    if (q->where[key] == W_G) {
+        xc_kl_remove(&q->kl, &q->q[W_G], key);
+        q->where[key] = W_R;
+    }
+}
+
 static void s3_on_insert(xc_policy *p, const xc_pcand *row)
 {
     s3 *q = p->priv;
     uint32_t key = row->key;
-    if (q->where[key] == W_G) {
-        xc_kl_remove(&q->kl, &q->q[W_G], key);
+    if (q->where[key] == W_G)
+        xc_kl_remove(&q->kl, &q->q[W_G], key); /* a batch load */
+    if (q->where[key] == W_G || q->where[key] == W_R ||
+        (!q->evicted && q->q[W_S].n >= q->s_target)) {
         xc_kl_push(&q->kl, &q->q[W_M], key);
         q->where[key] = W_M;
     } else {
@@ -225,11 +266,11 @@ static void s3_on_hit(xc_policy *p, const xc_pcand *row)
 static int s3_check(const xc_policy *p)
 {
     const s3 *q = p->priv;
-    size_t i, n[4] = {0, 0, 0, 0};
+    size_t i, n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (q == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1, "s3fifo: no state");
     for (i = 0; i < p->n_keys; i++)
-        n[q->where[i] & 3]++;
+        n[q->where[i] & 7]++;
     if (n[W_S] != q->q[W_S].n || n[W_M] != q->q[W_M].n ||
         n[W_G] != q->q[W_G].n || q->q[W_S].n + q->q[W_M].n > p->n_slots ||
         q->q[W_G].n > q->g_cap)
@@ -246,7 +287,7 @@ static int s3_check(const xc_policy *p)
 }
 
 const xc_policy_ops xc_policy_s3fifo_ops = {
-    "s3fifo", {"small", NULL}, {10}, s3_init, s3_fini, s3_to_evict,
-    xc_policy_nop, s3_on_hit, s3_on_insert, s3_on_evict, s3_check,
-    XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop, 0,
+    "s3fifo", {"small", "ghost", "promote", NULL}, {10, 90, 2}, s3_init,
+    s3_fini, s3_to_evict, s3_on_request, s3_on_hit, s3_on_insert,
+    s3_on_evict, s3_check, XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop, 0,
 };

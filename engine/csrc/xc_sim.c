@@ -463,7 +463,10 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                         ;
                     evict = 1;
                 } else {
-                    int64_t k = pol.ops->to_evict(&pol, &view);
+                    int64_t k;
+                    pol.want = key; /* cleared after the eviction */
+                    pol.want_set = 1;
+                    k = pol.ops->to_evict(&pol, &view);
                     if (k >= 0)
                         s = b->key_slot[k];
                     evict = 1;
@@ -487,6 +490,7 @@ static int run(const xc_sim_opts *o, simbuf *b, const uint32_t *keys,
                     xc_policy_request(&pol, key);
                     if (evict)
                         xc_policy_evict(&pol, old);
+                    pol.want_set = 0;
                 }
                 b->row[s].slot = s;
                 b->row[s].key = key;

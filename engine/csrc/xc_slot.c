@@ -416,14 +416,20 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
  * miss and reserve.  Returns the slot, or -1 (nothing changed). */
 int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key)
 {
-    int32_t si = xc_slot_victim(c);
-    if (si < 0)
+    int32_t si;
+    c->pol.want = key; /* xc_policy.h: the victim is chosen for key */
+    c->pol.want_set = 1;
+    si = xc_slot_victim(c);
+    if (si < 0) {
+        c->pol.want_set = 0;
         return -1;
+    }
     c->stats.requests++;
     c->stats.misses++;
     c->requests_since_open++;
     xc_policy_request(&c->pol, key);
     xc_slot_reserve(c, si, key);
+    c->pol.want_set = 0;
     return si;
 }
 

@@ -147,7 +147,7 @@ def test_the_policy_table_names_and_defaults():
         "lru": {}, "fifo": {}, "lfu": {},
         "lfru": {"sample": 4, "seed": 0},
         "hotness": {"period": 256},
-        "s3fifo": {"small": 10},
+        "s3fifo": {"small": 10, "ghost": 90, "promote": 2},
         "arc": {},
     }
     assert list(_policy_table()) == ["lru", "fifo", "lfu", "lfru", "hotness",

@@ -226,8 +226,11 @@ LFRU_PARAMS = "valid parameters: sample, seed (as key=unsigned integer)"
     ("lru:x=1", "policy lru: bad parameter 'x=1'; valid parameters: none (as "
                 "key=unsigned integer)"),
     ("s3fifo:small=101", "policy s3fifo: small is a percentage 0..100"),
+    ("s3fifo:ghost=101", "policy s3fifo: ghost is a percentage 0..100"),
+    ("s3fifo:promote=0", "policy s3fifo: promote is a hit count 1..3"),
+    ("s3fifo:promote=4", "policy s3fifo: promote is a hit count 1..3"),
     ("nope", "unknown policy 'nope'; valid: lru, fifo, lfu, lfru:sample=N,"
-             "seed=N, hotness:period=N, s3fifo:small=N, arc"),
+             "seed=N, hotness:period=N, s3fifo:small=N,ghost=N,promote=N, arc"),
 ])
 def test_bad_policy_specs(spec, message):
     """Every malformed policy spec is MisuseError quoting it and the valid forms."""

@@ -170,10 +170,13 @@ def test_policy_specs():
     """Policy specs parse with defaults; unknown names and parameters are misuse."""
     assert parse_policy("lfru:sample=3,seed=7") == ("lfru", {"sample": 3, "seed": 7})
     assert parse_policy("hotness") == ("hotness", {"period": 256})
-    assert parse_policy("s3fifo") == ("s3fifo", {"small": 10})
-    assert parse_policy("s3fifo:small=0") == ("s3fifo", {"small": 0})
+    assert parse_policy("s3fifo") == ("s3fifo", {"small": 10, "ghost": 90,
+                                                 "promote": 2})
+    assert parse_policy("s3fifo:small=0,promote=1") == (
+        "s3fifo", {"small": 0, "ghost": 90, "promote": 1})
     assert parse_policy("arc") == ("arc", {})
-    for bad in ("arc:p=1", "s3fifo:small=101", "lru:x=1", "lfru:sample=0",
+    for bad in ("arc:p=1", "s3fifo:small=101", "s3fifo:ghost=101",
+                "s3fifo:promote=0", "s3fifo:promote=4", "lru:x=1", "lfru:sample=0",
                 "lfru:sample=x", "hotness:period"):
         with pytest.raises(Misuse):
             parse_policy(bad)
@@ -181,7 +184,7 @@ def test_policy_specs():
         parse_policy("nope")
     assert str(e.value) == ("unknown policy 'nope'; valid: arc, fifo, "
                             "hotness:period=N, lfru:sample=N,seed=N, lfu, lru, "
-                            "s3fifo:small=N")
+                            "s3fifo:small=N,ghost=N,promote=N")
 
 
 def test_holds_and_pins_protect_and_all_pinned_changes_nothing():
@@ -293,74 +296,79 @@ def test_injected_failure_in_get():
 
 
 def test_s3fifo_victims():
-    """S3-FIFO, 4 slots, small=50: S pass, ghost re-entry to M, M pass with rotation.
+    """S3-FIFO, 4 slots, small=50: warm-up, S pass, ghost re-entry, M pass first.
 
-    By docs/CACHE.md "S3-FIFO": s = max(1, 4 * 50 // 100) = 2, G holds at most
-    max(1, 4 - 2) = 2 keys; every insert enters with freq 0.
-    0 1 2 3: slots 0-3, S=[0,1,2,3].  0: hit, f0=1.
-    4: |S|=4 >= s, S pass: 0 (f1) to M=[0] at f0; 1 (f0) is the victim, G=[1];
-       S=[2,3,4].
-    5: S pass: 2 goes, G=[1,2]; S=[3,4,5].
-    2: S pass: 3 goes; G is full, 1 dropped, G=[2,3]; 2 is in G, so it
-       enters M: M=[0,2], G=[3], S=[4,5].
-    4, 0: hits, f4=1, f0=1.
-    6: |S|=2 = s, S pass: 4 (f1) to M=[0,2,4] at f0; 5 (f0) goes, G=[3,5];
-       S=[6].
-    7: |S|=1 < s and M holds candidates: M pass: 0 (f1) rotates to the back
-       at f0, 2 (f0) goes, dropped not ghosted: M=[4,0]; S=[6,7].
-    3: S pass: 6 goes; G full, 3 dropped, G=[5,6]; so 3 enters S: S=[7,3].
+    By docs/CACHE.md "S3-FIFO": s = 2, M's share c - s = 2, G holds at most
+    4 * 90 // 100 = 3 keys, promote = 2; every insert enters with freq 0.
+    0 1: S=[0,1].  2 3: S is full before any eviction, so they enter M
+       (warm-up): M=[2,3].  0: hit, f0=1.
+    4: |M| = 2 is not above 2 and S is not empty: S pass: 0 (f1 < 2) goes,
+       G=[0]; S=[1,4].
+    5: S pass: 1 goes, G=[0,1]; S=[4,5].  2, 4: hits, f2=1, f4=1.
+    0: its request takes it out of G (G=[1]); S pass: 4 (f1) goes, G=[1,4];
+       0 enters M: M=[2,3,0]; S=[5].
+    6: |M| = 3 > 2: M pass first: 2 (f1) rotates to the back at f0, 3 (f0)
+       goes, dropped not ghosted: M=[0,2]; S=[5,6].
+    7: S pass: 5 goes, G=[1,4,5]; S=[6,7].
+    3: no ghost: S pass: 6 goes; G is full, 1 dropped, G=[4,5,6]; S=[7,3].
     """
     c = small("s3fifo:small=50", 4)
-    assert run(c, [0, 1, 2, 3, 0, 4, 5, 2, 4, 0, 6, 7, 3]) == [1, 2, 3, 5, 2, 6]
-    assert [v.key[1] for v in c.slots()] == [0, 4, 3, 7]
+    assert run(c, [0, 1, 2, 3, 0, 4, 5, 2, 4, 0, 6, 7, 3]) == [0, 1, 4, 3, 5, 6]
+    assert [v.key[1] for v in c.slots()] == [0, 7, 2, 3]
     q = c.queue
-    assert (q.S, q.M, q.G, q.freq) == ([7, 3], [4, 0], [5, 6],
-                                       {0: 0, 3: 0, 4: 0, 7: 0})
+    assert (q.S, q.M, q.G, q.freq) == ([7, 3], [0, 2], [4, 5, 6],
+                                       {0: 0, 2: 0, 3: 0, 7: 0})
 
 
 def test_s3fifo_protected_entries():
-    """Protected S entries: promoted when hit (freq >= 1), left in place at freq 0.
+    """Protected S entries: promoted at freq >= promote, left in place below it.
 
-    3 slots, small=10: s = 1, G holds 2.  0 1 2 fill S=[0,1,2]; 0 is hit
-    (f0=1) and held; 1 is pinned (f1=0).
-    3: S pass: 0 (f1, held) moves to M=[0] at f0; 1 (f0, pinned) stays;
-       2 (f0) goes, G=[2]; S=[1,3].
-    4: S pass: 1 stays, 3 goes, G=[2,3]; S=[1,4].  Unpin 1, release 0.
-    5: S pass: 1 goes; G full, 2 dropped: G=[3,1]; S=[4,5].
+    3 slots, small=67: s = 2, M's share 1, G holds 2.  0 1 fill S=[0,1], 2
+    enters M (warm-up); 0 is hit three times (f0=3) and held; 1 is pinned
+    (f1=0).
+    3: S pass: 0 (f3, held) moves to M=[2,0] at f0; 1 (f0, pinned) stays;
+       S gives no victim, so the M pass: 2 (f0) goes, not ghosted; S=[1,3].
+    4: |M| = 1: S pass: 1 stays, 3 goes, G=[3]; S=[1,4].  Unpin 1, release 0.
+    5: S pass: 1 goes, G=[3,1]; S=[4,5].
+    6: S pass: 4 goes; G full, 3 dropped: G=[1,4]; S=[5,6].
     """
-    c = small("s3fifo", 3)
-    run(c, [0, 1, 2])
+    c = small("s3fifo:small=67", 3)
+    run(c, [0, 1, 2, 0, 0])
     ref = c.get(0, 0)
     c.pin(0, 1)
     assert run(c, [3]) == [2]
-    assert (c.queue.S, c.queue.M, c.queue.G) == ([1, 3], [0], [2])
+    assert (c.queue.S, c.queue.M, c.queue.G) == ([1, 3], [0], [])
     assert run(c, [4]) == [3]
     c.unpin(0, 1)
     c.release(ref)
     assert run(c, [5]) == [1]
     assert (c.queue.S, c.queue.M, c.queue.G) == ([4, 5], [0], [3, 1])
+    assert run(c, [6]) == [4]
+    assert c.queue.G == [1, 4]
 
 
 def test_arc_victims():
-    """ARC, 3 slots: p moves up on a B1 hit, down on a B2 hit; B1 is trimmed.
+    """ARC, 3 slots: a ghost hit adapts p before its victim; B1 is trimmed on evictions.
 
-    By docs/CACHE.md "ARC" (c = 3, p = 0; victim: oldest candidate of T1 if
-    |T1| > p or T2 has none, else oldest of T2):
+    By docs/CACHE.md "ARC" (c = 3, p = 0.0; REPLACE(q): oldest candidate of
+    T1 if |T1| > q (or == q for a B2 hit) or T2 is empty, else of T2):
     0 1 2: T1=[0,1,2].  0: hit, T1=[1,2], T2=[0].
-    3: |T1|=2 > 0: 1 goes, B1=[1]; T1=[2,3].
-    1: |T1|=2 > 0: 2 goes, B1=[1,2]; 1 is in B1: p = min(3, 0 + max(1, 0 // 2))
-       = 1, B1=[2], T2=[0,1], T1=[3].
-    4: |T1|=1, not > p=1: oldest of T2, 0, goes, B2=[0]; T1=[3,4].
-    0: |T1|=2 > 1: 3 goes, B1=[2,3]; 0 is in B2: p = max(0, 1 - max(1, 2 // 1))
-       = 0, B2=[], T2=[1,0], T1=[4].
-    5: 4 goes, B1=[2,3,4]; T1=[5]; |T1|+|B1| = 4 > 3 drops 2: B1=[3,4].
-    2: 5 goes, B1=[3,4,5]; 2 is no ghost: T1=[2]; trim drops 3: B1=[4,5].
-    4: 2 goes, B1=[4,5,2]; 4 is in B1: p = min(3, 0 + max(1, 0 // 3)) = 1,
-       B1=[5,2], T2=[1,0,4], T1=[].
-    6: T1 has no candidate: oldest of T2, 1, goes, B2=[1]; T1=[6].
+    3: |T1| + |B1| = 2 < 3: REPLACE(0): 1 goes, B1=[1]; T1=[2,3].
+    1: in B1: p = min(3, 0 + max(1, 0 / 1)) = 1 first, then REPLACE(1):
+       |T1| = 2 > 1, 2 goes; B1=[2], T2=[0,1], T1=[3].
+    4: REPLACE(1): |T1| = 1 is not > 1: T2's oldest, 0, goes, B2=[0];
+       T1=[3,4].
+    0: in B2: p = max(0, 1 - max(1, 1 / 1)) = 0, REPLACE(0, from B2): 3 goes,
+       B1=[2,3]; T2=[1,0], T1=[4].
+    5: |T1| + |B1| = 3 >= 3: B1's oldest, 2, is dropped; REPLACE(0): 4 goes,
+       B1=[3,4]; T1=[5].
+    2: no ghost: 3 is dropped, 5 goes, B1=[4,5]; T1=[2].
+    4: in B1: p = min(3, 0 + max(1, 0 / 2)) = 1, REPLACE(1): |T1| = 1: T2's
+       oldest, 1, goes, B2=[1]; B1=[5], T2=[0,4].
+    6: REPLACE(1): 0 goes, B2=[1,0]; T1=[2,6], T2=[4].
     """
     c = small("arc", 3)
-    assert run(c, [0, 1, 2, 0, 3, 1, 4, 0, 5, 2, 4, 6]) == [1, 2, 0, 3, 4, 5, 2, 1]
-    assert [v.key[1] for v in c.slots()] == [4, 0, 6]
+    assert run(c, [0, 1, 2, 0, 3, 1, 4, 0, 5, 2, 4, 6]) == [1, 2, 0, 3, 4, 5, 1, 0]
+    assert [v.key[1] for v in c.slots()] == [2, 6, 4]
     q = c.queue
-    assert (q.p, q.T1, q.T2, q.B1, q.B2) == (1, [6], [0, 4], [5, 2], [1])
+    assert (q.p, q.T1, q.T2, q.B1, q.B2) == (1.0, [2, 6], [4], [5], [1, 0])

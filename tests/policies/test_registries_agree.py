@@ -43,7 +43,8 @@ def test_same_policies_parameters_and_defaults():
     """Every engine policy is an oracle module with the same parameters and defaults."""
     assert engine_table() == {"lru": {}, "fifo": {}, "lfu": {},
                               "lfru": {"sample": 4, "seed": 0},
-                              "hotness": {"period": 256}, "s3fifo": {"small": 10},
+                              "hotness": {"period": 256},
+                              "s3fifo": {"small": 10, "ghost": 90, "promote": 2},
                               "arc": {}}
     assert engine_table() == POLICIES
     assert set(REGISTRY) == set(POLICIES)
@@ -63,7 +64,7 @@ def test_the_engine_lists_its_table_when_the_name_is_unknown():
         simulate(KEYS, "nope", 2, mode="plain")
     assert str(e.value) == ("unknown policy 'nope'; valid: lru, fifo, lfu, "
                             "lfru:sample=N,seed=N, hotness:period=N, "
-                            "s3fifo:small=N, arc")
+                            "s3fifo:small=N,ghost=N,promote=N, arc")
 
 
 @pytest.mark.parametrize("spec", [

@@ -97,6 +97,15 @@ def test_the_test_backend_declares_what_it_lacks():
     assert caps.errors is Errors.FAILED
 
 
+def _verdicts(report: Report) -> list[tuple[str, str, str]]:
+    """(check, backend, PASS / FAIL / N/A and what is missing), sorted."""
+    out = [(c["check"], c["backend"], "PASS" if c["passed"] else "FAIL")
+           for c in report.checks]
+    out += [(n["check"], n["backend"], "N/A " + ", ".join(n["missing"]))
+            for n in report.not_applicable]
+    return sorted(out)
+
+
 def test_lacking_checks_are_na_naming_the_capability(limited):
     """Exact verdicts: PASS where judged, N/A with the capability, no FAIL."""
     import engine
@@ -104,13 +113,9 @@ def test_lacking_checks_are_na_naming_the_capability(limited):
     report = Report()
     names = gate_scenarios.run_scenarios(engine, limited / "work", report, [])
     assert names == ["limits", "limits (readers)"]
-    verdicts = [(c["check"], c["backend"], "PASS" if c["passed"] else "FAIL")
-                for c in report.checks]
-    verdicts += [(n["check"], n["backend"], "N/A " + ", ".join(n["missing"]))
-                 for n in report.not_applicable]
     checks = ["gets", "batch", "pin of an absent key", "stream",
               "after the stream"]
-    assert sorted(verdicts) == sorted([
+    assert _verdicts(report) == sorted([
         ("gets", "limited", "PASS"),
         ("batch", "limited", "N/A counter:prefetch_loads"),
         ("pin of an absent key", "limited", "PASS"),
@@ -138,3 +143,53 @@ def test_na_lines_and_the_summary_count(limited, capsys):
             in out.splitlines())
     summary = out.splitlines()[-1]
     assert summary.startswith("PASS: 2 scenarios, 12 checks, 8 N/A; ")
+
+
+class LimitedJudge(OracleBackend):
+    """The oracle as the judge, with no streams and no prefetch_loads counter."""
+
+    name = "judge"
+    capabilities = OracleBackend.capabilities.without(
+        "op:stream", "counter:prefetch_loads")
+
+    def values(self) -> dict[str, Any]:
+        """The oracle's values less prefetch_loads."""
+        return {k: v for k, v in super().values().items()
+                if k != "prefetch_loads"}
+
+
+def test_what_the_judge_lacks_is_na_for_the_judged_too(tmp_path, monkeypatch):
+    """On another container the engine's checks the judge cannot give are N/A."""
+    import engine
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    (folder / "limits-k3-mini.json").write_text(json.dumps(SCENARIO))
+    monkeypatch.setattr(gate_scenarios, "SCENARIO_DIR", folder)
+
+    def backends(engine: Any, target: Any, opts: dict[str, Any]
+                 ) -> list[BackendFactory]:
+        return [factory("engine", engine, target, opts),
+                BackendFactory.of(LimitedJudge, lambda f: LimitedJudge(
+                    f, target, opts))]
+
+    report = Report()
+    names = gate_scenarios.run_scenarios(engine, tmp_path / "work", report, [],
+                                         container="mixtral-mini",
+                                         backends=backends)
+    assert names == ["limits", "limits (readers)"]
+    judged = "(of judge, the judge)"
+    want = []
+    for suffix in ("", " (readers)"):
+        want += [
+            ("gets" + suffix, "engine", "PASS"),
+            ("batch" + suffix, "engine", f"N/A counter:prefetch_loads {judged}"),
+            ("pin of an absent key" + suffix, "engine", "PASS"),
+            ("stream" + suffix, "engine", f"N/A op:stream {judged}"),
+            ("after the stream" + suffix, "engine", f"N/A op:stream {judged}"),
+            ("gets" + suffix, "judge", "PASS"),
+            ("batch" + suffix, "judge", "N/A counter:prefetch_loads"),
+            ("pin of an absent key" + suffix, "judge", "PASS"),
+            ("stream" + suffix, "judge", "N/A op:stream"),
+            ("after the stream" + suffix, "judge", "N/A op:stream")]
+    assert _verdicts(report) == sorted(want)

@@ -130,3 +130,40 @@ def test_the_families_are_the_documented_ones():
 def k3_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A work folder for the k3-mini preset."""
     return tmp_path_factory.mktemp("k3")
+
+
+def _name_tests(source: str) -> list[str]:
+    """The functions comparing a backend's name (``.name``, ``_backend_name``,
+    ``kind``) with a backend kind's string, once each (``<module>`` outside any)."""
+    import ast
+
+    kinds = {"engine", "oracle"}
+    found: list[str] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = node.name
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = any((isinstance(s, ast.Attribute) and
+                         s.attr in ("name", "_backend_name")) or
+                        (isinstance(s, ast.Name) and s.id in ("kind", "backend"))
+                        for s in sides)
+            kind = any(isinstance(s, ast.Constant) and s.value in kinds
+                       for s in sides)
+            if named and kind and where not in found:
+                found.append(where)
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(ast.parse(source), "<module>")
+    return found
+
+
+def test_no_gate_module_tests_a_backend_by_name():
+    """Only the factory of gate/backends.py maps a kind's name to its class."""
+    found = {p.name: _name_tests(p.read_text())
+             for p in sorted((ROOT / "gate").glob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {"backends.py": ["factory"]}
+    assert _name_tests('def f(run):\n    if run.backend.name == "engine":\n'
+                       '        pass\n') == ["f"]

@@ -130,8 +130,10 @@ def test_lacking_checks_are_na_naming_the_capability(limited):
 
 
 def test_na_lines_and_the_summary_count(limited, capsys):
-    """The gate prints one N/A line each and counts them on the summary line."""
-    assert cli.run([str(limited / "out")]) == 0
+    """The gate prints one N/A line each, counts them on the summary line and
+    lists them in --json apart from the judged checks."""
+    report = limited / "r.json"
+    assert cli.run([str(limited / "out"), "--json", str(report)]) == 0
     out = capsys.readouterr().out
     na = [line.split("[")[0].strip() for line in out.splitlines()
           if line.startswith("  N/A")]
@@ -143,6 +145,14 @@ def test_na_lines_and_the_summary_count(limited, capsys):
             in out.splitlines())
     summary = out.splitlines()[-1]
     assert summary.startswith("PASS: 2 scenarios, 12 checks, 8 N/A; ")
+    written = json.loads(report.read_text())
+    assert len(written["checks"]) == 12 and written["passed"] is True
+    assert written["not_applicable"][:2] == [
+        {"scenario": "limits", "backend": "limited", "check": "batch",
+         "missing": ["counter:prefetch_loads"]},
+        {"scenario": "limits", "backend": "limited", "check": "stream",
+         "missing": ["op:stream"]}]
+    assert len(written["not_applicable"]) == 8
 
 
 class LimitedJudge(OracleBackend):

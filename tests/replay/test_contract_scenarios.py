@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gate import CannotRun
-from gate.backends import IO_MAX_RETRIES, OracleBackend
+from gate.backend import BackendFactory
+from gate.backends import IO_MAX_RETRIES, EngineBackend, OracleBackend
 from gate.containers import Target, make_target
 from gate.corruptions import make_overlap
 from gate.report import Report
@@ -129,9 +130,7 @@ def test_inject_of_an_unknown_fault_cannot_run(k3):
 
 def test_a_key_outside_the_layout_served_is_a_wrong_read(k3, tmp_path):
     """Bytes served for a key the layout lacks count as wrong, whatever they are."""
-    import functools
-
-    make = functools.partial(lambda *a: None, "engine")
+    make = BackendFactory.of(EngineBackend, lambda folder: None)
     run = ScenarioRun(_scenario([]), {}, [], k3, tmp_path, make, Report())
     run._served((0, 24), b"")
     run._served((0, 0), k3.expected_bytes(0, 0))

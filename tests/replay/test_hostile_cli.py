@@ -3,7 +3,6 @@ scenario is a timed-out FAIL (exit 1, no hang), Ctrl-C is exit 130 leaving nothi
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gate.backend import BackendFactory
+from gate.backends import EngineBackend, OracleBackend
 from gate.containers import Target
 from gate.report import Report
 from gate.scenarios import ScenarioRun, run_bounded
@@ -37,7 +38,7 @@ def test_run_bounded_reports_a_stuck_run(tmp_path, capsys):
     release = threading.Event()
     opened = threading.Event()
 
-    def blocking_backend(name: str, folder: Path) -> None:
+    def blocking_backend(folder: Path) -> None:
         opened.set()
         release.wait(60)
         raise RuntimeError("woke late")
@@ -47,7 +48,7 @@ def test_run_bounded_reports_a_stuck_run(tmp_path, capsys):
     run = ScenarioRun({"name": "stuck", "steps": []}, {"suffix": " (v)"}, [],
                       Target("stuck", tmp_path / "pristine", {}),
                       tmp_path / "scratch",
-                      functools.partial(blocking_backend, "engine"), report)
+                      BackendFactory.of(EngineBackend, blocking_backend), report)
     try:
         assert run_bounded(run, 0.2) is False
         assert opened.is_set()
@@ -72,7 +73,8 @@ def test_run_bounded_passes_a_prompt_run_through(tmp_path):
     run = ScenarioRun({"name": "quick", "steps": []}, {}, [],
                       Target("quick", tmp_path / "pristine", {}),
                       tmp_path / "scratch",
-                      functools.partial(lambda name, folder: None, "oracle"), report)
+                      BackendFactory.of(OracleBackend, lambda folder: None),
+                      report)
     assert run_bounded(run, 60) is True
     assert report.checks == []
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import pytest
 
 import engine
 from gate import CannotRun
+from gate.backend import BackendFactory
 from gate.backends import EngineBackend, OracleBackend
 from gate.check_probe import BREAK_NAMES, probe
 from gate.containers import Target, make_target
@@ -36,7 +36,8 @@ def _backends(k3: Target, tmp_path: Path, **opts: Any
 def _run(k3: Target, backend: Any) -> ScenarioRun:
     """A scenario run named ``probe`` whose backend is ``backend``."""
     sc = {"name": "probe", "container": "k3-mini", "cache": {}, "steps": []}
-    make = functools.partial(lambda *a: None, "engine")
+    kind = EngineBackend if backend is None else type(backend)
+    make = BackendFactory.of(kind, lambda folder: None)
     run = ScenarioRun(sc, {}, [], k3, Path("/nonexistent"), make, Report())
     run.backend = backend
     return run

@@ -1,0 +1,291 @@
+"""The scenario operations: one table from op name to its handler and needs.
+
+Every step of a scenario file (docs/SCENARIOS.md "Operations") is one row
+of :data:`OPS`: an :class:`OpSpec` naming
+
+- ``run(run, step)``, the handler, given the :class:`~gate.scenarios.ScenarioRun`
+  and the compiled step;
+- ``compile(ctx, step)``, the step's fields made concrete for one container
+  (keys, sizes), given a :class:`gate.steps.StepContext`; None when the
+  step has nothing to compute;
+- ``needs``, the capabilities (:mod:`gate.backend`) the backend must have
+  for the step to run, and ``when``, more of them needed when a field of
+  the step is set.
+
+A step whose backend lacks one of its needs does not run, and every check
+after it is ``N/A`` naming what is missing; a check value is ``N/A`` when
+the backend lacks what :func:`value_needs` names for it.  Handlers of the
+contract families live in their own modules (:mod:`gate.race_ops`,
+:mod:`gate.state_ops`, :mod:`gate.trace_check`, :mod:`gate.check_probe`);
+the rest are here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate import CannotRun, check_probe, race_ops, state_ops, trace_check
+from gate.backend import COUNTERS, Fact
+
+Handler = Callable[[Any, dict[str, Any]], None]
+Compiler = Callable[[Any, dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One scenario operation: its handler, its compiler and what it needs."""
+
+    run: Handler
+    compile: Compiler | None = None
+    needs: tuple[str, ...] = ()
+    #: step field -> more capabilities needed when the field is set
+    when: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def needs_of(self, step: dict[str, Any]) -> list[str]:
+        """The capabilities this step needs (``needs`` plus the ``when`` it meets)."""
+        out = list(self.needs)
+        for f, more in self.when.items():
+            if step.get(f):
+                out += more
+        return out
+
+
+# -- compilers: a step's fields made concrete (gate/steps.py StepContext) ----
+
+def _keys(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``keys`` / ``range`` / ``pairs`` / ``raw`` as (layer, expert) keys."""
+    return {"keys": ctx.keys(step)}
+
+
+def _keys_repeat(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """The keys, and ``repeat`` (default 1)."""
+    return {"keys": ctx.keys(step), "repeat": ctx.value(step.get("repeat", 1))}
+
+
+def _stream_keys(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """The keys, ``repeat``, and the ``get_first`` keys (flat indices)."""
+    return {**_keys_repeat(ctx, step),
+            "get_first": [ctx.key(v) for v in step.get("get_first", [])]}
+
+
+def _batches(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``batches`` (lists of flat indices), or the keys cut by ``batch``."""
+    if "batches" in step:
+        return {"batches": [[ctx.key(v) for v in b] for b in step["batches"]]}
+    keys = ctx.keys(step)
+    size = ctx.value(step.get("batch", len(keys) or 1))
+    if size < 1:
+        raise ctx.fail(f"batch {step['batch']} = {size} is below 1")
+    return {"batches": [keys[i:i + size] for i in range(0, len(keys), size)]}
+
+
+def _key_at(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``key`` (a flat index) and ``at``."""
+    return {"key": ctx.key(step["key"]), "at": ctx.value(step.get("at", 0))}
+
+
+def _counts(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``nth`` and ``arg`` as numbers."""
+    return {f: ctx.value(step[f]) for f in ("nth", "arg") if f in step}
+
+
+def _fault(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """An ``inject`` step: a known fault kind, ``nth`` and ``arg`` as numbers."""
+    from gate.backends import FAULT_KINDS  # noqa: PLC0415
+
+    if step.get("fault") not in FAULT_KINDS:
+        raise ctx.fail(f"inject fault {step.get('fault')!r} is not one of "
+                       f"{', '.join(FAULT_KINDS)}")
+    return _counts(ctx, step)
+
+
+# -- handlers of the plain operations ----------------------------------------
+
+def _open(run: Any, step: dict[str, Any]) -> None:
+    run._open()
+
+
+def _get(run: Any, step: dict[str, Any]) -> None:
+    for _ in range(step["repeat"]):
+        for k in step["keys"]:
+            run._get(*k)
+
+
+def _getmany(run: Any, step: dict[str, Any]) -> None:
+    for b in step["batches"]:
+        ok, n = run._attempt(run.backend.getmany, list(b))
+        if ok:
+            run.published = n
+        if step.get("then_get"):
+            for k in b:
+                run._get(*k)
+
+
+def _pin(run: Any, step: dict[str, Any]) -> None:
+    run._each(step, run.backend.pin)
+
+
+def _unpin(run: Any, step: dict[str, Any]) -> None:
+    run._each(step, run.backend.unpin)
+
+
+def _prefetch(run: Any, step: dict[str, Any]) -> None:
+    ok, n = run._attempt(run.backend.prefetch, list(step["keys"]))
+    if ok:
+        run.published = n
+
+
+def _drain(run: Any, step: dict[str, Any]) -> None:
+    run.backend.drain()
+
+
+def _reset(run: Any, step: dict[str, Any]) -> None:
+    run.backend.reset()
+
+
+def _inject(run: Any, step: dict[str, Any]) -> None:
+    run.backend.inject(step)
+
+
+def _inject_alloc(run: Any, step: dict[str, Any]) -> None:
+    run.backend.inject_alloc(step)
+
+
+def _clear(run: Any, step: dict[str, Any]) -> None:
+    run.backend.clear()
+
+
+def _corrupt(run: Any, step: dict[str, Any]) -> None:
+    """Open a corrupted copy; the error (kind and offset) is what is checked."""
+    from faults import corrupt  # noqa: PLC0415
+    from gate import corruptions  # noqa: PLC0415
+
+    if run.backend is not None:
+        run.backend.close()
+        run.backend = None
+    shard = run.target.corrupt_shard
+    if step["kind"] in corruptions.INDEX_KINDS:  # the index, not a shard
+        shard = shard.with_name(corruptions.INDEX_NAME)
+    dst = run.scratch / shard.name
+    if dst.is_symlink():
+        dst.unlink()  # never write through to the user's file
+
+    name = f"make_{step['kind']}"
+    make = getattr(corruptions, name, None) or getattr(corrupt, name)
+    claimed = make(shard, dst).offset
+    try:
+        run.backend = run.make(run.scratch)
+    except Exception as e:  # noqa: BLE001 - the kind is what is checked
+        run.last_error = run.make.kind_of(e)
+        run.error_offset = getattr(e, "offset", None)
+    else:
+        run.last_error = run.error_offset = None
+    run.offset_as_claimed = run.error_offset == claimed
+
+
+def _replace(run: Any, step: dict[str, Any]) -> None:
+    from faults.corrupt import replace_same_size  # noqa: PLC0415
+
+    for p in sorted(run.scratch.glob("*.safetensors")):
+        replace_same_size(p)
+
+
+def _truncate(run: Any, step: dict[str, Any]) -> None:
+    """Cut the shard holding the key's first bytes (in file order) there,
+    or ``at`` bytes into that first piece (capped at its last byte)."""
+    first = run._first_piece(step["key"])
+    path = run.scratch / Path(first.shard).name
+    if path.is_symlink():
+        raise CannotRun(f"scenario {run.sc['name']}: {path} would be "
+                        "truncated through a symlink")
+    at = max(0, min(step.get("at", 0), first.nbytes - 1))
+    with open(path, "r+b") as f:
+        f.truncate(first.offset + at)
+
+
+def _trace(run: Any, step: dict[str, Any]) -> None:
+    run.extra.update(trace_check.take(run.backend))
+
+
+def _break_check(run: Any, step: dict[str, Any]) -> None:
+    run.extra.update(check_probe.probe(run, step))
+
+
+def _check(run: Any, step: dict[str, Any]) -> None:
+    run._check(step)
+
+
+_GET_FIRST = {"get_first": ("op:get",)}
+
+#: Every scenario operation, by the name a step's ``op`` gives.
+OPS: dict[str, OpSpec] = {
+    "open": OpSpec(_open),
+    "get": OpSpec(_get, _keys_repeat, ("op:get",)),
+    "getmany": OpSpec(_getmany, _batches, ("op:getmany",),
+                      {"then_get": ("op:get",)}),
+    "prefetch": OpSpec(_prefetch, _keys_repeat, ("op:prefetch",)),
+    "drain": OpSpec(_drain, None, ("op:drain",)),
+    "pin": OpSpec(_pin, _keys_repeat, ("pins:flag",)),
+    "unpin": OpSpec(_unpin, _keys_repeat, ("pins:flag",)),
+    "stream": OpSpec(state_ops.stream, _stream_keys, ("op:stream",), _GET_FIRST),
+    "reset": OpSpec(_reset, None, ("op:reset_stats",)),
+    "inject": OpSpec(_inject, _fault, ("fault:io",),
+                     {"second": ("fault:io_second",)}),
+    "inject_alloc": OpSpec(_inject_alloc, _counts, ("fault:alloc",)),
+    "clear": OpSpec(_clear),
+    "corrupt": OpSpec(_corrupt),
+    "replace": OpSpec(_replace),
+    "truncate": OpSpec(_truncate, _key_at),
+    "background_get": OpSpec(race_ops.background_get, _keys, ("op:concurrent",)),
+    "await_read": OpSpec(race_ops.await_read, None,
+                         ("op:concurrent", "fault:io")),
+    "waiting_get": OpSpec(race_ops.waiting_get, _keys, ("op:concurrent",)),
+    "join": OpSpec(race_ops.join, None, ("op:concurrent",)),
+    "hold": OpSpec(state_ops.hold, _keys_repeat, ("op:hold",)),
+    "release": OpSpec(state_ops.release, None, ("op:hold",)),
+    "stream_open": OpSpec(state_ops.stream_open, _stream_keys, ("op:stream",),
+                          _GET_FIRST),
+    "stream_next": OpSpec(state_ops.stream_next, None, ("op:stream",)),
+    "stream_rest": OpSpec(state_ops.stream_rest, None, ("op:stream",)),
+    "trace": OpSpec(_trace, None, ("op:trace",)),
+    "break_check": OpSpec(_break_check, None, ("op:break_check",)),
+    "check": OpSpec(_check),
+}
+
+#: What a check value needs of the backend beyond being reported, for the
+#: values that are not a counter or a slot fact; the runner's own values
+#: (``reads``, ``wrong_reads``, ``published``, ``last_error``, ``errors``)
+#: need nothing: with an untyped error model (``errors`` ``failed``) the
+#: last two are compared as failed or not.
+VALUE_NEEDS: dict[str, tuple[str, ...]] = {
+    "reads": (), "wrong_reads": (), "published": (), "last_error": (),
+    "errors": (),
+    "error_offset": ("errors:typed",),
+    "offset_as_claimed": ("errors:typed",),
+    "invariants": ("op:check",),
+    "pinned": ("fact:pinned", "pins:count"),
+    "trace": ("op:trace",), "trace_records": ("op:trace",),
+    "check_broken": ("op:break_check",),
+    "wait_hits": ("op:concurrent",),
+}
+
+_FACTS = {f.value for f in Fact}
+
+
+def value_needs(key: str) -> tuple[str, ...]:
+    """The capabilities a check pinning value ``key`` needs of the backend.
+
+    A counter needs ``counter:<key>``, a slot fact ``fact:<key>``, the rest
+    what :data:`VALUE_NEEDS` says; a name that is none of these needs
+    nothing (its value is simply not there: the check fails).
+    """
+    if key in VALUE_NEEDS:
+        return VALUE_NEEDS[key]
+    if key in _FACTS:
+        return (f"fact:{key}",)
+    if key in COUNTERS:
+        return (f"counter:{key}",)
+    return ()

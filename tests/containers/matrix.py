@@ -17,6 +17,13 @@ experts, then ``from-header`` writes the twin, optionally with its own
 * ``mtp`` (models with multi-token-prediction layers): the last decoder
   layer and the MTP layer, 8 experts.
 
+The huge-sparse preset (about 162 GB of holes, 44 MB experts) is a cell only
+with ``huge=True`` (``--huge``): the scenario set does not yet run on it within
+its timeouts (chunk-faults read 6.3 M preads per load; faults-corrupt opens
+the oracle's reader, about 10 s a parse of its 21,504-tensor headers, many
+times), and runs left behind by a timeout keep their caches (one such run
+grew to 23 GB and was killed for memory).
+
 ``python -m tests.containers.matrix [--all | CELL ...]`` runs cells and
 prints one line each; tests/containers/test_container_matrix.py samples them.
 """
@@ -110,11 +117,16 @@ def model_cells(model: str) -> list[Cell]:
             for scale in SCALES for sel, kw in sels]
 
 
-def all_cells() -> list[Cell]:
-    """The whole matrix: every preset, then every model's twins, in a fixed order."""
+#: the preset the matrix leaves out unless asked (see the module docstring)
+HUGE = "huge-sparse"
+
+
+def all_cells(huge: bool = False) -> list[Cell]:
+    """The whole matrix: the presets, then every model's twins, in a fixed order."""
     import fixtures  # noqa: PLC0415
 
-    cells = [Cell(f"preset:{name}", preset=name) for name in fixtures.PRESETS]
+    cells = [Cell(f"preset:{name}", preset=name) for name in fixtures.PRESETS
+             if huge or name != HUGE]
     for path in sorted(DATA.glob("*.json")):
         cells += model_cells(path.stem)
     return cells
@@ -170,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("cells", nargs="*", help="cell names (see --list)")
     ap.add_argument("--all", action="store_true", help="run every cell")
     ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    ap.add_argument("--huge", action="store_true",
+                    help="include the huge-sparse preset (see the docstring)")
     args = ap.parse_args(argv)
-    cells = {c.name: c for c in all_cells()}
+    cells = {c.name: c for c in all_cells(args.huge)}
     if args.list:
         print("\n".join(cells))
         return 0

@@ -7,8 +7,10 @@ template without it names fused tensors of leading dimension
 ``n_experts``, of which expert e owns slice e: bytes
 ``[e*nbytes/E, (e+1)*nbytes/E)`` (one contiguous range, the leading
 dimension being outermost).  :func:`expert_reads` models the reads the
-engine's loader makes for one load (docs/DESIGN.md §4): one contiguous run
-cut at multiples of ``chunk_bytes``, else one read per piece.
+engine's loader makes for one buffered load (docs/CACHE.md "How the bytes
+are read"): a contiguous expert is one run cut at multiples of
+``chunk_bytes``; a scattered one is one read per piece, a fused slice being
+a run cut the same way and a per-expert tensor one read, uncut.
 
 Never imports ``engine``.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from oracle.reads import cut_run
 from oracle.safetensors import Container
 
 
@@ -42,6 +45,7 @@ class Piece:
     nbytes: int
     shard: str  # path of the shard file
     offset: int  # absolute byte offset of the piece in the shard
+    fused: bool = False  # a slice of a fused tensor (read as a chunked run)
 
 
 def expert_pieces(reader: Container, expert_template: str,
@@ -77,7 +81,7 @@ def expert_pieces(reader: Container, expert_template: str,
                 f"divide by it")
         nb = info.nbytes // n_experts
         out.append(Piece(name, expert * nb, nb, info.shard,
-                         info.offset + expert * nb))
+                         info.offset + expert * nb, fused=True))
     return out
 
 
@@ -93,23 +97,18 @@ def expert_reads(pieces: Sequence[Piece], chunk_bytes: int = 0
 
     A contiguous expert is one run, cut where the absolute offset crosses a
     multiple of ``chunk_bytes`` (0: no cut); a scattered one is read piece by
-    piece, uncut.
+    piece, a fused slice cut like a run and a per-expert tensor uncut.
     """
     if not pieces:
         return []
-    if not is_contiguous(pieces):
-        return [(p.shard, p.offset, p.nbytes) for p in pieces]
-    at = pieces[0].offset
-    end = at + sum(p.nbytes for p in pieces)
-    reads = []
-    while at < end:
-        stop = end
-        if chunk_bytes:
-            nxt = at - at % chunk_bytes + chunk_bytes
-            stop = min(stop, nxt)
-        reads.append((pieces[0].shard, at, stop - at))
-        at = stop
-    return reads
+    if is_contiguous(pieces):
+        runs = [(pieces[0].shard, pieces[0].offset, sum(p.nbytes for p in pieces),
+                 chunk_bytes)]
+    else:
+        runs = [(p.shard, p.offset, p.nbytes, chunk_bytes if p.fused else 0)
+                for p in pieces]
+    return [(shard, at, n) for shard, offset, nbytes, chunk in runs
+            for at, n in cut_run(offset, nbytes, chunk)]
 
 
 def read_pieces(reader: Container, pieces: Sequence[Piece]) -> bytes:

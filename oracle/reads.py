@@ -1,7 +1,8 @@
 """The reads one expert load asks of io, and whether a shard reads with O_DIRECT.
 
-docs/CACHE.md "How the bytes are read": a contiguous expert is one run cut
-at file offsets that are multiples of ``chunk_bytes``; under O_DIRECT the
+docs/CACHE.md "How the bytes are read": a run (a contiguous expert, or one
+fused slice of a scattered one) is cut at file offsets that are multiples
+of ``chunk_bytes`` (:func:`cut_run`); under O_DIRECT the
 run is first widened to ``align`` (4,096) on both ends, each widened piece
 may meet end of file once the payload inside it has arrived, and
 ``io_bytes`` adds every widened length.  :func:`direct_reads` lists those
@@ -31,6 +32,26 @@ class Window:
     need_end: int
 
 
+def cut_run(offset: int, nbytes: int, chunk_bytes: int = 0
+            ) -> list[tuple[int, int]]:
+    """The run ``[offset, offset + nbytes)`` cut at multiples of ``chunk_bytes``.
+
+    Returns the pieces as ``(offset, nbytes)`` in file order; ``chunk_bytes``
+    0 leaves the run whole, and an empty run has no piece.
+    """
+    if chunk_bytes < 0:
+        raise ValueError(f"chunk_bytes must be >= 0, got {chunk_bytes}")
+    out = []
+    at, end = offset, offset + nbytes
+    while at < end:
+        stop = end
+        if chunk_bytes:
+            stop = min(stop, at - at % chunk_bytes + chunk_bytes)
+        out.append((at, stop - at))
+        at = stop
+    return out
+
+
 def widen(offset: int, nbytes: int, align: int = DIRECT_ALIGN) -> tuple[int, int]:
     """The run ``[offset, offset + nbytes)`` widened to ``align``: (lo, hi)."""
     if align <= 0 or align & (align - 1):
@@ -53,15 +74,8 @@ def direct_reads(offset: int, nbytes: int, chunk_bytes: int = 0,
                          f"the O_DIRECT alignment {align}")
     lo, hi = widen(offset, nbytes, align)
     run_end = offset + nbytes
-    out = []
-    at = lo
-    while at < hi:
-        stop = hi
-        if chunk_bytes:
-            stop = min(stop, at - at % chunk_bytes + chunk_bytes)
-        out.append(Window(at, stop - at, min(stop, run_end)))
-        at = stop
-    return out
+    return [Window(at, n, min(at + n, run_end))
+            for at, n in cut_run(lo, hi - lo, chunk_bytes)]
 
 
 def window_ok(w: Window, got: int) -> bool:

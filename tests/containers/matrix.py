@@ -1,0 +1,215 @@
+"""The container matrix: the gate's whole scenario set on every preset and twin.
+
+A *cell* is one container the gate's scenarios run on with ``--container``:
+either a preset (``fixtures/presets.py``), or a twin that ``from-header``
+makes of a real-model description in ``tests/data/models/`` at one scale and
+one selection.  A checkpoint folder (index + config, as a user without the
+weights holds it) is first expanded from the description
+(:func:`fixtures.realistic.expand`), optionally with a subset of layers and
+experts, then ``from-header`` writes the twin, optionally with its own
+``--layers`` / ``--experts``.  The selections of every model:
+
+* ``first``: the checkpoint's first two MoE layers and 8 experts (DeepSeek-V3:
+  layers 2-4, so the dense layer 2 leads the two MoE layers);
+* ``pick``: the whole checkpoint's index, and ``from-header --layers`` two
+  MoE layers apart in the middle and at the end, ``--experts 16`` (or all);
+* ``wide``: the last two MoE layers with up to 64 experts;
+* ``mtp`` (models with multi-token-prediction layers): the last decoder
+  layer and the MTP layer, 8 experts.
+
+The huge-sparse preset (about 162 GB of holes, 44 MB experts) is a cell only
+with ``huge=True`` (``--huge``): the scenario set does not yet run on it within
+its timeouts (chunk-faults read 6.3 M preads per load; faults-corrupt opens
+the oracle's reader, about 10 s a parse of its 21,504-tensor headers, many
+times), and runs left behind by a timeout keep their caches (one such run
+grew to 23 GB and was killed for memory).
+
+``python -m tests.containers.matrix [--all | CELL ...]`` runs cells and
+prints one line each; tests/containers/test_container_matrix.py samples them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "models"
+SCALES = (0.01, 0.05, 0.1)
+#: the scenario a scattered expert cannot run (O_DIRECT cannot pack it)
+DIRECT_ONLY = "state-direct"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One container of the matrix: a preset, or a twin of a model description."""
+
+    name: str
+    preset: str | None = None
+    model: str | None = None
+    scale: float = 0.0
+    expand_layers: tuple[int, ...] | None = None  # realistic.expand's selection
+    expand_experts: int | None = None
+    layers: tuple[int, ...] | None = None  # from-header --layers / --experts
+    experts: int | None = None
+
+    def make(self, work: Path) -> str:
+        """The ``--container`` argument of this cell, writing its twin under work."""
+        if self.preset is not None:
+            return self.preset
+        from fixtures import realistic  # noqa: PLC0415
+        from fixtures.from_header import from_header  # noqa: PLC0415
+
+        assert self.model is not None
+        ckpt = realistic.expand(DATA / f"{self.model}.json", work / "checkpoint",
+                                form="index",
+                                layers=None if self.expand_layers is None
+                                else list(self.expand_layers),
+                                experts=self.expand_experts)
+        twin = work / "twin"
+        with contextlib.redirect_stdout(io.StringIO()):
+            from_header(ckpt, twin, scale=self.scale,
+                        layers=None if self.layers is None else list(self.layers),
+                        experts=self.experts)
+        return str(twin)
+
+
+def _model_facts(model: str) -> tuple[list[int], int, int]:
+    """(MoE layers, expert count, decoder layers) of a model description."""
+    from fixtures.detect import config_moe_layers  # noqa: PLC0415
+    from fixtures.realistic import EXPERT_KEYS, _cfg_view  # noqa: PLC0415
+
+    desc = json.loads((DATA / f"{model}.json").read_text("utf-8"))
+    c = _cfg_view(desc["config"])
+    n_layers = c["num_hidden_layers"]
+    n_total = n_layers + (c.get("num_nextn_predict_layers") or 0)
+    moe = sorted(set(config_moe_layers(c) or range(n_total)) & set(range(n_total)))
+    n_exp = next(c[k] for k in EXPERT_KEYS if k in c)
+    return moe, n_exp, n_layers
+
+
+def model_cells(model: str) -> list[Cell]:
+    """Every twin cell of one model description: each selection at each scale."""
+    moe, n_exp, n_layers = _model_facts(model)
+    decoder_moe = [la for la in moe if la < n_layers]
+    first = decoder_moe[:2]
+    lead = list(range(first[0] - 1, first[-1] + 1)) if first[0] > 0 else first
+    mid = decoder_moe[len(decoder_moe) // 2]
+    sels: list[tuple[str, dict[str, Any]]] = [
+        ("first", {"expand_layers": tuple(lead), "expand_experts": 8}),
+        ("pick", {"layers": (mid, decoder_moe[-1]), "experts": min(n_exp, 16)}),
+        ("wide", {"expand_layers": tuple(decoder_moe[-2:]),
+                  "expand_experts": min(n_exp, 64)}),
+    ]
+    if n_layers < max(moe) + 1:  # multi-token-prediction layers follow
+        sels.append(("mtp", {"expand_layers": (n_layers - 1, n_layers),
+                             "expand_experts": 8}))
+    return [Cell(f"{model}@{scale}:{sel}", model=model, scale=scale, **kw)
+            for scale in SCALES for sel, kw in sels]
+
+
+#: the preset the matrix leaves out unless asked (see the module docstring)
+HUGE = "huge-sparse"
+
+
+def all_cells(huge: bool = False) -> list[Cell]:
+    """The whole matrix: the presets, then every model's twins, in a fixed order."""
+    import fixtures  # noqa: PLC0415
+
+    cells = [Cell(f"preset:{name}", preset=name) for name in fixtures.PRESETS
+             if huge or name != HUGE]
+    for path in sorted(DATA.glob("*.json")):
+        cells += model_cells(path.stem)
+    return cells
+
+
+@dataclass
+class Outcome:
+    """What the gate's scenario set did on one cell."""
+
+    cell: str
+    runs: int
+    checks: int
+    failed: list[str]
+    skipped: list[tuple[str, str]]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether no check failed and every skip names its reason."""
+        return not self.failed and all(reason for _, reason in self.skipped)
+
+    def line(self) -> str:
+        """One line for a person: PASS/FAIL, the cell, its counts."""
+        skips = ", ".join(sorted({s for s, _ in self.skipped})) or "none"
+        head = "PASS" if self.ok else "FAIL"
+        return (f"{head}  {self.cell}: {self.runs} scenario runs, {self.checks} "
+                f"checks, {len(self.failed)} failed, skipped: {skips} "
+                f"({self.seconds:.1f} s)")
+
+
+def run_cell(cell: Cell, work: Path) -> Outcome:
+    """Run the gate's whole scenario set on the cell's container, quietly."""
+    import engine  # noqa: PLC0415
+    from gate.report import Report  # noqa: PLC0415
+    from gate.scenarios import run_scenarios  # noqa: PLC0415
+
+    t0 = time.monotonic()
+    work.mkdir(parents=True, exist_ok=True)
+    container = cell.make(work)
+    report = Report()
+    with contextlib.redirect_stdout(io.StringIO()):
+        names = run_scenarios(engine, work / "gate", report, [], container=container)
+    failed = [f"{c['scenario']} [{c['backend']}] {c['check']}: {c['detail']}"
+              for c in report.failed]
+    skipped = [(s["scenario"], s["reason"]) for s in report.skipped]
+    return Outcome(cell.name, len(names), len(report.checks), failed, skipped,
+                   time.monotonic() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the named cells (or ``--all``); exit 1 if any fails."""
+    ap = argparse.ArgumentParser(prog="python -m tests.containers.matrix")
+    ap.add_argument("cells", nargs="*", help="cell names (see --list)")
+    ap.add_argument("--all", action="store_true", help="run every cell")
+    ap.add_argument("--list", action="store_true", help="list the cells and exit")
+    ap.add_argument("--huge", action="store_true",
+                    help="include the huge-sparse preset (see the docstring)")
+    args = ap.parse_args(argv)
+    cells = {c.name: c for c in all_cells(args.huge)}
+    if args.list:
+        print("\n".join(cells))
+        return 0
+    unknown = [n for n in args.cells if n not in cells]
+    if unknown:
+        print(f"unknown cell {unknown[0]!r}; --list names them", file=sys.stderr)
+        return 2
+    chosen = list(cells.values()) if args.all else [cells[n] for n in args.cells]
+    t0 = time.monotonic()
+    bad = 0
+    for cell in chosen:
+        work = Path(tempfile.mkdtemp(prefix="xc-matrix-"))
+        try:
+            out = run_cell(cell, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(out.line(), flush=True)
+        for f in out.failed[:5]:
+            print(f"    {f}", flush=True)
+        bad += not out.ok
+    print(f"{len(chosen)} cells, {len(chosen) - bad} PASS, {bad} FAIL, "
+          f"{time.monotonic() - t0:.0f} s", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

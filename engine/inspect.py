@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="probe O_DIRECT and report whether it is in effect")
     ap.add_argument("--layout", metavar="FILE",
                     help="use this TOML layout file instead of finding one")
-    ap.add_argument("--version", action="version", version=package_version(),
+    ap.add_argument("--version", action="version",
+                    version=f"%(prog)s (xcache) {package_version()}",
                     help="print the xcache version and exit")
     ns = ap.parse_args(argv)
     try:

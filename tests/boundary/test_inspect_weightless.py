@@ -15,7 +15,7 @@ MODEL = ROOT / "tests" / "data" / "models" / "mixtral-8x7b.json"
 @pytest.mark.parametrize("at_index", [False, True])
 def test_checkpoint_without_shard_data_names_from_header(tmp_path, capsys, form,
                                                           at_index):
-    """Index + config with missing, LFS-pointer or header-only shards: FAIL, then a hint."""
+    """Index + config, shards missing, LFS pointers or header-only: FAIL, a hint."""
     ckpt = realistic.expand(MODEL, tmp_path / "ckpt", form=form, layers=[0],
                             experts=2)
     path = str(ckpt / "model.safetensors.index.json") if at_index else str(ckpt)

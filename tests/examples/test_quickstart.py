@@ -11,49 +11,15 @@ from __future__ import annotations
 
 import doctest
 import os
-import re
-import shlex
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.examples.commands import argv_of, console_blocks
 from tests.helpers import ROOT
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 
 PAGE = ROOT / "docs" / "QUICKSTART.md"
 PLACE = "/tmp/xcache-quickstart"
 FLAGS = doctest.ELLIPSIS
-
-
-def console_blocks(text: str) -> list[list[tuple[str, str]]]:
-    """Each ```console block as (command, expected output) pairs."""
-    blocks = []
-    for body in re.findall(r"```console\n(.*?)```", text, re.S):
-        pairs: list[tuple[str, list[str]]] = []
-        for line in body.splitlines():
-            if line.startswith("$ "):
-                pairs.append((line[2:], []))
-            else:
-                pairs[-1][1].append(line)
-        blocks.append([(c, "\n".join(out) + "\n") for c, out in pairs])
-    return blocks
-
-
-def argv_of(command: str) -> list[str]:
-    """The argv that runs ``command``: console scripts by their entry point."""
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        scripts = tomllib.load(f)["project"]["scripts"]
-    words = shlex.split(command)
-    if words[0] == "python":
-        return [sys.executable, *words[1:]]
-    module, func = scripts[words[0]].split(":")
-    return [sys.executable, "-c",
-            f"import sys; from {module} import {func}; sys.exit({func}())",
-            *words[1:]]
 
 
 def run_commands(text: str, cwd: Path, env: dict[str, str]) -> int:

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         shape = {role: box.info(lay.tensor_name(first, 0, name)).shape
                  for role, name in names.items()}
         hidden = shape["down"][0]
-        rng = np.random.default_rng(0)
+        rng = np.random.default_rng(0)  # a model's gate weights stand here
         router = rng.standard_normal((len(lay.layers), lay.n_experts, hidden),
                                      np.float32)
         h = rng.standard_normal(hidden).astype(np.float32)

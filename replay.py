@@ -112,9 +112,45 @@ def _dispatch(args: list[str]) -> int:
             parser().parse_args([first])
         except SystemExit as e:
             return 2 if e.code else 0
+    mistyped = _unknown_command(args)
+    if mistyped:
+        print(mistyped, file=sys.stderr)
+        return 2
     from gate.cli import run  # noqa: PLC0415
 
     return run(args)
+
+
+def _unknown_command(args: list[str]) -> str:
+    """The error for ``args`` that start with a command name this door lacks.
+
+    The gate takes one folder, so a first word followed by another
+    positional argument the gate cannot place (``replay.py gaet DIR``) was
+    meant as a command; "" otherwise, and the gate parses ``args``.
+    """
+    import difflib  # noqa: PLC0415
+
+    from gate.cli import parser as gate_parser  # noqa: PLC0415
+
+    if not args or not re.fullmatch(r"[A-Za-z][\w-]*", args[0]) \
+            or os.path.exists(args[0]):
+        return ""  # an option or a path: the gate's own message names it
+    ap = gate_parser()
+
+    def refuse(message: str) -> None:
+        raise ValueError(message)
+
+    ap.error = refuse  # type: ignore[method-assign]  # judge, do not exit
+    try:
+        _, extra = ap.parse_known_args(args)
+    except ValueError:
+        return ""  # the gate's own error says it better
+    if not [a for a in extra if not a.startswith("-")]:
+        return ""
+    near = difflib.get_close_matches(args[0], COMMANDS, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return (f"replay.py: unknown command {args[0]!r} (the commands are "
+            f"{', '.join(COMMANDS)}; gate, the default, takes one folder){hint}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ layout ``engine.layout.resolve`` finds, one ``key: value`` line each:
 layer``, ``top-k``, ``tensors per expert``, ``bytes per expert``, ``stored``
 (contiguous, or scattered with a count), ``fused`` (docs/LAYOUT.md).  Exits
 0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
-<message>`` and exits 1; a layout that cannot be found or does not fit
-prints (after the OK line) ``FAIL layout: <message>`` and exits 1.  A path
+<message>`` and exits 1 (a checkpoint's index and config without shard
+data add a ``hint:`` line naming ``python -m fixtures from-header``); a
+layout that cannot be found or does not fit prints (after the OK line)
+``FAIL layout: <message>`` and exits 1.  A path
 that names nothing, or that cannot be passed to the C reader, is a mistaken
 command: one line on stderr naming it, exit 2.  The C reader does every
 container check (docs/DESIGN.md §3); this only reports.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="probe O_DIRECT and report whether it is in effect")
     ap.add_argument("--layout", metavar="FILE",
                     help="use this TOML layout file instead of finding one")
-    ap.add_argument("--version", action="version", version=package_version(),
+    ap.add_argument("--version", action="version",
+                    version=f"%(prog)s (xcache) {package_version()}",
                     help="print the xcache version and exit")
     ns = ap.parse_args(argv)
     try:
@@ -126,8 +130,57 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as e:
         where = "" if e.offset is None else f" byte {e.offset}"
         print(f"FAIL {e.kind}{where}: {e}")
+        hint = weightless_hint(ns.path)
+        if hint:
+            print(hint)
         return 1
     return 0
+
+
+#: What a Git-LFS pointer file starts with (a repository without the weights).
+_LFS = b"version https://git-lfs"
+
+
+def weightless_hint(path: str) -> str:
+    """A pointer at ``from-header`` when ``path`` is a checkpoint without its weights.
+
+    That is a folder (or its index) holding ``model.safetensors.index.json``
+    and ``config.json`` whose shards are all missing, Git-LFS pointers or
+    header-only copies; "" otherwise.
+    """
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    index = folder / "model.safetensors.index.json"
+    if not (index.is_file() and (folder / "config.json").is_file()):
+        return ""
+    try:
+        shards = set(json.loads(index.read_text("utf-8"))["weight_map"].values())
+        if not shards or not all(_no_data(folder / s) for s in shards):
+            return ""
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    return (f"hint: {path} is a checkpoint's index and config without shard "
+            f"data (missing, Git-LFS pointers or header-only); make a twin "
+            f"the cache can read with `python -m fixtures from-header {path} "
+            f"TWIN --scale 0.01` and inspect TWIN")
+
+
+def _no_data(shard: Path) -> bool:
+    """Whether ``shard`` is missing, a Git-LFS pointer or shorter than its header."""
+    if not shard.exists():
+        return True
+    with open(shard, "rb") as f:
+        head = f.read(8)
+        if head == _LFS[:8]:
+            return f.read(len(_LFS) - 8) == _LFS[8:]
+        if len(head) < 8:
+            return False
+        n = int.from_bytes(head, "little")
+        if n > 100_000_000:
+            return False
+        header = json.loads(f.read(n))
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    return shard.stat().st_size < 8 + n + max(ends, default=0)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,13 @@ fixtures' detector and the engine's (two independent implementations) agree
 on the layout, `from-header` writes a twin, `verify` finds every byte in
 place, a cache opened on the twin serves every expert byte-exact against
 the generator's encoding and the oracle's reader, and the generic replay
-set passes on it.  The README's three commands are run as written.
+set passes on it.  The README's four commands are run as written.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -176,37 +174,50 @@ def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
 
 
 def _readme_commands() -> list[str]:
-    """The three commands of README's new-container section, in order."""
+    """The four commands of README's new-container section, in order."""
     text = (ROOT / "README.md").read_text("utf-8")
-    section = text.split("## A new container in three commands", 1)[1]
+    section = text.split("## A new container in four commands", 1)[1]
     section = section.split("\n## ", 1)[0]
     cmds = [ln.strip() for ln in section.splitlines()
             if ln.startswith("    ") and ln.strip()]
-    assert len(cmds) == 3, cmds
+    assert len(cmds) == 4, cmds
     return cmds
 
 
 @pytest.mark.nosan  # runs the README's commands as subprocesses
 @pytest.mark.parametrize("model", ["mixtral-8x7b", "gpt-oss-20b"])
-def test_readme_three_commands_take_an_index_and_config_to_a_pass(model, tmp_path):
-    """The README's commands, as written, on a per-expert and a fused checkpoint."""
-    layers, experts, *_ = CASES[model]
-    ckpt = realistic.expand(DATA / f"{model}.json", tmp_path / "checkpoint",
-                            form="index", layers=layers, experts=experts)
-    subst = {"CHECKPOINT": str(ckpt), "TWIN": str(tmp_path / "twin"),
-             "OUT": str(tmp_path / "out")}
+def test_readme_four_commands_take_a_description_to_a_pass(model, tmp_path):
+    """The README's commands, as written (console scripts by their entry
+    points): all four for Mixtral, whose description the first names; the
+    last three on a fused checkpoint's folder (GPT-OSS)."""
+    from tests.examples.commands import argv_of
+
+    cmds = _readme_commands()
+    assert cmds[0].startswith("xcache-fixtures checkpoint tests/data/models/"
+                              "mixtral-8x7b.json CHECKPOINT --layers 0-2")
+    if model != "mixtral-8x7b":
+        layers, experts, *_ = CASES[model]
+        realistic.expand(DATA / f"{model}.json", tmp_path / "checkpoint",
+                         form="index", layers=layers, experts=experts)
+        cmds = [""] + cmds[1:]
+    subst = {"CHECKPOINT": str(tmp_path / "checkpoint"),
+             "TWIN": str(tmp_path / "twin"), "OUT": str(tmp_path / "out")}
     outputs = []
-    for cmd in _readme_commands():
-        argv = [subst.get(a, a) for a in shlex.split(cmd)]
-        assert argv[0] == "python"
-        p = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT,
-                           capture_output=True, text=True, timeout=600)
+    for cmd in cmds:
+        if not cmd:
+            outputs.append("")
+            continue
+        p = subprocess.run(argv_of(cmd, subst), cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)
         assert p.returncode == 0, (cmd, p.stdout[-2000:], p.stderr[-2000:])
         outputs.append(p.stdout)
-    assert re.search(r"^twin size: [\d,]+ bytes", outputs[0], re.M)
-    assert f"fused: {'yes' if 'oss' in model else 'no'}" in outputs[1]
-    direct = f"SKIP  {DIRECT_RUNS[0]} " in outputs[2]
-    assert outputs[2].splitlines()[-1].startswith(
+    if model == "mixtral-8x7b":
+        assert outputs[0].startswith(f"checkpoint {tmp_path / 'checkpoint'}: "
+                                     "model.safetensors.index.json")
+    assert re.search(r"^twin size: [\d,]+ bytes", outputs[1], re.M)
+    assert f"fused: {'yes' if 'oss' in model else 'no'}" in outputs[2]
+    direct = f"SKIP  {DIRECT_RUNS[0]} " in outputs[3]
+    assert outputs[3].splitlines()[-1].startswith(
         f"PASS: {SCENARIO_RUNS - direct * DIRECT_RUNS[1]} scenarios")
 
 

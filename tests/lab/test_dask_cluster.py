@@ -289,7 +289,7 @@ def test_ctrl_c_ends_predict_on_dask(tmp_path):
     rc, err, pgid = sigint_mid_run(
         [sys.executable, "replay.py", "predict", OLMOE, str(out), "--executor",
          "dask", "--workers", "2", "--predictors", "pair,ewma,popularity"],
-        re.compile(rb" [1-9][0-9]*/79200 \["))  # mid-run: a step counted
+        re.compile(rb" [1-9][0-9]*/2400 \["))  # mid-run: a test step counted
     assert rc == 130, err
     assert "Traceback" not in err
     assert err.endswith(f"replay.py predict: interrupted; {out} left as it was\n")

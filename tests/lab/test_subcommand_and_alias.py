@@ -39,7 +39,10 @@ def test_lab_and_trace_alias_write_identical_results(tmp_path, trace_csv, capsys
     printed_new = capsys.readouterr().out
     assert main(["--trace", str(trace_csv), *OPTIONS, str(tmp_path / "old")]) == 0
     printed_old = capsys.readouterr().out
-    assert printed_new == printed_old and "belady gap" in printed_new
+    # the same but for the folder each names in its "wrote" line
+    assert printed_new.replace(str(tmp_path / "new"), "OUT") == \
+        printed_old.replace(str(tmp_path / "old"), "OUT")
+    assert "belady gap" in printed_new
     for name in ("results.csv", "results.json"):
         new = (tmp_path / "new" / name).read_bytes()
         assert new == (tmp_path / "old" / name).read_bytes(), name

@@ -23,13 +23,22 @@ def pyproject_version() -> str:
         return tomllib.load(f)["project"]["version"]
 
 
-@pytest.mark.parametrize("module", ["fixtures", "engine.inspect"])
-def test_version_flag_prints_the_pyproject_version(module):
-    """`python -m <tool> --version` prints pyproject's version and exits 0."""
-    done = subprocess.run([sys.executable, "-m", module, "--version"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+#: every command line, by the program name its --version names
+CLIS = {"python -m fixtures": ["-m", "fixtures"],
+        "python -m engine.inspect": ["-m", "engine.inspect"],
+        "replay.py": [str(ROOT / "replay.py")],
+        "replay.py lab": [str(ROOT / "replay.py"), "lab"],
+        "replay.py predict": [str(ROOT / "replay.py"), "predict"]}
+
+
+@pytest.mark.parametrize("prog", sorted(CLIS))
+def test_version_flag_prints_one_format_everywhere(prog, tmp_path):
+    """Every CLI's --version is `PROG (xcache) VERSION`, exit 0, from any folder."""
+    done = subprocess.run([sys.executable, *CLIS[prog], "--version"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == pyproject_version()
+    assert done.stdout == f"{prog} (xcache) {pyproject_version()}\n"
 
 
 @pytest.mark.parametrize("module", ["fixtures.__main__", "engine.inspect"])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
 import weakref
@@ -62,8 +63,13 @@ TIMING_COUNTERS = ("load_ns", "page_cache_loads", "device_loads",
 
 #: The largest batch_threads (the C core's range, xc_cache_open).
 MAX_BATCH_THREADS = 256
-#: Bytes of one trace record (TRACE_RECORD_BYTES in engine/csrc).
+#: Bytes of one trace record (TRACE_RECORD_BYTES in engine/csrc), and the
+#: ring's records when trace_ring_records is 0.
 TRACE_RECORD_BYTES = 24
+DEFAULT_TRACE_RING_RECORDS = 4096
+#: The C message when one of the tables xc_cache_open sizes (slots, index,
+#: trace ring) cannot be allocated.
+_SLOTS_NOMEM = re.compile(r"cache open: no memory for \d+ slots of \d+ bytes")
 #: Keys (layers x n_experts) the C core can number: its key count is 32-bit.
 MAX_KEYS = 2**32 - 1
 
@@ -259,11 +265,14 @@ class ExpertCache:
         if rc == lib.XC_E_NOMEM and trace_path is not None:
             try:
                 _lib.check(rc)
-            except _err.OutOfMemoryError as e:  # C names only the slots
-                ring = (trace_ring_records or 4096) * TRACE_RECORD_BYTES
+            except _err.OutOfMemoryError as e:
+                if not _SLOTS_NOMEM.fullmatch(str(e)):
+                    raise
+                # C's one message for its tables names only the slots
+                n = trace_ring_records or DEFAULT_TRACE_RING_RECORDS
                 raise _err.OutOfMemoryError(
-                    f"{e} and a trace ring of {trace_ring_records or 4096:,} "
-                    f"records ({ring:,} bytes): the two together do not fit",
+                    f"{e} and a trace ring of {n:,} records "
+                    f"({n * TRACE_RECORD_BYTES:,} bytes)",
                     status=e.status, kind=e.kind) from None
         _lib.check(rc)
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)

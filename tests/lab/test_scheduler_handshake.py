@@ -102,6 +102,8 @@ def test_a_peer_that_is_not_a_scheduler_is_exit_2(command, kind, tmp_path, capsy
     assert err.startswith(f"replay.py {command}: --scheduler {address}: no dask "
                           f"scheduler answers there within 1 s {why}"), err
     assert err.count("\n") == 1 and "Traceback" not in err
+    if command == "predict":  # the OUT it made is removed again
+        assert not (tmp_path / "o").exists()
 
 
 def test_connect_itself_is_bounded_and_leaves_nothing_open(silent_peer):

@@ -7,9 +7,12 @@ together and turns status codes into exceptions through ``_lib.check``.
 Lifetimes: an :class:`ExpertCache` keeps its container alive; an
 :class:`Expert` keeps its cache alive; a numpy view keeps the slot arena it
 points into alive, even past ``close()`` and the cache's collection (the
-arena is reference-counted in C, ``xc_cache_arena``).  A view shows its
-expert's bytes until the expert is released -- after that the slot may be
-reused for another expert and the view would show its bytes.
+arena is reference-counted in C, ``xc_cache_arena``).  A view also keeps
+its hold: an Expert or LayerHold dropped without ``release()`` gives its
+hold back once it and every view of it are garbage (``engine.hold``).  A
+view shows its expert's bytes until the expert is released -- after an
+explicit ``release()`` the slot may be reused for another expert, which
+``XCACHE_CHECK_VIEWS=1`` turns into a MisuseError at the release.
 
 Threads: ``close()`` waits for the calls in progress in other threads
 (every C call is counted in ``_busy``, a list appended to and popped
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
 import weakref
@@ -35,7 +39,14 @@ import numpy as np
 from engine import _lib
 from engine import errors as _err
 from engine.errors import InvariantError, misuse
-from engine.hold import Expert, HoldViews, LayerHold, SlotLayout, hold_layer
+from engine.hold import (
+    Expert,
+    HoldViews,
+    LayerHold,
+    SlotLayout,
+    hold_layer,
+    pinned_bytes,
+)
 from engine.layout import UNSET, cache_keywords
 from engine.stream import Stream
 from engine.stream import key_arrays as _key_arrays
@@ -48,6 +59,43 @@ __all__ = ["TIMING_COUNTERS", "Expert", "ExpertCache", "LayerHold", "Stream"]
 TIMING_COUNTERS = ("load_ns", "page_cache_loads", "device_loads",
                    "unknown_loads", "page_cache_bytes", "device_bytes",
                    "queue_fallbacks")
+
+
+#: The largest batch_threads (the C core's range, xc_cache_open).
+MAX_BATCH_THREADS = 256
+#: Bytes of one trace record (TRACE_RECORD_BYTES in engine/csrc), and the
+#: ring's records when trace_ring_records is 0.
+TRACE_RECORD_BYTES = 24
+DEFAULT_TRACE_RING_RECORDS = 4096
+#: The C message when one of the tables xc_cache_open sizes (slots, index,
+#: trace ring) cannot be allocated.
+_SLOTS_NOMEM = re.compile(r"cache open: no memory for \d+ slots of \d+ bytes")
+#: Keys (layers x n_experts) the C core can number: its key count is 32-bit.
+MAX_KEYS = 2**32 - 1
+
+
+def _check_key_count(container: Any, template: Any, n_layers: int,
+                     n_experts: int, n_tensors: int) -> None:
+    """MisuseError when layers x n_experts cannot be what the container holds.
+
+    The C core sizes its expert tables by that product before it looks a
+    single name up, so a mistaken ``n_experts=10**8`` would fail as "no
+    memory" (or, past 32 bits, as too many keys).  An unfused layout needs
+    a tensor of its own for every key, so more keys than the container has
+    tensors is refused here, naming the numbers.
+    """
+    n_keys = n_layers * n_experts
+    if n_keys > MAX_KEYS:
+        return  # C refuses it: "... is too many keys"
+    fused = isinstance(template, str) and "{expert}" not in template
+    try:
+        held = len(container)
+    except (TypeError, _err.EngineError):
+        return  # not countable (or closed: the open says so)
+    if not fused and n_tensors and n_keys > held:
+        raise misuse(f"n_experts={n_experts} x {n_layers} layers is "
+                     f"{n_keys:,} experts, each with tensors of its own, but "
+                     f"the container holds {held:,} tensors in all")
 
 
 def _closed(*_args: object) -> Any:
@@ -168,6 +216,8 @@ class ExpertCache:
         o.budget_bytes = (ci("budget_bytes", budget_bytes, *u64)
                           if budget_bytes is not None else 0)
         o.top_k = ci("top_k", top_k, *i32)
+        # its own range here: C checks it in one message with top_k's
+        ci("batch_threads", batch_threads, 1, MAX_BATCH_THREADS)
         if isinstance(tensors, (str, bytes)):
             raise misuse(f"tensors must be a sequence of str, got "
                          f"{type(tensors).__name__} {tensors!r}")
@@ -197,6 +247,8 @@ class ExpertCache:
         o.layers = keep["layers"]
         o.n_layers = len(layer_list)
         o.n_experts = ci("n_experts", n_experts, *i32)
+        _check_key_count(container, expert_template, len(layer_list),
+                         o.n_experts, len(tensor_list))
         o.chunk_bytes = ci("chunk_bytes", chunk_bytes, *u64)
         o.batch_threads = ci("batch_threads", batch_threads, *i32)
         o.io_threads = ci("io_threads", io_threads, *i32)
@@ -209,7 +261,20 @@ class ExpertCache:
         self._container = container
         out = ffi.new("xc_cache **")
         cptr = handle() if handle is not None else container._ptr  # closed: misuse
-        _lib.check(lib.xc_cache_open(cptr, o, out))
+        rc = lib.xc_cache_open(cptr, o, out)
+        if rc == lib.XC_E_NOMEM and trace_path is not None:
+            try:
+                _lib.check(rc)
+            except _err.OutOfMemoryError as e:
+                if not _SLOTS_NOMEM.fullmatch(str(e)):
+                    raise
+                # C's one message for its tables names only the slots
+                n = trace_ring_records or DEFAULT_TRACE_RING_RECORDS
+                raise _err.OutOfMemoryError(
+                    f"{e} and a trace ring of {n:,} records "
+                    f"({n * TRACE_RECORD_BYTES:,} bytes)",
+                    status=e.status, kind=e.kind) from None
+        _lib.check(rc)
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
         #: the C library for internal calls that must still work while
         #: closing (ending streams); _lib is swapped to refuse once closed
@@ -248,8 +313,15 @@ class ExpertCache:
         self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
         _OPEN.add(self)
 
-    def _view(self, h: int) -> np.ndarray:
-        """The payload of held handle ``h`` as a slice of the arena array."""
+    def _view(self, h: int, owner: object,
+              seen: list[Any] | None = None) -> np.ndarray:
+        """The payload of held handle ``h``, a read-only view that keeps ``owner``.
+
+        The view's base chain holds ``owner`` (the Expert) and the arena, so
+        a hold is never given back by garbage collection while a view of it
+        (or a slice of one) is alive; ``seen`` gets a weak reference that
+        lives as long as the view does (``engine.hold.pinned_bytes``).
+        """
         busy = self._busy
         busy.append(None)
         try:
@@ -258,8 +330,7 @@ class ExpertCache:
                 _lib.check(self._lib.XC_E_MISUSE)  # recorded by C
         finally:
             busy.pop()
-        off = int(_lib.ffi().cast("uintptr_t", ptr)) - self._arena_addr
-        return self._arena[off:off + self._expert_bytes]
+        return pinned_bytes(ptr, self._expert_bytes, owner, self._arena, seen)
 
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:

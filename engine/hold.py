@@ -1,19 +1,30 @@
 """Held references of an expert cache: one expert (:class:`Expert`) or one
 layer's experts at once (:class:`LayerHold`), and their numpy views.
 
-A slot's payload layout is fixed per container (:class:`SlotLayout`), so
-the views of a payload at a given arena offset are made once and reused
-by every later hold there (:class:`HoldViews`); a hold then costs two C
-calls (``xc_cache_hold_layer``, ``xc_cache_unhold_many``) and a lookup per
-expert.  Semantics in docs/CACHE.md "hold_layer"; lifetimes in the
-``engine.cache`` docstring.
+A slot's payload layout is fixed per container (:class:`SlotLayout`); a
+hold costs two C calls (``xc_cache_hold_layer``, ``xc_cache_unhold_many``)
+and its views are made when first read (:class:`HeldTensors`).
+
+Holds given back: every view is a numpy array whose base chain holds the
+hold itself (an :class:`Expert`, or a LayerHold's :class:`_Grip`) through
+a cffi buffer (:func:`pinned_bytes`), so a hold dropped without
+``release()`` is given back by its ``__del__`` once it and every view of it
+(slices included) are garbage -- never while a view could still show the
+slot.  No reference cycle runs through a hold, so this happens as soon as
+the last reference goes, not at the next cyclic collection.  After an
+explicit ``release()`` the slot may be reused: the hold's mappings refuse
+to be read (MisuseError), and with ``XCACHE_CHECK_VIEWS=1`` in the
+environment ``release()`` itself refuses while an array of the hold is
+still alive.  Semantics in docs/CACHE.md "hold_layer" and "Holds";
+lifetimes in the ``engine.cache`` docstring.
 """
 
 from __future__ import annotations
 
 import operator
-import types
-from collections.abc import Iterable, Mapping
+import os
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +36,52 @@ from engine.errors import misuse
 
 if TYPE_CHECKING:
     from engine.cache import ExpertCache
+
+
+#: Whether ``release()`` refuses while a view of the hold is alive (a
+#: debugging aid: it costs a weak reference per view and a look at each).
+CHECK_VIEWS = os.environ.get("XCACHE_CHECK_VIEWS", "") not in ("", "0")
+
+
+def _pin(ptr: Any, n_bytes: int, owner: object, arena: Any,
+         ) -> tuple[memoryview, weakref.ref]:
+    """``n_bytes`` at C pointer ``ptr`` as a read-only buffer that keeps ``owner``.
+
+    The buffer is a cffi buffer over a pointer whose (empty) destructor
+    holds ``owner`` and ``arena`` (the numpy arena, which keeps the C
+    arena); every numpy array made on it, and every slice or view of one,
+    refers to that buffer, so they keep both alive.  The weak reference is
+    to the pointer: it dies with the last of them.
+    """
+    ffi = _lib.ffi()
+    keeper = ffi.gc(ffi.cast("uint8_t *", ptr),
+                    lambda _p, _o=owner, _a=arena: None)
+    return (memoryview(ffi.buffer(keeper, n_bytes)).toreadonly(),
+            weakref.ref(keeper))
+
+
+def pinned_bytes(ptr: Any, n_bytes: int, owner: object, arena: Any,
+                 seen: list[weakref.ref] | None = None) -> np.ndarray:
+    """``n_bytes`` at ``ptr``, a read-only uint8 array that keeps ``owner`` alive.
+
+    With ``seen``, a weak reference that lives as long as the array or any
+    view of it is appended there.
+    """
+    buf, ref = _pin(ptr, n_bytes, owner, arena)
+    if seen is not None:
+        seen.append(ref)
+    return np.frombuffer(buf, np.uint8)
+
+
+def _alive(seen: list[weakref.ref] | None) -> int:
+    """How many of the weakly referenced view bases are still alive."""
+    return sum(1 for ref in seen or () if ref() is not None)
+
+
+def _views_alive_error(what: str, n: int) -> Exception:
+    return misuse(f"{what}: release() while {n} view(s) of it are alive; the "
+                  "slot would then show another expert's bytes under them "
+                  "(drop or copy them first; XCACHE_CHECK_VIEWS is set)")
 
 
 class SlotLayout:
@@ -59,8 +116,11 @@ class Expert:
     # hit path allocates no xc_ref and the views are made only when asked.
     # _live is set while held: release() deletes it first, and deleting an
     # unset slot fails atomically, so of two racing releases exactly one
-    # gives the hold back.
-    __slots__ = ("_cache", "_h", "key", "_live")
+    # gives the hold back.  Each view's base chain holds the Expert, so
+    # __del__ (the hold dropped without release) runs only once no view of
+    # it is alive.  _seen: weak references to the views' bases, kept only
+    # with CHECK_VIEWS.
+    __slots__ = ("_cache", "_h", "key", "_live", "_seen")
 
     def __init__(self, cache: ExpertCache, handle: int,
                  key: tuple[int, int]) -> None:
@@ -80,9 +140,14 @@ class Expert:
 
     @property
     def data(self) -> np.ndarray:
-        """The whole payload as a read-only zero-copy uint8 view."""
+        """The whole payload as a read-only zero-copy uint8 view (it keeps the hold)."""
         self._alive()
-        return self._cache._view(self._h)
+        seen = None
+        if CHECK_VIEWS:
+            if not hasattr(self, "_seen"):
+                self._seen = []
+            seen = self._seen
+        return self._cache._view(self._h, self, seen)
 
     @property
     def tensors(self) -> dict[str, np.ndarray]:
@@ -92,7 +157,15 @@ class Expert:
                 for name, off, n, dtype, shape in self._cache._layout.items}
 
     def release(self) -> None:
-        """Give the hold back; a second release is a MisuseError."""
+        """Give the hold back; a second release is a MisuseError.
+
+        With ``XCACHE_CHECK_VIEWS=1``, a MisuseError (and the hold kept)
+        while a view of the expert is still alive.
+        """
+        if CHECK_VIEWS and hasattr(self, "_live"):
+            n = _alive(getattr(self, "_seen", None))
+            if n:
+                raise _views_alive_error(f"expert {self.key}", n)
         try:  # C cannot tell our hold from another's: claim it here first
             del self._live
         except AttributeError:
@@ -115,6 +188,14 @@ class Expert:
         if not hasattr(self, "_live"):
             raise misuse(f"expert {self.key} was released")
 
+    def __del__(self) -> None:
+        # dropped while held, and no view of it is alive (each keeps us)
+        if hasattr(self, "_live"):
+            try:
+                self.release()
+            except BaseException:  # noqa: BLE001 - closed cache, fork child
+                pass
+
     def __enter__(self) -> Expert:
         return self
 
@@ -128,48 +209,32 @@ class Expert:
 
 
 class HoldViews:
-    """Per cache: tensor views by payload arena offset, spare C buffers, C calls.
+    """Per cache: the payload layout, spare C buffers and the two C calls.
 
-    ``views[offset]`` is the read-only mapping of tensor name to numpy view
-    for a payload starting at ``offset`` in the arena: made at the first
-    hold there, reused after.  ``free[n]`` are :meth:`buffers` triples of
-    n entries not in use; a list's ``pop``/``append`` are atomic under the
-    GIL, so threads share them without a lock.  ``hold`` and ``unhold`` are
-    the two C calls bound once (the hit path is a few hundred ns and
-    lookups show); :meth:`refuse` swaps both for a function that raises,
-    as ``ExpertCache.close`` and the fork handler do with the cache's own.
+    ``free[n]`` are :meth:`buffers` triples of n entries not in use; a
+    list's ``pop``/``append`` are atomic under the GIL, so threads share
+    them without a lock.  ``hold`` and ``unhold`` are the two C calls bound
+    once (the hit path is a few hundred ns and lookups show);
+    :meth:`refuse` swaps both for a function that raises, as
+    ``ExpertCache.close`` and the fork handler do with the cache's own.
     ``busy`` is the cache's list of calls in progress (``engine.cache``).
     """
 
-    __slots__ = ("views", "free", "hold", "unhold", "ptr", "busy",
-                 "_arena", "_items", "_limit")
+    __slots__ = ("free", "hold", "unhold", "ptr", "busy", "arena", "items",
+                 "names")
 
     def __init__(self, lib: Any, ptr: Any, arena: np.ndarray,
                  layout: SlotLayout, n_slots: int, busy: list[None]) -> None:
-        self.views: dict[int, Mapping[str, np.ndarray]] = {}
         self.free: dict[int, list[tuple[Any, Any, np.ndarray]]] = {}
         self.hold = lib.xc_cache_hold_layer
         self.unhold = lib.xc_cache_unhold_many
         self.ptr = ptr
         self.busy = busy
-        self._arena: np.ndarray | None = arena
-        self._items = layout.items
-        # O_DIRECT payloads start file_offset mod 4096 into their slot, so
-        # one slot may show several offsets: bound the table all the same
-        self._limit = 8 * max(n_slots, 1)
-
-    def make(self, offset: int) -> Mapping[str, np.ndarray]:
-        """The views of the payload at arena ``offset``, made and remembered."""
-        arena = self._arena
-        if arena is None:
-            raise misuse("the cache is closed")
-        if len(self.views) >= self._limit:
-            self.views.clear()
-        v = types.MappingProxyType({
-            name: arena[offset + off:offset + off + n].view(dtype).reshape(shape)
-            for name, off, n, dtype, shape in self._items})
-        self.views[offset] = v
-        return v
+        #: the numpy arena (None once closed); a hold keeps the one it saw
+        self.arena: np.ndarray | None = arena
+        self.items = layout.items
+        self.names = tuple(item[0] for item in layout.items)
+        del n_slots  # the views are per hold now: nothing to bound
 
     def buffers(self, n: int) -> tuple[Any, Any, np.ndarray]:
         """New C arrays of n handles and n offsets, and the offsets as numpy.
@@ -183,17 +248,129 @@ class HoldViews:
                 np.frombuffer(ffi.buffer(offsets), np.uint64, n))
 
     def refuse(self, fail: Any) -> None:
-        """From now on both C calls raise through ``fail``; drop the views."""
+        """From now on both C calls raise through ``fail``."""
         # ptr stays: a call that read the old functions (counted busy
         # before this swap, so close waits for it) still needs it
         self.hold = self.unhold = fail
-        self._arena = None
-        self.views = {}
+        self.arena = None
+
+
+class _Grip:
+    """The C holds of one LayerHold: given back once, by release or when garbage.
+
+    Apart from the LayerHold, only its views' bases refer to it, and it
+    refers to neither: when the last of them goes, ``__del__`` gives back
+    holds that were never released.
+    """
+
+    # _live is set while held: the release that deletes it gives the holds back
+    __slots__ = ("hv", "bufs", "pool", "n", "_live")
+
+    def __init__(self, hv: HoldViews, bufs: tuple[Any, Any, np.ndarray],
+                 pool: list[tuple[Any, Any, np.ndarray]], n: int) -> None:
+        self.hv, self.bufs, self.pool, self.n = hv, bufs, pool, n
+        self._live = True
+
+    def give_back(self) -> None:
+        """The C release of every hold, once ``_live`` was claimed."""
+        hv = self.hv
+        busy = hv.busy
+        busy.append(None)
+        try:
+            rc = hv.unhold(hv.ptr, self.bufs[0], self.n)
+        except BaseException:
+            self._live = True  # nothing was given back
+            raise
+        finally:
+            busy.pop()
+        if rc:
+            self._live = True
+            _lib.check(rc)
+        self.pool.append(self.bufs)
+
+    def __del__(self) -> None:
+        try:
+            del self._live
+        except AttributeError:  # released already
+            return
+        try:
+            self.give_back()
+        except BaseException:  # noqa: BLE001 - closed cache, fork child
+            pass
+
+
+class _Source:
+    """Where one LayerHold's views come from: the arena, pinned to its grip."""
+
+    __slots__ = ("grip", "arena", "base", "seen")
+
+    def __init__(self, grip: _Grip, arena: np.ndarray) -> None:
+        self.grip, self.arena = grip, arena
+        self.base: memoryview | None = None
+        self.seen: list[weakref.ref] | None = [] if CHECK_VIEWS else None
+
+    def arrays(self, offset: int) -> dict[str, np.ndarray]:
+        """Each tensor of the payload at arena ``offset`` as a read-only view."""
+        if not hasattr(self.grip, "_live"):
+            raise misuse("the hold of these views was released: the slot may "
+                         "show another expert now")
+        base = self.base
+        if base is None:
+            arena = self.arena
+            base, ref = _pin(arena.ctypes.data, arena.nbytes, self.grip, arena)
+            self.base = base
+            if self.seen is not None:
+                self.seen.append(ref)
+        return {name: np.ndarray(shape, dtype, base, offset + off)
+                for name, off, n, dtype, shape in self.grip.hv.items}
+
+    def forget(self) -> int:
+        """Drop the views this source made; how many of their bases live on."""
+        self.base = None
+        return _alive(self.seen)
+
+
+class HeldTensors(Mapping):
+    """One held expert's tensors by name: read-only numpy views, made when first read.
+
+    Each view keeps the hold (a LayerHold dropped unreleased is given back
+    only once its views are garbage); reading the mapping after the hold
+    was released is a MisuseError.
+    """
+
+    __slots__ = ("_src", "_offset", "_arrays")
+
+    def __init__(self, src: _Source, offset: int) -> None:
+        self._src, self._offset = src, offset
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        arrays = self._arrays
+        if arrays is None or not hasattr(self._src.grip, "_live"):
+            arrays = self._arrays = self._src.arrays(self._offset)
+        return arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._src.grip.hv.names)
+
+    def __len__(self) -> int:
+        return len(self._src.grip.hv.names)
+
+    def __repr__(self) -> str:
+        return f"<HeldTensors {list(self)}>"
 
 
 def _expert_list(experts: Any) -> list[int]:
-    """``experts`` (a sequence, an iterable or a numpy array) as a list of int."""
+    """``experts`` (a sequence, an iterable or a numpy array) as a list of int.
+
+    A boolean array or a bool item is refused: a router mask is not a list
+    of ids (``[True, False]`` would otherwise read as experts 1 and 0).
+    """
     if isinstance(experts, np.ndarray):
+        if experts.dtype.kind == "b":
+            raise misuse(f"experts must be expert ids, got a boolean array of "
+                         f"shape {experts.shape} (a router mask? give "
+                         "numpy.flatnonzero(mask))")
         if experts.ndim != 1:
             raise misuse(f"experts must be one-dimensional, got shape "
                          f"{experts.shape}")
@@ -206,6 +383,8 @@ def _expert_list(experts: Any) -> list[int]:
         raise misuse(f"experts must be an iterable of integers, got "
                      f"{type(experts).__name__} {experts!r}") from None
     for i, e in enumerate(items):
+        if isinstance(e, (bool, np.bool_)):
+            raise misuse(f"experts[{i}] must be an expert id, got the bool {e!r}")
         try:
             items[i] = operator.index(e)
         except TypeError:
@@ -218,84 +397,66 @@ class LayerHold:
     """One layer's experts held at once; release them (or leave ``with``).
 
     ``views[i]`` is a read-only mapping of tensor name to zero-copy numpy
-    view for ``experts[i]``, valid while the hold lasts (afterwards the
-    slot may hold another expert).  The context manager yields ``views``
-    and releases on exit, an exception included.
+    view for ``experts[i]`` (:class:`HeldTensors`).  The views keep the
+    hold: dropped without ``release()``, the holds are given back once the
+    LayerHold and every view of it are garbage.  After ``release()`` the
+    slot may hold another expert: reading ``views`` is then a MisuseError,
+    and arrays taken before must not be used (``XCACHE_CHECK_VIEWS=1``
+    makes the release refuse while one is alive).  The context manager
+    yields ``views`` and releases on exit, an exception included.
     """
 
-    # _live is set while held: release() deletes it first, and deleting an
-    # unset slot fails atomically, so of two racing releases exactly one
-    # gives the holds back.  _hv is the cache's HoldViews (its C calls and
-    # busy list), _pool where the C buffers go back.
-    __slots__ = ("_hv", "_bufs", "_pool", "layer", "experts", "views",
-                 "_live")
+    # _grip owns the C holds (its _live says held); _src makes the views.
+    # Neither refers back to the LayerHold or its views: no cycle.
+    __slots__ = ("_grip", "_src", "layer", "experts", "views")
 
     def __init__(self, hv: HoldViews, layer: int, experts: list[int],
                  bufs: tuple[Any, Any, np.ndarray],
                  pool: list[tuple[Any, Any, np.ndarray]],
-                 views: list[Mapping[str, np.ndarray]]) -> None:
-        self._hv = hv
-        self._bufs = bufs
-        self._pool = pool
+                 offsets: list[int]) -> None:
+        grip = self._grip = _Grip(hv, bufs, pool, len(offsets))
+        src = self._src = _Source(grip, hv.arena)
         self.layer = layer
         self.experts = experts
-        self.views = views
-        self._live = True
+        self.views: list[Mapping[str, np.ndarray]] = [
+            HeldTensors(src, o) for o in offsets]
 
     @property
     def released(self) -> bool:
         """Whether the holds were given back."""
-        return not hasattr(self, "_live")
+        return not hasattr(self._grip, "_live")
 
     def release(self) -> None:
         """Give every hold back in one C call; a second release is a MisuseError."""
+        grip = self._grip
+        if CHECK_VIEWS and hasattr(grip, "_live"):
+            for v in self.views:
+                v._arrays = None  # type: ignore[attr-defined]
+            n = self._src.forget()
+            if n:
+                raise _views_alive_error(
+                    f"layer {self.layer} experts {self.experts}", n)
         try:
-            del self._live
+            del grip._live
         except AttributeError:
             raise misuse(f"layer {self.layer} experts {self.experts} were "
                          f"released") from None
-        self._give_back()
-
-    def _give_back(self) -> None:
-        """The C release of every hold, once ``_live`` was claimed."""
-        hv = self._hv
-        busy = hv.busy
-        busy.append(None)
-        try:
-            rc = hv.unhold(hv.ptr, self._bufs[0], len(self.views))
-        except BaseException:
-            self._live = True  # nothing was given back
-            raise
-        finally:
-            busy.pop()
-        if rc:
-            self._live = True
-            _lib.check(rc)
-        self._pool.append(self._bufs)
+        grip.give_back()
 
     def __enter__(self) -> list[Mapping[str, np.ndarray]]:
         return self.views
 
     def __exit__(self, *exc: object) -> None:
-        # release() inlined: this is every layer's exit on the hit path
+        if CHECK_VIEWS:
+            if not self.released:
+                self.release()
+            return
+        grip = self._grip
         try:
-            del self._live
+            del grip._live
         except AttributeError:  # released inside the block: nothing to do
             return
-        hv = self._hv
-        busy = hv.busy
-        busy.append(None)
-        try:
-            rc = hv.unhold(hv.ptr, self._bufs[0], len(self.views))
-        except BaseException:
-            self._live = True  # nothing was given back
-            raise
-        finally:
-            busy.pop()
-        if rc:
-            self._live = True
-            _lib.check(rc)
-        self._pool.append(self._bufs)
+        grip.give_back()
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
@@ -309,7 +470,8 @@ def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
     Resident experts are hits, missing ones are read in parallel; every
     expert is held when this returns, and none when it raises.  Use as
     ``with cache.hold_layer(layer, experts) as views:``; ``views[i]`` maps
-    each tensor name of ``experts[i]`` to its read-only numpy view.
+    each tensor name of ``experts[i]`` to its read-only numpy view, which
+    keeps the hold (see :class:`LayerHold`).
     """
     if type(experts) is not list:
         experts = _expert_list(experts)
@@ -336,10 +498,4 @@ def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
     if rc:
         pool.append(bufs)
         _lib.check(rc)
-    offsets = bufs[2].tolist()
-    try:
-        views = list(map(hv.views.__getitem__, offsets))
-    except KeyError:  # a payload offset seen for the first time
-        get, make = hv.views.get, hv.make
-        views = [get(o) or make(o) for o in offsets]
-    return LayerHold(hv, layer, experts, bufs, pool, views)
+    return LayerHold(hv, layer, experts, bufs, pool, bufs[2].tolist())

@@ -87,13 +87,16 @@ def test_counters_of_a_cold_then_a_warm_hold(k3_shard):
     c.check()
 
 
-def test_views_are_made_once_per_slot(k3_shard):
-    """A second hold of a payload in the same slot yields the same view objects."""
+def test_views_belong_to_their_hold(k3_shard):
+    """A second hold of the same slots has its own views; the first's refuse reads."""
     c = make(k3_shard)
     with c.hold_layer(0, [5, 6]) as first:
         pass
     with c.hold_layer(0, [6, 5]) as second:
-        assert second[0] is first[1] and second[1] is first[0]
+        assert second[0] is not first[1]
+        assert payload(second[0]) == expert_bytes(k3_shard, 6)
+        with pytest.raises(MisuseError, match="the hold of these views was"):
+            first[0]["w1.weight_packed"]
     c.check()
 
 

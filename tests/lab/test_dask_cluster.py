@@ -294,7 +294,7 @@ def test_ctrl_c_ends_predict_on_dask(tmp_path):
     assert "Traceback" not in err
     assert err.endswith(f"replay.py predict: interrupted; {out} left as it was\n")
     assert group_members(pgid) == []
-    assert sorted(x.name for x in out.iterdir()) == []
+    assert not out.exists()  # made by the run, removed: as it was
 
 
 @pytest.mark.nosan

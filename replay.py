@@ -81,6 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("replay.py: interrupted", file=sys.stderr)
         rc = 130
+    except ImportError as e:
+        from engine._lib import BuildError  # noqa: PLC0415
+
+        if not isinstance(e, BuildError):
+            raise
+        print(f"replay.py: {e}", file=sys.stderr)  # no build: one line
+        rc = 2
     if argv is None and threading.active_count() > 1:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -27,12 +27,17 @@ from engine import errors
 
 ENV_LIB = "XC_ENGINE_LIB"
 
-#: The one command that rebuilds the package's extension in place.
-REBUILD_COMMAND = "python setup.py build_ext --inplace"
+#: The one command that (re)builds the package's extension in place: the
+#: README's install, which also puts the console scripts on the path.
+REBUILD_COMMAND = "pip install -e ."
 
 _ENGINE_DIR = Path(__file__).resolve().parent
 
 _module: ModuleType | None = None
+
+
+class BuildError(ImportError):
+    """The engine extension is missing or stale; the message says how to build it."""
 
 
 def stale_reason(built: str | None, engine_dir: Path,
@@ -62,13 +67,31 @@ def stale_reason(built: str | None, engine_dir: Path,
             f"with `{REBUILD_COMMAND}` in {root}")
 
 
+def not_built_reason(engine_dir: Path, error: ImportError) -> str:
+    """Why ``engine._xc`` cannot be imported, with the command that builds it.
+
+    No extension file beside the sources means the package was never built
+    (a fresh clone used before ``pip install``); one that is there but does
+    not load is named with the loader's own words.
+    """
+    engine_dir = Path(engine_dir)
+    built = sorted(engine_dir.glob("_xc.*.so")) + sorted(engine_dir.glob("_xc.so"))
+    root = engine_dir.parent
+    if not built:
+        return (f"the engine is not built: {engine_dir} has no compiled "
+                f"extension (_xc); run `{REBUILD_COMMAND}` in {root} first "
+                "(README, 'Two commands')")
+    return (f"the engine extension {built[0]} does not load ({error}); "
+            f"rebuild it with `{REBUILD_COMMAND}` in {root}")
+
+
 def check_fresh(mod: ModuleType, engine_dir: Path = _ENGINE_DIR) -> None:
     """Raise ImportError if extension ``mod`` is stale against ``engine_dir``."""
     fn = getattr(mod.lib, "xc_build_digest", None)
     built = None if fn is None else mod.ffi.string(fn()).decode("ascii")
     reason = stale_reason(built, engine_dir, getattr(mod, "__file__", "?"))
     if reason is not None:
-        raise ImportError(reason)
+        raise BuildError(reason)
 
 
 def _load(path: str | os.PathLike[str]) -> ModuleType:
@@ -99,7 +122,10 @@ def module() -> ModuleType:
         if override:
             mod = _load(override)
         else:
-            from engine import _xc as mod  # type: ignore[attr-defined]
+            try:
+                from engine import _xc as mod  # type: ignore[attr-defined]
+            except ImportError as e:
+                raise BuildError(not_built_reason(_ENGINE_DIR, e)) from e
         check_fresh(mod)
         _module = mod
     return _module

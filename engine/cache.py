@@ -276,6 +276,10 @@ class ExpertCache:
                     status=e.status, kind=e.kind) from None
         _lib.check(rc)
         self._ptr = ffi.gc(out[0], lib.xc_cache_close)
+        #: the layout facts the cache was opened with (read by the
+        #: properties below; the C cache keeps its own copy)
+        self._shape = (tuple(layer_list), int(o.n_experts), int(o.top_k),
+                       str(policy))
         #: the C library for internal calls that must still work while
         #: closing (ending streams); _lib is swapped to refuse once closed
         self._clib = lib
@@ -504,6 +508,45 @@ class ExpertCache:
     def expert_bytes(self) -> int:
         """Payload bytes of one expert."""
         return int(self._lib.xc_cache_expert_bytes(self._ptr))
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The MoE layer ids the cache serves, ascending."""
+        return self._shape[0]
+
+    @property
+    def n_experts(self) -> int:
+        """Experts per MoE layer."""
+        return self._shape[1]
+
+    @property
+    def top_k(self) -> int:
+        """Experts routed per token (the budget's floor is ``top_k + 1`` slots)."""
+        return self._shape[2]
+
+    @property
+    def policy(self) -> str:
+        """The policy spec the cache was opened with (``"lru"``, ``"arc"``, ...)."""
+        return self._shape[3]
+
+    def __repr__(self) -> str:
+        layers, n_experts, top_k, policy = getattr(
+            self, "_shape", ((), 0, 0, "?"))
+        if not layers:
+            span = "no layers"
+        elif len(layers) == 1:
+            span = f"layer {layers[0]}"
+        elif layers[-1] - layers[0] == len(layers) - 1:
+            span = f"layers {layers[0]}-{layers[-1]}"
+        else:
+            span = f"{len(layers)} layers from {layers[0]} to {layers[-1]}"
+        if getattr(self, "_ptr", None) is None or self._lib is _CLOSED_LIB:
+            state = "closed"
+        else:
+            state = (f"{self.n_slots} slots of {self.stride:,} bytes, "
+                     f"{len(self.resident()):,} resident")
+        return (f"<ExpertCache {policy!r} {span} x {n_experts} experts, "
+                f"top-{top_k}; {state}>")
 
     # -- lifetime -------------------------------------------------------
     def close(self) -> None:

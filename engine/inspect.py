@@ -29,6 +29,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from engine._lib import BuildError
 from engine.container import Container
 from engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
 from engine.layout import has_layout, ranges, resolve
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     except (NotFoundError, MisuseError) as e:
         print(f"{ap.prog}: {ns.path!r}: {e}", file=sys.stderr)
+        return 2
+    except BuildError as e:
+        print(f"{ap.prog}: {e}", file=sys.stderr)
         return 2
     except EngineError as e:
         where = "" if e.offset is None else f" byte {e.offset}"

@@ -271,8 +271,18 @@ def resolve_given(layout: Any) -> Layout:
                  f"{layout!r}")
 
 
-#: A layout keyword of ExpertCache left out (None is a value, and a misuse).
-UNSET: Any = object()
+class _Unset:
+    """The type of :data:`UNSET`: one object, shown by what it means."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<from layout>"
+
+
+#: A layout keyword of ExpertCache left out (None is a value, and a misuse);
+#: a signature shows it as ``top_k=<from layout>``.
+UNSET: Any = _Unset()
 
 
 def cache_keywords(layout: Any, given: Mapping[str, Any]) -> dict[str, Any]:

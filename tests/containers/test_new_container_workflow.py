@@ -106,7 +106,8 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 #: model -> its layout family
 FAMILY = {"mixtral-8x7b": "per-expert", "qwen2-moe-lm": "per-expert",
           "deepseek-v3": "per-expert", "olmoe-1b-7b": "per-expert",
-          "granite-3.0-1b-a400m": "fused", "gpt-oss-20b": "fused"}
+          "granite-3.0-1b-a400m": "fused", "gpt-oss-20b": "fused",
+          "qwen3-next-80b-a3b": "per-expert", "deepseek-v2-lite": "per-expert"}
 
 
 def _expected(model: str) -> dict:
@@ -163,7 +164,7 @@ def _both_detectors_see_two_groups(src: Path, twin: Path, want: dict) -> None:
     assert want["expert_template"] in str(e.value) and mtp in str(e.value)
     stored = resolve(twin)
     assert stored.source.startswith("fixture spec")
-    assert stored.cache_kwargs() == want
+    assert {**stored.cache_kwargs(), "family": stored.family} == want
 
 
 @pytest.mark.parametrize("model", sorted(CASES))

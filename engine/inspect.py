@@ -9,7 +9,9 @@ spec in its metadata, or a tensor name that mentions experts), the expert
 layout ``engine.layout.resolve`` finds, one ``key: value`` line each:
 ``layout`` (its source), ``MoE layers`` (compact ranges), ``experts per
 layer``, ``top-k``, ``tensors per expert``, ``bytes per expert``, ``stored``
-(contiguous, or scattered with a count), ``fused`` (docs/LAYOUT.md).  Exits
+(contiguous, or scattered with a count), ``fused`` (docs/LAYOUT.md), and
+for a from-header twin with stand-in tensors a ``stand-ins`` line naming
+them (their shapes are declared stand-ins, not the checkpoint's).  Exits
 0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
 <message>`` and exits 1 (a checkpoint's index and config without shard
 data add a ``hint:`` line naming ``python -m fixtures from-header``); a
@@ -32,7 +34,7 @@ from pathlib import Path
 from engine._lib import BuildError
 from engine.container import Container
 from engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
-from engine.layout import has_layout, ranges, resolve
+from engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resolve
 from engine.layout import summarize as summarize_layout
 
 
@@ -103,6 +105,37 @@ def layout_lines(path: str, c: Container, layout: str | None = None
             f"fused: {'yes' if lay.fused else 'no'}"]
 
 
+def stand_in_line(path: str, c: Container) -> str | None:
+    """The line naming a fixture twin's stand-in tensors, or None if it has none.
+
+    A twin made from an index and config.json alone records, as ``stand_ins``
+    in its stored spec (``xcache.spec``, index metadata first, else the
+    first shard's), the non-expert tensors whose shape no config rule gave:
+    their dtype and shape are declared stand-ins, not the checkpoint's.
+    """
+    p = Path(path)
+    idx = p / INDEX_NAME if p.is_dir() else (p if p.name.endswith(".json") else None)
+    text = None
+    if idx is not None and idx.is_file():
+        try:
+            meta = json.loads(idx.read_bytes()).get("metadata")
+        except (OSError, ValueError, AttributeError):
+            meta = None
+        if isinstance(meta, dict):
+            text = meta.get(SPEC_KEY)
+    if not isinstance(text, str):
+        text = c.metadata.get(SPEC_KEY)
+    try:
+        names = json.loads(text).get("stand_ins") if isinstance(text, str) else None
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(names, list) or not names:
+        return None
+    return (f"stand-ins: {len(names)} tensor{'s' * (len(names) != 1)} with a "
+            "declared stand-in shape (no config.json rule gave theirs): "
+            + ", ".join(map(str, names)))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m engine.inspect",
@@ -121,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_summary_line(ns.path, c, ns.direct))
             try:
                 for line in layout_lines(ns.path, c, ns.layout):
+                    print(line)
+                if (line := stand_in_line(ns.path, c)) is not None:
                     print(line)
             except LayoutError as e:
                 print(f"FAIL layout: {e}")

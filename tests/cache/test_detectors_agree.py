@@ -30,7 +30,15 @@ PRESET_FAMILY = {"k3-mini": "per-expert", "mixtral-mini": "per-expert",
 #: every real-model description's family
 MODEL_FAMILY = {"deepseek-v3": "per-expert", "gpt-oss-20b": "fused",
                 "granite-3.0-1b-a400m": "fused", "mixtral-8x7b": "per-expert",
-                "olmoe-1b-7b": "per-expert", "qwen2-moe-lm": "per-expert"}
+                "olmoe-1b-7b": "per-expert", "qwen2-moe-lm": "per-expert",
+                "qwen3-next-80b-a3b": "per-expert", "deepseek-v2-lite": "per-expert"}
+#: descriptions with a second expert group outside the decoder (Qwen3-Next's
+#: mtp.layers.0.mlp.experts.*): both detectors refuse to choose, naming both;
+#: the twin is made with an xcache-layout.toml and the engine uses its spec
+TWO_GROUPS = {"qwen3-next-80b-a3b": ("model.layers.{layer}.mlp.experts.{expert}"
+                                     ".{tensor}",
+                                     "mtp.layers.{layer}.mlp.experts.{expert}"
+                                     ".{tensor}")}
 
 
 #: presets both detectors refuse, and the same expert they name: detection
@@ -112,6 +120,13 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         assert moe, f"{path.name}: the config names no MoE layers"
         src = realistic.expand(desc, root / path.stem / "src", form="index",
                                layers=moe[:2], experts=4)
+        if path.stem in TWO_GROUPS:
+            top_k = min(4, text_config(desc["config"])["num_experts_per_tok"])
+            (src / "xcache-layout.toml").write_text(
+                f"expert_template = {json.dumps(TWO_GROUPS[path.stem][0])}\n"
+                'tensors = ["down_proj.weight", "gate_proj.weight", '
+                '"up_proj.weight"]\n'
+                f"layers = {moe[:2]}\nn_experts = 4\ntop_k = {top_k}\n")
         twin = root / path.stem / "twin"
         from_header(src, twin, scale=0.01)
         out[path.stem] = (src, twin)
@@ -122,6 +137,15 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 def test_both_detectors_agree_on_every_real_model(twins, model):
     """On each description's twin both detectors say the same six keys."""
     src, twin = twins[model]
+    if model in TWO_GROUPS:
+        for refuse in (lambda: detect(twin), lambda: detect_dir(twin),
+                       lambda: detect_dir(src)):
+            with pytest.raises((engine.LayoutError, DetectError)) as e:
+                refuse()
+            assert all(t in str(e.value) for t in TWO_GROUPS[model])
+        assert container_spec(twin).family == MODEL_FAMILY[model]
+        assert resolve(twin).family == MODEL_FAMILY[model]
+        return
     engine_view = _engine_view(twin)
     assert detect_dir(twin) == engine_view
     assert engine_view["family"] == MODEL_FAMILY[model]

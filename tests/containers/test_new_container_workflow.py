@@ -1,8 +1,8 @@
 """A real checkpoint's layout, end to end: detect, twin, verify, cache, replay.
 
-For each of six public checkpoints, the folder a user without the weights
-holds (`model.safetensors.index.json` + `config.json`, written from the
-facts in `tests/data/models/`) goes through the whole workflow: the
+For each public checkpoint described in `tests/data/models/`, the folder a
+user without the weights holds (`model.safetensors.index.json` +
+`config.json`, written from those facts) goes through the whole workflow: the
 fixtures' detector and the engine's (two independent implementations) agree
 on the layout, `from-header` writes a twin, `verify` finds every byte in
 place, a cache opened on the twin serves every expert byte-exact against
@@ -12,6 +12,7 @@ set passes on it.  The README's four commands are run as written.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -59,7 +60,24 @@ CASES = {
         ["down_proj_bias", "down_proj_blocks", "down_proj_scales",
          "gate_up_proj_bias", "gate_up_proj_blocks", "gate_up_proj_scales"],
         [0, 1], 4),
+    # hybrid: layer 2 gated-delta linear attention, layer 3 gated attention
+    "qwen3-next-80b-a3b": (
+        [2, 3], 8, "model.layers.{layer}.mlp.experts.{expert}.{tensor}",
+        ["down_proj.weight", "gate_proj.weight", "up_proj.weight"], [2, 3], 8),
+    # MLA without a query LoRA; layer 0 is dense
+    "deepseek-v2-lite": (
+        [0, 1, 2], 8, "model.layers.{layer}.mlp.experts.{expert}.{tensor}",
+        ["down_proj.weight", "gate_proj.weight", "up_proj.weight"], [1, 2], 6),
 }
+#: checkpoints with a second expert group outside the decoder (Qwen3-Next's
+#: mtp.layers.0.mlp.experts.*): both detectors see two candidate layouts, so
+#: the user gives xcache-layout.toml, which from-header follows
+NEEDS_LAYOUT_FILE = {"qwen3-next-80b-a3b"}
+
+
+def test_every_description_is_a_case():
+    """Each description in tests/data/models/ goes through this workflow."""
+    assert sorted(p.stem for p in DATA.glob("*.json")) == sorted(CASES)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +88,13 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     for model, (layers, experts, *_) in CASES.items():
         src = realistic.expand(DATA / f"{model}.json", root / model / "checkpoint",
                                form="index", layers=layers, experts=experts)
+        if model in NEEDS_LAYOUT_FILE:
+            want = _expected(model)
+            (src / "xcache-layout.toml").write_text(
+                f"expert_template = {json.dumps(want['expert_template'])}\n"
+                f"tensors = {json.dumps(want['tensors'])}\n"
+                f"layers = {want['layers']}\nn_experts = {want['n_experts']}\n"
+                f"top_k = {want['top_k']}\n")
         twin = root / model / "twin"
         from_header(src, twin, scale=0.01)
         out[model] = (src, twin)
@@ -79,7 +104,8 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 #: model -> its layout family
 FAMILY = {"mixtral-8x7b": "per-expert", "qwen2-moe-lm": "per-expert",
           "deepseek-v3": "per-expert", "olmoe-1b-7b": "per-expert",
-          "granite-3.0-1b-a400m": "fused", "gpt-oss-20b": "fused"}
+          "granite-3.0-1b-a400m": "fused", "gpt-oss-20b": "fused",
+          "qwen3-next-80b-a3b": "per-expert", "deepseek-v2-lite": "per-expert"}
 
 
 def _expected(model: str) -> dict:
@@ -96,6 +122,9 @@ def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
 
     src, twin = twins[model]
     want = _expected(model)
+    if model in NEEDS_LAYOUT_FILE:
+        _both_detectors_see_two_groups(src, twin, want)
+        return
     got_src = detect_dir(src)
     # from an index alone the fixtures order tensors by name; from headers by
     # (shard, offset) as the engine does, so the sets agree and the twin's
@@ -115,6 +144,25 @@ def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
     assert {k: v for k, v in engine_view.items() if k != "tensors"} == {
         k: v for k, v in want.items() if k != "tensors"}
     assert detect(twin).fused == (FAMILY[model] == "fused")
+
+
+def _both_detectors_see_two_groups(src: Path, twin: Path, want: dict) -> None:
+    """Detection names both groups; the layout file, then the twin's spec, decide."""
+    from engine.detect import detect
+    from engine.errors import LayoutError
+    from engine.layout import resolve
+    from fixtures.detect import DetectError
+
+    mtp = want["expert_template"].replace("model.layers.", "mtp.layers.")
+    with pytest.raises(DetectError) as e:
+        detect_dir(src)
+    assert want["expert_template"] in str(e.value) and mtp in str(e.value)
+    with pytest.raises(LayoutError) as e:
+        detect(twin)
+    assert want["expert_template"] in str(e.value) and mtp in str(e.value)
+    stored = resolve(twin)
+    assert stored.source.startswith("fixture spec")
+    assert {**stored.cache_kwargs(), "family": stored.family} == want
 
 
 @pytest.mark.parametrize("model", sorted(CASES))

@@ -59,7 +59,7 @@ CONFIG_LAYERS = ("num_hidden_layers",)
 FUSED_MODULES = ("input_linear", "output_linear")
 #: Name components that are never routed experts: shared experts, routers
 #: and their score biases.
-NOT_ROUTED = ("shared_expert", "shared_experts", "router", "gate",
+NOT_ROUTED = ("shared_expert", "shared_experts", "shared_mlp", "router", "gate",
               "e_score_correction_bias")
 
 

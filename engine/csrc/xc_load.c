@@ -423,10 +423,12 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
     ld->stride = (ld->expert_bytes + 2 * (uint64_t)XC_ALIGN + XC_ALIGN - 1) /
                  XC_ALIGN * XC_ALIGN;
     return XC_OK;
-nomem:
+nomem: {
+    uint32_t n_keys = ld->n_keys; /* xc_load_close zeroes the loader */
     xc_load_close(ld);
     return xc_fail(XC_E_NOMEM, -1, -1, -1,
-                   "no memory for the expert tables of %u keys", ld->n_keys);
+                   "no memory for the expert tables of %u keys", n_keys);
+}
 }
 
 int xc_load_key(const xc_loader *ld, int32_t layer, int32_t expert,

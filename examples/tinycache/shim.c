@@ -116,8 +116,8 @@ static int shim_get(void *h, int layer, int expert, const void **data,
                     size_t *len)
 {
     shim *s = h;
-    const void *part[64];
-    size_t plen[64], total = 0;
+    const void *part[64] = {0};
+    size_t plen[64] = {0}, total = 0;
     if (s->parts > 64)
         return XCS_EFAILED;
     for (int p = 0; p < s->parts; p++) {
@@ -191,6 +191,24 @@ static int shim_prefetch(void *h, const int *keys, int n)
     if (rc > 0)
         s->prefetch_loads += (uint64_t)rc;
     return rc;
+}
+
+/* A batch publishes what it can: a full cache or a failed read ends
+ * tc_prefetch early, and the batch then reports the keys it made resident. */
+static int shim_getmany(void *h, const int *keys, int n)
+{
+    shim *s = h;
+    char was[256];
+    for (int i = 0; i < n && i < 256; i++)
+        was[i] = (char)tc_resident(s->tc[0], keys[2 * i], keys[2 * i + 1]);
+    int rc = shim_prefetch(h, keys, n);
+    if ((rc != XCS_EFULL && rc != XCS_EIO) || n > 256)
+        return rc;
+    int made = 0;
+    for (int i = 0; i < n; i++)
+        made += !was[i] && tc_resident(s->tc[0], keys[2 * i], keys[2 * i + 1]);
+    s->prefetch_loads += (uint64_t)made;
+    return made;
 }
 
 static int shim_pin(void *h, int layer, int expert)
@@ -289,7 +307,7 @@ static const xcs_vtable table = {
     .close = shim_close,
     .get = shim_get,
     .release = shim_release,
-    .getmany = shim_prefetch,  /* tc_prefetch reads and publishes at once */
+    .getmany = shim_getmany,
     .prefetch = shim_prefetch,
     .drain = NULL,
     .pin = shim_pin,

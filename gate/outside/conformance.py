@@ -66,8 +66,10 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("faults-alloc", "")]),
     "direct-io": ("O_DIRECT reads widened and checked", [("state-direct", "")]),
     "streams": ("streams yield every key once, in order", [
-        ("stream-claim", ""), ("stream-claim-kinds", ""), ("state-order", ""),
-        ("state-untold", "")]),
+        ("stream-claim", ""), ("stream-claim-kinds", ""),
+        ("state-order", "the stream"), ("state-untold", "")]),
+    "victim-order": ("a key named twice in a batch is touched once", [
+        ("state-order", "")]),
     "reads-under-way": ("calls racing a read under way wait and are counted",
                         [("in-flight", ""), ("reads-under-way", ""),
                          ("completion-order", "")]),

@@ -55,7 +55,7 @@ class ShimError(Exception):
 
 
 def capabilities_of(m: Manifest) -> Capabilities:
-    """The manifest's declaration as :class:`Capabilities` (``CannotRun`` on a bad name)."""
+    """The manifest's declaration as :class:`Capabilities` (bad name: ``CannotRun``)."""
     c = m.capabilities
     where = f"{m.folder}/xcs.toml [capabilities]"
     try:
@@ -157,7 +157,9 @@ class OutsideBackend(Backend):
         """The shim's layer position of a layer id (outside the range if unknown)."""
         if layer in self.layers:
             return self.layers.index(layer)
-        return -1 if layer < self.layers[0] else len(self.layers) + layer - self.layers[-1] - 1
+        if layer < self.layers[0]:
+            return -1
+        return len(self.layers) + layer - self.layers[-1] - 1
 
     def _keys(self, keys: list[Key]) -> Any:
         flat = [v for la, e in keys for v in (self._pos(la), e)]

@@ -24,10 +24,11 @@ import hashlib
 import importlib.util
 import re
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from gate import CannotRun
 from gate.outside import HERE, MANIFEST_NAME
@@ -84,7 +85,7 @@ def digest(path: Path) -> str:
 
 
 def verify_sources(m: Manifest) -> int:
-    """Check every pinned source's digest; how many (``CannotRun`` naming a mismatch)."""
+    """Check every pinned digest; how many (``CannotRun`` naming a mismatch)."""
     for p, want in m.sources.items():
         if not p.is_file():
             raise CannotRun(f"{m.folder / MANIFEST_NAME}: pinned source {p} "

@@ -34,10 +34,10 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("reference", "prefetch loads <= hits"), ("reference", "mixed counters"),
         ("counter-window", "batch_before_get"),
         ("counter-window", "first_consumption"),
-        ("counter-window", "repeat_consumption")]),
+        ("counter-window", "repeat_consumption"),
+        ("counter-window", "unconsumed_schedule")]),
     "counter-windows": ("reset starts a new window of every counter", [
-        ("counter-window", "reset_then_warm"),
-        ("counter-window", "unconsumed_schedule"), ("state-counters", "")]),
+        ("counter-window", "reset_then_warm"), ("state-counters", "")]),
     "adjusted-hit-rate": ("adjusted hits discount prefetch first uses", [
         ("check-probe", "one prefetch used")]),
     "truncated-shard": ("a shard cut short publishes nothing, keeps the rest",

@@ -37,7 +37,8 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("counter-window", "repeat_consumption"),
         ("counter-window", "unconsumed_schedule")]),
     "counter-windows": ("reset starts a new window of every counter", [
-        ("counter-window", "reset_then_warm"), ("state-counters", "")]),
+        ("counter-window", "reset_then_warm"), ("state-counters", ""),
+        ("reset-window", "")]),
     "adjusted-hit-rate": ("adjusted hits discount prefetch first uses", [
         ("check-probe", "one prefetch used")]),
     "truncated-shard": ("a shard cut short publishes nothing, keeps the rest",
@@ -55,7 +56,7 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "pins": ("a pinned expert is never a victim; unpin frees it", [
         ("batch-residents-pins", "")]),
     "holds": ("a held expert is never a victim; release gives it back", [
-        ("state-holds", "")]),
+        ("state-holds", ""), ("held-victim", "")]),
     "policies": ("every policy's counters on real routing", [
         ("policies", "")]),
     "reader-refusals": ("a malformed container is refused at open", [

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "examples" / "tinycache"
 
 #: the scenarios the defects need (the full set runs once, for the report)
-SMALL = ["reference", "batch-residents-pins", "counter-window", "key-bounds",
-         "state-holds"]
+SMALL = ["batch-residents-pins", "counter-window", "key-bounds", "state-holds",
+         "held-victim", "reset-window"]
 
 #: the clean tinycache's verdict of every contract over every scenario
 REPORT = {
@@ -32,12 +32,12 @@ REPORT = {
     "reads-under-way": "N/A", "trace": "N/A", "invariant-check": "N/A",
 }
 
-#: each planted defect (TC_DEFECT) and the one contract it must break
-#: (6, a held expert evicted, is not caught yet; 7, reset leaving misses
-#: counting, breaks prefetch-not-hit through the reference scenario's
-#: counters after a reset; 4 needs fault:io)
+#: each planted defect (TC_DEFECT) and the one contract it must break (4,
+#: no EINTR retry, needs fault:io).  The reference scenario is left out of
+#: SMALL: its "mixed counters" check, after a reset and a batch, is broken
+#: by both 1 and 7.
 DEFECTS = {1: "prefetch-not-hit", 2: "batch-residents", 3: "key-bounds",
-           5: "truncated-shard"}
+           5: "truncated-shard", 6: "holds", 7: "counter-windows"}
 
 
 def _run(tmp: Path, only: list[str], defect: int = 0) -> dict[str, Any]:

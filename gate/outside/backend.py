@@ -102,7 +102,7 @@ class OutsideBackend(Backend):
 
     def __init__(self, ffi: Any, lib: Any, caps: Capabilities, folder: Path,
                  target: Any, opts: dict[str, Any]) -> None:
-        self.ffi, self.vt, self.caps = ffi, lib.xcs_shim(), caps
+        self.ffi, self.lib, self.vt, self.caps = ffi, lib, lib.xcs_shim(), caps
         self.typed = caps.errors is Errors.TYPED
         lay = target.layout
         self.layers = list(lay["layers"])
@@ -215,6 +215,21 @@ class OutsideBackend(Backend):
         """The shim's reset: a new counter window."""
         self._rc("reset", self.vt.reset(self.h))
 
+    def inject(self, step: dict[str, Any]) -> None:
+        """Arm the linked-in injector the step names (``second``: the inner one)."""
+        from gate.backends import FAULT_KINDS  # noqa: PLC0415
+
+        kind = ("partial", "eof", "eio", "eintr", "delay").index(step["fault"])
+        assert step["fault"] in FAULT_KINDS
+        self._rc("inject", self.lib.xcs_fault_arm(
+            1 if step.get("second") else 0, kind + 1, int(step.get("nth", 1)),
+            int(bool(step.get("persistent", False))), int(step.get("arg", 0))))
+
+    def clear(self) -> None:
+        """Disarm both injectors (nothing without fault:io)."""
+        if Fault.IO in self.caps.faults:
+            self.lib.xcs_fault_disarm()
+
     def values(self) -> dict[str, Any]:
         """The counters the stats mask marks present, and the declared facts."""
         st = self.ffi.new("xcs_stats *")
@@ -237,7 +252,8 @@ class OutsideBackend(Backend):
         return v
 
     def close(self) -> None:
-        """The shim's close."""
+        """The shim's close, the injectors disarmed."""
+        self.clear()
         if self.h is not None:
             self.vt.close(self.h)
             self.h = None

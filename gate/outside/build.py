@@ -97,13 +97,21 @@ def verify_sources(m: Manifest) -> int:
     return len(m.sources)
 
 
-def cdef_text() -> str:
-    """The declarations of ``xcs_shim.h`` that cffi is given."""
+def cdef_text(faults: bool = False) -> str:
+    """The declarations of ``xcs_shim.h`` that cffi is given (and the injectors')."""
     text = HEADER.read_text()
     start = text.index("XCS-CDEF-BEGIN")
     start = text.index("*/", start) + 2
     end = text.rindex("/* XCS-CDEF-END")
-    return text[start:end]
+    out = text[start:end]
+    if faults:
+        lo = text.index("XCS-FAULTS-BEGIN */") + len("XCS-FAULTS-BEGIN */")
+        out += text[lo:text.index("/* XCS-FAULTS-END")]
+    return out
+
+
+#: the C library calls the injectors stand in front of (``-Wl,--wrap``)
+WRAPPED = ("pread", "pread64", "read")
 
 
 def build(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
@@ -115,14 +123,20 @@ def build(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
     import cffi  # noqa: PLC0415
 
     flags = [*m.cflags, *extra_cflags]
-    tag = hashlib.sha256("\0".join([m.name, *flags]).encode()).hexdigest()[:10]
+    faults = "io" in m.capabilities.get("faults", [])
+    tag = hashlib.sha256("\0".join([m.name, str(faults), *flags]).encode()
+                         ).hexdigest()[:10]
     modname = f"_xcs_{re.sub(r'[^0-9A-Za-z_]', '_', m.name)}_{tag}"
     ffi = cffi.FFI()
-    ffi.cdef(cdef_text())
+    ffi.cdef(cdef_text(faults))
     c_files = [str(p) for p in m.sources if p.suffix == ".c"] + [str(m.shim)]
+    link: list[str] = []
+    if faults:  # the injectors in front of the cache's own reads
+        c_files.append(str(HERE / "xcs_faults.c"))
+        link.append("-Wl," + ",".join(f"--wrap={f}" for f in WRAPPED))
     ffi.set_source(modname, '#include "xcs_shim.h"\n', sources=c_files,
                    include_dirs=[str(m.folder), str(HERE)],
-                   extra_compile_args=flags)
+                   extra_compile_args=flags, extra_link_args=link)
     out.mkdir(parents=True, exist_ok=True)
     try:
         so = ffi.compile(tmpdir=str(out), verbose=False)

@@ -41,11 +41,11 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("reset-window", "")]),
     "adjusted-hit-rate": ("adjusted hits discount prefetch first uses", [
         ("check-probe", "one prefetch used")]),
-    "truncated-shard": ("a shard cut short publishes nothing, keeps the rest",
-                        [("counter-window", "truncated_shard")]),
-    "short-read": ("a short read is never published", [
+    "short-read": ("a read ending early (end of file, a truncated shard) "
+                   "is never published; the rest survives", [
         ("partial-reads", ""), ("faults-io", "F1"), ("chunk-faults", ""),
-        ("faults-io", "F6 persistent")]),
+        ("faults-io", "F6 persistent"),
+        ("counter-window", "truncated_shard")]),
     "eintr": ("interrupted and partial reads are retried", [
         ("faults-io", "F3"), ("chunk-faults", "an EINTR storm"),
         ("chunk-faults", "every pread")]),

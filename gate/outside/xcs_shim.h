@@ -143,4 +143,13 @@ const xcs_vtable *xcs_shim(void);
 
 /* XCS-CDEF-END */
 
+/* The gate's I/O fault injectors (gate/outside/xcs_faults.c), linked in
+ * when the manifest declares fault:io; a shim never calls them.
+ * XCS-FAULTS-BEGIN */
+int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
+                  int64_t arg);
+void xcs_fault_disarm(void);
+uint64_t xcs_fault_fired(void);
+/* XCS-FAULTS-END */
+
 #endif

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,21 @@ def test_digest_mismatch_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(CannotRun, match=r"tinycache\.c: SHA-256 .* does not "
                                         "match the pinned"):
         verify_sources(load_manifest(tmp_path))
+
+
+def test_cli_exits_as_the_report_says(tmp_path: Path) -> None:
+    """``replay.py --cache`` exits 0 on a report without FAIL, 1 with one."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    def cli(out: Path, scenario: str) -> int:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "replay.py"), "--cache", str(ADAPTER),
+             str(out), "--scenario", scenario],
+            capture_output=True, text=True, cwd=ROOT).returncode
+
+    assert cli(tmp_path / "ok", "key-bounds") == 0
+    assert (tmp_path / "ok" / "conformance.md").is_file()
+    assert cli(tmp_path / "bad", "reader-overlap") == 1
+    assert json.loads((tmp_path / "bad" / "conformance.json").read_text())[
+        "contracts"][0]["contract"] == "serial-reads"

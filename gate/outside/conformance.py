@@ -156,9 +156,13 @@ def write_report(out: Path, name: str, rows: list[dict[str, Any]],
 
 
 def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
-        extra_cflags: tuple[str, ...] = (), report: Report | None = None
-        ) -> tuple[list[dict[str, Any]], Report]:
-    """Verify, build and judge the adapter's cache; write and return the rows."""
+        extra_cflags: tuple[str, ...] = (), report: Report | None = None,
+        container: str | None = None) -> tuple[list[dict[str, Any]], Report]:
+    """Verify, build and judge the adapter's cache; write and return the rows.
+
+    ``container``: every scenario on this container, the oracle's values
+    the expected ones (as ``replay.py --container``).
+    """
     from gate.scenarios import run_scenarios  # noqa: PLC0415
 
     m = load_manifest(adapter)
@@ -175,8 +179,11 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
                 outside_factory(ffi, lib, caps, label, target, opts)]
 
     report = report or Report()
-    names = run_scenarios(None, work, report, only, timeout, backends=backends)
+    names = run_scenarios(None, work, report, only, timeout,
+                          container=container, backends=backends)
     rows = verdicts(report, label)
     write_report(out, m.name, rows, {"scenarios": names,
-                                     "cflags": [*m.cflags, *extra_cflags]})
+                                     "cflags": [*m.cflags, *extra_cflags],
+                                     "container": container,
+                                     "skipped": report.skipped})
     return rows, report

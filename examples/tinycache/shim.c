@@ -168,12 +168,11 @@ static int shim_release(void *h, int layer, int expert)
     int rc = XCS_OK;
     for (int p = 0; p < s->parts; p++) {
         int r = code(tc_release(s->tc[p], layer, expert));
-        if (r != XCS_OK)
-            rc = r;
+        rc = r != XCS_OK ? r : rc;
     }
-    if (rc == XCS_OK && in_range(s, layer, expert) &&
-        s->holds[layer * s->n_experts + expert] > 0)
-        s->holds[layer * s->n_experts + expert]--;
+    int key = layer * s->n_experts + expert;
+    if (rc == XCS_OK && in_range(s, layer, expert) && s->holds[key] > 0)
+        s->holds[key]--;
     return rc;
 }
 
@@ -211,22 +210,24 @@ static int shim_getmany(void *h, const int *keys, int n)
     return made;
 }
 
-static int shim_pin(void *h, int layer, int expert)
+/* Calls fn on every part in turn, stopping at the first failure. */
+static int each_part(shim *s, int (*fn)(tc_cache *, int, int), int layer,
+                     int expert)
 {
-    shim *s = h;
     int rc = XCS_OK;
     for (int p = 0; p < s->parts && rc == XCS_OK; p++)
-        rc = code(tc_pin(s->tc[p], layer, expert));
+        rc = code(fn(s->tc[p], layer, expert));
     return rc;
+}
+
+static int shim_pin(void *h, int layer, int expert)
+{
+    return each_part(h, tc_pin, layer, expert);
 }
 
 static int shim_unpin(void *h, int layer, int expert)
 {
-    shim *s = h;
-    int rc = XCS_OK;
-    for (int p = 0; p < s->parts && rc == XCS_OK; p++)
-        rc = code(tc_unpin(s->tc[p], layer, expert));
-    return rc;
+    return each_part(h, tc_unpin, layer, expert);
 }
 
 static int shim_reset(void *h)

@@ -1,0 +1,189 @@
+"""The conformance run of an outside cache and its report.
+
+:func:`run` checks the adapter's pinned digests, builds the cache with its
+shim, runs the scenarios against it with the oracle as the judge, and
+writes ``conformance.md`` and ``conformance.json``: one row per contract of
+:data:`CONTRACTS`, each PASS, FAIL (the first failing check and its
+numbers) or N/A (the capabilities it lacks).  Every check of every scenario
+belongs to exactly one contract: its scenario's, unless a check name
+prefix of :data:`CONTRACTS` claims it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gate.backends import factory
+from gate.outside.backend import capabilities_of, check_table, outside_factory
+from gate.outside.build import build, load_manifest, verify_sources
+from gate.report import Report
+
+#: contract id -> (what it promises, [(scenario, check name prefix or "")]).
+#: A check belongs to the contract with the longest matching prefix.
+CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "serial-reads": ("byte-exact serial reads, misses under pressure",
+                     [("reference", ""), ("policies", "routed reads")]),
+    "batch-reads": ("batch reads byte-exact", [
+        ("reference", "batch prefetch"), ("reference", "mixed batch")]),
+    "batch-residents": ("a batch never evicts a resident it names", [
+        ("batch-residents-pins", "a batch")]),
+    "prefetch-not-hit": ("a prefetch or batch load is not a demand hit", [
+        ("reference", "prefetch loads <= hits"), ("reference", "mixed counters"),
+        ("counter-window", "batch_before_get"),
+        ("counter-window", "first_consumption"),
+        ("counter-window", "repeat_consumption"),
+        ("counter-window", "unconsumed_schedule")]),
+    "counter-windows": ("reset starts a new window of every counter", [
+        ("counter-window", "reset_then_warm"), ("state-counters", ""),
+        ("reset-window", "")]),
+    "adjusted-hit-rate": ("adjusted hits discount prefetch first uses", [
+        ("check-probe", "one prefetch used")]),
+    "short-read": ("a read ending early (end of file, a truncated shard) "
+                   "is never published; the rest survives", [
+        ("partial-reads", ""), ("faults-io", "F1"), ("chunk-faults", ""),
+        ("faults-io", "F6 persistent"),
+        ("counter-window", "truncated_shard")]),
+    "eintr": ("interrupted and partial reads are retried", [
+        ("faults-io", "F3"), ("chunk-faults", "an EINTR storm"),
+        ("chunk-faults", "every pread")]),
+    "io-errors": ("an I/O error publishes nothing", [
+        ("faults-io", "F2"), ("faults-io", "F6 a batch")]),
+    "key-bounds": ("keys outside the layout are misuse and change nothing",
+                   [("key-bounds", "")]),
+    "pins": ("a pinned expert is never a victim; unpin frees it", [
+        ("batch-residents-pins", "")]),
+    "holds": ("a held expert is never a victim; release gives it back", [
+        ("state-holds", ""), ("held-victim", "")]),
+    "policies": ("every policy's counters on real routing", [
+        ("policies", "")]),
+    "reader-refusals": ("a malformed container is refused at open", [
+        ("reader-index", ""), ("reader-overlap", ""), ("faults-corrupt", "")]),
+    "replaced-file": ("a file replaced while open keeps serving its bytes", [
+        ("faults-files", "")]),
+    "allocation": ("a refused allocation changes nothing", [
+        ("faults-alloc", "")]),
+    "direct-io": ("O_DIRECT reads widened and checked", [("state-direct", "")]),
+    "streams": ("streams yield every key once, in order", [
+        ("stream-claim", ""), ("stream-claim-kinds", ""),
+        ("state-order", "the stream"), ("state-untold", "")]),
+    "victim-order": ("a key named twice in a batch is touched once", [
+        ("state-order", "")]),
+    "reads-under-way": ("calls racing a read under way wait and are counted",
+                        [("in-flight", ""), ("reads-under-way", ""),
+                         ("completion-order", "")]),
+    "trace": ("the access trace records every access", [
+        ("trace-records", "")]),
+    "invariant-check": ("the cache's check names each broken invariant", [
+        ("check-probe", "")]),
+}
+
+
+def contract_of(scenario: str, check: str) -> str:
+    """The contract a check belongs to (``other`` when none claims it)."""
+    base = scenario.split(" (")[0]
+    best, size = "other", -1
+    for cid, (_, claims) in CONTRACTS.items():
+        for sc, prefix in claims:
+            if sc == base and check.startswith(prefix) and len(prefix) > size:
+                best, size = cid, len(prefix)
+    return best
+
+
+def verdicts(report: Report, backend: str) -> list[dict[str, Any]]:
+    """One row per contract: its verdict and what decides it."""
+    rows: dict[str, dict[str, Any]] = {
+        cid: {"contract": cid, "promise": text, "verdict": "N/A",
+              "passed": 0, "failed": 0, "na": 0, "first_failure": None,
+              "missing": []}
+        for cid, (text, _) in CONTRACTS.items()}
+    rows["other"] = {"contract": "other", "promise": "checks no contract "
+                     "claims", "verdict": "N/A", "passed": 0, "failed": 0,
+                     "na": 0, "first_failure": None, "missing": []}
+    for c in report.checks:
+        if c["backend"] != backend:
+            continue
+        row = rows[contract_of(c["scenario"], c["check"])]
+        if c["passed"]:
+            row["passed"] += 1
+        else:
+            row["failed"] += 1
+            if row["first_failure"] is None:
+                row["first_failure"] = (f"{c['scenario']}: {c['check']}: "
+                                        f"{c['detail']}")
+    for n in report.not_applicable:
+        if n["backend"] != backend:
+            continue
+        row = rows[contract_of(n["scenario"], n["check"])]
+        row["na"] += 1
+        row["missing"] = list(dict.fromkeys([*row["missing"], *n["missing"]]))
+    out = []
+    for row in rows.values():
+        if row["failed"]:
+            row["verdict"] = "FAIL"
+        elif row["passed"]:
+            row["verdict"] = "PASS"
+        if row["contract"] == "other" and not (row["passed"] or row["failed"]
+                                               or row["na"]):
+            continue
+        out.append(row)
+    return out
+
+
+def write_report(out: Path, name: str, rows: list[dict[str, Any]],
+                 extra: dict[str, Any]) -> None:
+    """``out/conformance.md`` and ``out/conformance.json`` of ``rows``."""
+    lines = [f"# Conformance of {name}", "",
+             "| contract | promise | verdict | checks (pass/fail/N/A) | why |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        why = (r["first_failure"] if r["verdict"] == "FAIL" else
+               ("lacks " + ", ".join(r["missing"]) if r["missing"] else
+                "no check of it ran") if r["verdict"] == "N/A" else "")
+        why = (why or "").replace("|", "\\|")
+        lines.append(f"| {r['contract']} | {r['promise']} | {r['verdict']} | "
+                     f"{r['passed']}/{r['failed']}/{r['na']} | {why} |")
+    lines.append("")
+    for fname, text in (("conformance.md", "\n".join(lines)),
+                        ("conformance.json", json.dumps(
+                            {"cache": name, **extra, "contracts": rows},
+                            indent=1, default=str) + "\n")):
+        tmp = out / f".{fname}.tmp-{os.getpid()}"
+        tmp.write_text(text)
+        os.replace(tmp, out / fname)
+
+
+def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
+        extra_cflags: tuple[str, ...] = (), report: Report | None = None,
+        container: str | None = None) -> tuple[list[dict[str, Any]], Report]:
+    """Verify, build and judge the adapter's cache; write and return the rows.
+
+    ``container``: every scenario on this container, the oracle's values
+    the expected ones (as ``replay.py --container``).
+    """
+    from gate.scenarios import run_scenarios  # noqa: PLC0415
+
+    m = load_manifest(adapter)
+    n = verify_sources(m)
+    print(f"Verified {n} pinned source digests of {m.name}")
+    caps = capabilities_of(m)
+    ffi, lib = build(m, work / "build", extra_cflags)
+    check_table(lib, ffi, caps, m)
+    print(f"Built {m.name} with its shim ({' '.join([*m.cflags, *extra_cflags])})")
+    label = m.name
+
+    def backends(engine: Any, target: Any, opts: dict[str, Any]) -> list[Any]:
+        return [factory("oracle", None, target, opts),
+                outside_factory(ffi, lib, caps, label, target, opts)]
+
+    report = report or Report()
+    names = run_scenarios(None, work, report, only, timeout,
+                          container=container, backends=backends)
+    rows = verdicts(report, label)
+    write_report(out, m.name, rows, {"scenarios": names,
+                                     "cflags": [*m.cflags, *extra_cflags],
+                                     "container": container,
+                                     "skipped": report.skipped})
+    return rows, report

@@ -118,7 +118,10 @@ int xc_dtype_bits(int dtype);
 /* ------------------------------------------------------------------ */
 
 /* The only place the engine touches file descriptors.  Each function returns
- * 0 / a byte count on success and a negative errno on failure.  pread may
+ * 0 / a byte count on success and a negative errno on failure; open may
+ * also return minus the S_IFMT bits of what it found (a value <= -4096,
+ * never an errno) when the path names anything but a regular file, which
+ * the engine reports as "is a FIFO, not a regular file".  pread may
  * return fewer bytes than asked (the caller loops) and 0 at end of file.
  * ctx is passed back unchanged. */
 typedef struct xc_io {

@@ -34,6 +34,7 @@ from typing import Any
 
 from engine.container import Container, TensorInfo
 from engine.errors import LayoutError, misuse
+from engine.regular import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,7 +162,7 @@ def load_file(path: str | os.PathLike[str]) -> Layout:
     p = Path(os.fsdecode(path))
     where = f"layout file {p}"
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_regular(p).decode("utf-8")
         data = tomllib.loads(text)
     except OSError as e:
         raise LayoutError(f"{where}: cannot read it: {e.strerror or e}"
@@ -224,7 +225,7 @@ def _spec_from(path: Path, container: Container) -> Layout | None:
     idx = _index_path(path)
     if idx is not None:
         try:
-            meta = json.loads(idx.read_bytes()).get("metadata")
+            meta = json.loads(read_regular(idx)).get("metadata")
         except (OSError, ValueError, AttributeError):
             meta = None  # the C reader validated it; nothing more to say
         text = meta.get(SPEC_KEY) if isinstance(meta, dict) else None
@@ -261,14 +262,14 @@ def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
     """Whether anything describes experts: a layout file, config.json, a spec, names."""
     p = Path(os.fsdecode(path))
     folder = _folder(p)
-    if (folder / LAYOUT_FILE).is_file() or (folder / "config.json").is_file():
+    if (folder / LAYOUT_FILE).exists() or (folder / "config.json").exists():
         return True
     if SPEC_KEY in container.metadata:
         return True
     idx = _index_path(p)
     if idx is not None:
         try:
-            meta = json.loads(idx.read_bytes()).get("metadata")
+            meta = json.loads(read_regular(idx)).get("metadata")
         except (OSError, ValueError, AttributeError):
             meta = None
         if isinstance(meta, dict) and SPEC_KEY in meta:
@@ -320,7 +321,7 @@ def cache_keywords(layout: Any, given: Mapping[str, Any]) -> dict[str, Any]:
 
 def _resolve_in(p: Path, c: Container) -> Layout:
     explicit = _folder(p) / LAYOUT_FILE
-    if explicit.is_file():
+    if explicit.exists():  # a FIFO or folder is refused by load_file
         return load_file(explicit)
     spec = _spec_from(p, c)
     if spec is not None:

@@ -1,4 +1,4 @@
-"""A trace_path never writes over what the user owns (docs/DESIGN.md, "Only regular files").
+"""A trace_path never writes over what the user owns (docs/DESIGN.md).
 
 The trace file may be new, empty, an earlier trace (it starts with the
 trace magic) or a stream (a FIFO being read, a character device). Any other
@@ -31,7 +31,7 @@ def digest(p: Path) -> str:
 
 
 def refused(cont: engine.Container, path: Path, why: str) -> None:
-    """Opening a cache with trace_path=path raises MisuseError ending in why; nothing leaks."""
+    """A cache open with trace_path=path is MisuseError ending in why; no leak."""
     base = Baseline.now()
     with pytest.raises(engine.MisuseError) as info:
         engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1,
@@ -110,7 +110,7 @@ def test_a_users_text_file_is_refused_and_kept(cont, tmp_path):
 
 
 def test_an_earlier_trace_is_replaced(cont, tmp_path):
-    """A file that starts with the trace magic is the project's: replaced by the new trace."""
+    """A file starting with the trace magic is the project's: replaced."""
     trace = tmp_path / "t.xctrace"
     with engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,
                             trace_path=trace) as cache:
@@ -153,7 +153,7 @@ def test_a_fifo_no_one_reads_is_refused_at_once(cont, tmp_path):
 
 
 def test_dev_null_is_a_stream_and_accepted(cont):
-    """/dev/null, a character device, is a stream and accepted; nothing is kept in it."""
+    """/dev/null, a character device, is a stream: accepted."""
     cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,
                                trace_path="/dev/null")
     cache.get(0, 1).release()
@@ -164,7 +164,7 @@ def test_dev_null_is_a_stream_and_accepted(cont):
 
 @pytest.mark.nosan  # AddressSanitizer aborts on an allocation this size
 def test_a_trace_ring_too_big_to_allocate_is_named(cont, tmp_path):
-    """A ring that fits in size_t but not in memory is named as the ring, not the slots."""
+    """A ring that fits size_t but not memory is named as the ring, not slots."""
     trace = tmp_path / "t.xctrace"
     records = 2**58
     with pytest.raises(engine.OutOfMemoryError) as info:

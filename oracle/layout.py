@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from oracle.regular import open_regular
 from oracle.safetensors import Container
 
 
@@ -108,7 +109,7 @@ def read_pieces(reader: Container, pieces: Sequence[Piece]) -> bytes:
     """The bytes of the pieces, read through the oracle's reader, concatenated."""
     out = []
     for p in pieces:
-        with open(p.shard, "rb") as f:
+        with open_regular(p.shard) as f:
             f.seek(p.offset)
             data = f.read(p.nbytes)
         if len(data) != p.nbytes:

@@ -12,7 +12,6 @@ never imports the oracle); fixtures and the lab use this one.
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 from typing import IO, Any
@@ -66,15 +65,17 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb",
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(os.fsdecode(name), file_kind(st.st_mode))
-        os.set_blocking(fd, True)
-        f: IO[Any] = io.FileIO(fd, "rb", closefd=True)
+        # O_NONBLOCK is cleared for the reads.  A stat that is no
+        # os.stat_result is a fake file system's (pyfakefs, in tests): its
+        # descriptor is no kernel one, so there is no flag to clear.
+        if isinstance(st, os.stat_result):
+            os.set_blocking(fd, True)
+        if mode == "r":
+            return open(fd, encoding=encoding or "utf-8", closefd=True)
+        return open(fd, "rb", closefd=True)
     except BaseException:
         os.close(fd)
         raise
-    f = io.BufferedReader(f)  # type: ignore[arg-type]
-    if mode == "r":
-        return io.TextIOWrapper(f, encoding=encoding or "utf-8")  # type: ignore[arg-type]
-    return f
 
 
 def read_regular(path: str | os.PathLike[str]) -> bytes:

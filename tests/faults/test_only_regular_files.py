@@ -42,7 +42,7 @@ def run(code: str) -> subprocess.CompletedProcess:
 
 
 def with_shard_as(mixtral_dir: Path, tmp_path: Path, kind: str) -> Path:
-    """A copy of mixtral-mini whose first shard is replaced by a FIFO, folder or /dev/zero."""
+    """A mixtral-mini copy whose first shard is a FIFO, a folder or /dev/zero."""
     folder = Path(shutil.copytree(mixtral_dir, tmp_path / f"mm-{kind}"))
     shard = folder / SHARD
     shard.unlink()
@@ -104,7 +104,7 @@ def test_fixtures_from_header_names_the_shard(mixtral_dir, tmp_path, kind, word)
 
 
 def test_the_open_of_a_fifo_returns_at_once_so_nothing_blocks_ctrl_c(tmp_path):
-    """No writer ever opens the FIFO, yet every reader returns: there is no wait to interrupt."""
+    """No writer ever opens the FIFO, yet every reader returns: no wait to interrupt."""
     fifo = tmp_path / "x.safetensors"
     os.mkfifo(fifo)
     with pytest.raises(engine.EngineIOError) as info:
@@ -119,7 +119,7 @@ def test_the_open_of_a_fifo_returns_at_once_so_nothing_blocks_ctrl_c(tmp_path):
 
 
 def test_a_fifo_config_json_is_refused_by_detection(mixtral_dir, tmp_path):
-    """engine.detect over a folder whose config.json is a FIFO: LayoutError naming it."""
+    """engine.detect over a folder with a FIFO config.json: LayoutError naming it."""
     folder = Path(shutil.copytree(mixtral_dir, tmp_path / "mm"))
     os.mkfifo(folder / "config.json")
     from engine.detect import detect  # noqa: PLC0415

@@ -47,6 +47,7 @@ from engine.layout_core import (
     ranges,
     shape_text,
 )
+from engine.regular import NotRegularFileError, read_regular
 
 #: config.json keys giving the experts per layer, the first present wins.
 CONFIG_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")
@@ -121,10 +122,12 @@ class _Config:
     def __init__(self, folder: Path) -> None:
         self.path = folder / "config.json"
         self.data: dict[str, Any] | None = None
-        if not self.path.is_file():
+        if not self.path.exists():  # a FIFO or folder is refused, not skipped
             return
         try:
-            data = json.loads(self.path.read_bytes())
+            data = json.loads(read_regular(self.path))
+        except NotRegularFileError as e:
+            raise LayoutError(str(e)) from None
         except (OSError, ValueError) as e:
             raise LayoutError(f"{self.path}: not valid JSON: {e}") from None
         if not isinstance(data, dict):

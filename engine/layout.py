@@ -54,6 +54,7 @@ from engine.layout_core import (
     is_int,
     ranges,
 )
+from engine.regular import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -142,7 +143,7 @@ def load_file(path: str | os.PathLike[str]) -> Layout:
     p = Path(os.fsdecode(path))
     where = f"layout file {p}"
     try:
-        text = p.read_bytes().decode("utf-8")
+        text = read_regular(p).decode("utf-8")
         data = tomllib.loads(text)
     except OSError as e:
         raise LayoutError(f"{where}: cannot read it: {e.strerror or e}"
@@ -202,7 +203,7 @@ def _spec_from(path: Path, container: Container) -> Layout | None:
     idx = _index_path(path)
     if idx is not None:
         try:
-            meta = json.loads(idx.read_bytes()).get("metadata")
+            meta = json.loads(read_regular(idx)).get("metadata")
         except (OSError, ValueError, AttributeError):
             meta = None  # the C reader validated it; nothing more to say
         text = meta.get(SPEC_KEY) if isinstance(meta, dict) else None
@@ -239,14 +240,14 @@ def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
     """Whether anything describes experts: a layout file, config.json, a spec, names."""
     p = Path(os.fsdecode(path))
     folder = folder_of(p)
-    if (folder / LAYOUT_FILE).is_file() or (folder / "config.json").is_file():
+    if (folder / LAYOUT_FILE).exists() or (folder / "config.json").exists():
         return True
     if SPEC_KEY in container.metadata:
         return True
     idx = _index_path(p)
     if idx is not None:
         try:
-            meta = json.loads(idx.read_bytes()).get("metadata")
+            meta = json.loads(read_regular(idx)).get("metadata")
         except (OSError, ValueError, AttributeError):
             meta = None
         if isinstance(meta, dict) and SPEC_KEY in meta:
@@ -308,7 +309,7 @@ def cache_keywords(layout: Any, given: Mapping[str, Any]) -> dict[str, Any]:
 
 def _resolve_in(p: Path, c: Container) -> Layout:
     explicit = folder_of(p) / LAYOUT_FILE
-    if explicit.is_file():
+    if explicit.exists():  # a FIFO or folder is refused by load_file
         return load_file(explicit)
     spec = _spec_from(p, c)
     if spec is not None:

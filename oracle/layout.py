@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oracle.reads import cut_run
+from oracle.regular import open_regular
 from oracle.safetensors import Container
 
 
@@ -115,7 +116,7 @@ def read_pieces(reader: Container, pieces: Sequence[Piece]) -> bytes:
     """The bytes of the pieces, read through the oracle's reader, concatenated."""
     out = []
     for p in pieces:
-        with open(p.shard, "rb") as f:
+        with open_regular(p.shard) as f:
             f.seek(p.offset)
             data = f.read(p.nbytes)
         if len(data) != p.nbytes:

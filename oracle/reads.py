@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 
 #: The alignment of O_DIRECT reads.
@@ -89,8 +90,11 @@ def probe_direct(path: str, align: int = DIRECT_ALIGN) -> bool:
     if not flag:
         return False
     try:
-        fd = os.open(path, os.O_RDONLY | flag)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | flag)  # never waits
     except OSError:
+        return False
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # only regular files are read
+        os.close(fd)
         return False
     buf = mmap.mmap(-1, align)  # page-aligned, as O_DIRECT needs
     try:

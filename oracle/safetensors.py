@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oracle.errors import NotFound, OracleFormatError
+from oracle.regular import open_regular, read_regular
 
 __all__ = [
     "DTYPE_BITS", "MAX_HEADER_BYTES", "INDEX_NAME", "TensorInfo", "Container",
@@ -317,7 +318,7 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
 
 def _parse_file(path: Path) -> tuple[list[TensorInfo], dict[str, str]]:
     """Validate one safetensors file, reading only its header."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         file_bytes = os.fstat(f.fileno()).st_size
         prefix = f.read(8)
         if len(prefix) == 8:
@@ -333,7 +334,7 @@ def _index_error(path: Path, detail: str) -> OracleFormatError:
 
 def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     """Validate an index and its shards: tensors, shard and index metadata."""
-    raw = index.read_bytes()
+    raw = read_regular(index)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -365,8 +366,8 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
         if len(shard.encode("utf-8")) > _NAME_MAX:
             raise _index_error(index, f"shard {shard[:40]!r}... does not exist: its "
                                f"name is longer than a file name can be")
-        try:
-            exists = (folder / shard).is_file()
+        try:  # anything there: a FIFO or a folder is refused when opened
+            exists = (folder / shard).exists()
         except OSError as exc:  # e.g. a name too long for the file system
             raise _index_error(index, f"shard {shard!r} cannot be looked up: "
                                f"{exc.strerror}") from None
@@ -411,10 +412,12 @@ class Container:
         self.path = str(p)
         self.index_metadata: dict = {}
         if p.is_dir():
-            if (p / INDEX_NAME).is_file():
+            # as the C reader: an index (anything but a folder) if there is
+            # one, else the one *.safetensors name; each is opened regular
+            if (p / INDEX_NAME).exists() and not (p / INDEX_NAME).is_dir():
                 p = p / INDEX_NAME
             else:
-                files = sorted(q for q in p.glob("*.safetensors") if q.is_file())
+                files = sorted(p.glob("*.safetensors"))
                 if len(files) != 1:
                     raise _index_error(p, f"{len(files)} safetensors files and no "
                                        f"{INDEX_NAME}")
@@ -447,7 +450,7 @@ class Container:
     def read_bytes(self, name: str) -> bytes:
         """The raw bytes of one tensor, read from its shard."""
         info = self.tensor(name)
-        with open(info.shard, "rb") as f:
+        with open_regular(info.shard) as f:
             f.seek(info.offset)
             data = f.read(info.nbytes)
         if len(data) != info.nbytes:

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from oracle.regular import open_regular
+
 __all__ = [
     "Trace", "TraceFormatError", "load_trace", "EngineTraceHeader",
     "read_engine_trace", "load_engine_trace", "ENGINE_TRACE_KINDS",
@@ -148,6 +150,18 @@ def _check_ids(path: str, number: int, layer: int, experts: Iterable[int]) -> No
                                    f"limit of {MAX_EXPERTS} experts per layer")
 
 
+def _fromfile(path: str | os.PathLike, dtype: object) -> np.ndarray:
+    """np.fromfile of a regular file only (a FIFO would block it; DESIGN.md)."""
+    with open_regular(path) as f:
+        return np.fromfile(f, dtype=dtype)
+
+
+def _size(path: str | os.PathLike) -> int:
+    """The byte size of a regular file; NotRegularFileError for anything else."""
+    with open_regular(path) as f:
+        return os.fstat(f.fileno()).st_size
+
+
 def _uint(value: object) -> bool:
     return type(value) is int and value >= 0
 
@@ -158,7 +172,7 @@ def _expert_list(value: object) -> bool:
 
 
 def _records(path: str) -> Iterable[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as f:
+    with open_regular(path, "r", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -289,7 +303,7 @@ def read_engine_trace(path: str | os.PathLike) -> tuple[EngineTraceHeader, np.nd
     file that does not end on a record boundary (line 0: a binary file).
     """
     path = str(path)
-    raw = np.fromfile(path, dtype=np.uint8)
+    raw = _fromfile(path, dtype=np.uint8)
     if len(raw) < _ENGINE_HEADER.itemsize:
         raise TraceFormatError(path, 0, "shorter than the 48-byte header")
     h = raw[:_ENGINE_HEADER.itemsize].view(_ENGINE_HEADER)[0]
@@ -401,7 +415,7 @@ def load_text_dump(path: str | os.PathLike, top_k: int | None = None,
     path = str(path)
     seq, tok, lay, exp = [], [], [], []
     s, prev = 0, None  # prev: (pos, layer) of the last line
-    with open(path, encoding="utf-8") as f:
+    with open_regular(path, "r", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             text = line.split("#", 1)[0].split()
             if not text:
@@ -458,8 +472,8 @@ def load_int32(path: str | os.PathLike, top_k: int, n_layers: int,
     path = str(path)
     if top_k < 1 or n_layers < 1:
         raise ValueError("top_k and n_layers must be at least 1")
-    raw = np.fromfile(path, dtype="<i4")
-    size = os.path.getsize(path)
+    raw = _fromfile(path, dtype="<i4")
+    size = _size(path)
     if size % (4 * top_k):
         raise TraceFormatError(path, size // (4 * top_k) + 1,
                                f"{size} bytes is not a whole number of calls "
@@ -547,13 +561,13 @@ def load_pairs(path: str | os.PathLike, top_k: int | None = None,
     the 1-based pair (its ``line``).
     """
     path = str(path)
-    size = os.path.getsize(path)
+    size = _size(path)
     if size % 8:
         raise TraceFormatError(path, size // 8 + 1, f"{size} bytes is not a whole "
                                "number of 8-byte (layer, expert) int32 pairs")
     if not size:
         raise TraceFormatError(path, 0, "no records")
-    pairs = np.fromfile(path, "<i4").reshape(-1, 2).astype(np.int64)
+    pairs = _fromfile(path, "<i4").reshape(-1, 2).astype(np.int64)
     bad = np.flatnonzero((pairs < 0).any(axis=1))
     if len(bad):
         i = int(bad[0])
@@ -637,7 +651,7 @@ def load_csv(path: str | os.PathLike, n_layers: int | None = None,
     path = str(path)
     seq, tok, lay, exp = [], [], [], []
     passes = False
-    with open(path, encoding="utf-8") as f:
+    with open_regular(path, "r", encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             text = line.strip()
             if not text or (number == 1 and text == _CSV_HEADER):
@@ -691,11 +705,11 @@ def write_oracle_general_keys(keys: np.ndarray,
 
 def read_oracle_general(path: str | os.PathLike) -> np.ndarray:
     """The records of an oracleGeneral file (a structured numpy array)."""
-    size = os.path.getsize(path)
+    size = _size(path)
     if size % ORACLE_GENERAL_DTYPE.itemsize:
         raise TraceFormatError(str(path), size // 24 + 1,
                                f"{size} bytes is not whole 24-byte records")
-    return np.fromfile(str(path), ORACLE_GENERAL_DTYPE)
+    return _fromfile(str(path), ORACLE_GENERAL_DTYPE)
 
 
 def load_oracle_general(path: str | os.PathLike, n_layers: int | None = None,
@@ -886,7 +900,7 @@ def _oracle_general_misfit(path: str, size: int) -> tuple[int, str] | None:
     """Why the file is not oracleGeneral (how far it got, the reason), or None."""
     if size % ORACLE_GENERAL_DTYPE.itemsize:
         return 0, f"{size} bytes is not a whole number of 24-byte records"
-    rec = np.fromfile(path, ORACLE_GENERAL_DTYPE)
+    rec = _fromfile(path, ORACLE_GENERAL_DTYPE)
     zero = np.flatnonzero(rec["obj_size"] == 0)
     if len(zero):
         return 1, f"record {int(zero[0]) + 1} has obj_size 0"
@@ -916,7 +930,7 @@ def _pairs_misfit(path: str, size: int) -> tuple[int, str] | None:
     if size % 8:  # not even whole int32 values: bare ids are closer
         return (0 if size % 4 == 0 else -1,
                 f"{size} bytes is not a whole number of 8-byte pairs")
-    pairs = np.fromfile(path, "<i4").reshape(-1, 2)
+    pairs = _fromfile(path, "<i4").reshape(-1, 2)
     for col, what, limit in ((0, "layer", MAX_LAYERS), (1, "expert", MAX_EXPERTS)):
         off = np.flatnonzero((pairs[:, col] < 0) | (pairs[:, col] >= limit))
         if len(off):
@@ -944,7 +958,7 @@ def _int32_misfit(path: str, size: int, top_k: int | None,
     """Why bare int32 ids cannot be taken without asking (depth, reason)."""
     if size % 4:
         return 0, f"{size} bytes is not a whole number of int32 ids"
-    raw = np.fromfile(path, "<i4")
+    raw = _fromfile(path, "<i4")
     neg = np.flatnonzero(raw < 0)
     if len(neg):
         return 1, f"int32 {int(neg[0]) + 1} is negative ({int(raw[neg[0]])})"
@@ -967,7 +981,7 @@ def detect_trace(path: str | os.PathLike, top_k: int | None = None,
     ``TraceFormatError`` naming the closest format and why it does not fit.
     """
     path = str(path)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(1 << 16)
     if not head:
         raise TraceFormatError(path, 0, "empty: no trace format fits")
@@ -982,7 +996,7 @@ def detect_trace(path: str | os.PathLike, top_k: int | None = None,
             raise TraceFormatError(path, exc.line, f"fits no trace format; the "
                                    f"closest, {fmt} ({FORMAT_TITLES[fmt]}), "
                                    f"fails: {exc.detail}") from None
-    size = os.path.getsize(path)
+    size = _size(path)
     misfits: dict[str, tuple[int, str]] = {}
     why = _oracle_general_misfit(path, size)
     if why is None:
@@ -1043,7 +1057,7 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None,
     if fmt == "auto":
         return detect_trace(path, top_k, n_layers, n_experts)[1]
     if fmt is None:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             magic = f.read(len(_ENGINE_MAGIC))
         ext = os.path.splitext(path)[1].lower()
         fmt = "engine" if magic == _ENGINE_MAGIC else {

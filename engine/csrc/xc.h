@@ -118,7 +118,10 @@ int xc_dtype_bits(int dtype);
 /* ------------------------------------------------------------------ */
 
 /* The only place the engine touches file descriptors.  Each function returns
- * 0 / a byte count on success and a negative errno on failure.  pread may
+ * 0 / a byte count on success and a negative errno on failure; open may
+ * also return minus the S_IFMT bits of what it found (a value <= -4096,
+ * never an errno) when the path names anything but a regular file, which
+ * the engine reports as "is a FIFO, not a regular file".  pread may
  * return fewer bytes than asked (the caller loops) and 0 at end of file.
  * ctx is passed back unchanged. */
 typedef struct xc_io {
@@ -460,11 +463,15 @@ typedef struct xc_slot_tensor {
  * batch_threads - 1 batch pool threads, then io_threads read-ahead
  * threads; a thread that does not start is XC_E_NOMEM naming the pool, the
  * thread's number ("batch pool thread 2 of 3") and the error's text.  The
- * trace file (trace_path, opened as any writer opens a path: links
- * followed, a FIFO or device written in place) is opened and its header
- * written as open's last step; a failure there is XC_E_IO naming the path
- * and errno, and removes a file it created (a file already there keeps
- * its length; its first bytes may hold part of the header).  On failure
+ * trace file (trace_path: links followed; written only when new, empty,
+ * an earlier trace or a stream -- a FIFO being read, a character device;
+ * any other file, above all a file of st by device and inode, is
+ * XC_E_MISUSE naming it, nothing changed) is opened without blocking and
+ * its header written as open's last step; a failure there is XC_E_IO
+ * naming the path and errno, and removes a file it created (a file
+ * already there keeps its length; its first bytes may hold part of the
+ * header).  A trace ring that cannot be allocated is XC_E_NOMEM naming the
+ * ring and its size.  On failure
  * nothing is allocated, no thread is left running (those already started
  * are joined), no file is created and *out is not written.  st is
  * borrowed. */

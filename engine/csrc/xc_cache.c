@@ -452,11 +452,20 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     if (o->trace_path != NULL) {
         c->tr_cap = o->trace_ring_records ? o->trace_ring_records : 4096;
         c->tr_buf = xc_malloc(c->tr_cap * TRACE_RECORD_BYTES);
+        if (c->tr_buf == NULL) {
+            /* the ring is the caller's option: name it, not the slots */
+            rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
+                         "cache open: no memory for the trace ring of %zu "
+                         "records of %u bytes (%llu bytes; "
+                         "trace_ring_records)", c->tr_cap, TRACE_RECORD_BYTES,
+                         (unsigned long long)c->tr_cap * TRACE_RECORD_BYTES);
+            destroy(c, 0);
+            return rc;
+        }
     }
     if (!c->arena || !c->slots || !c->cand || !c->index || !c->scratch ||
         (c->pol.ops->by_position && !c->nc) ||
-        !c->seen || !c->workers || !c->io || !c->aq ||
-        (o->trace_path != NULL && !c->tr_buf)) {
+        !c->seen || !c->workers || !c->io || !c->aq) {
         /* record before destroy(): the message reads c */
         rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
                      "cache open: no memory for %zu slots of %llu bytes",

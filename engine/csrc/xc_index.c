@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct st_mapent {
     st_key key;
@@ -196,15 +197,23 @@ static int read_index_file(xc_st *st, st_index *ix, const char *path)
     int64_t h = -1;
     uint64_t size = 0;
     size_t bad;
+    struct stat sb;
     int rc = st->io.open(st->io.ctx, path, 0, &h);
-    if (rc == -ENOENT)
-        return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file", path);
     if (rc == -ENOMEM)
         return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: no memory to open it",
                        path);
     if (rc != 0)
-        return xc_fail(XC_E_IO, -1, -1, -1, "%s: open failed: %s (errno %d)",
-                       path, strerror(-rc), -rc);
+        return xc_io_open_fail(path, rc);
+    /* The index's identity, so that no output (a trace) may name it. */
+    if ((st->index_path = xc_strdup(path)) == NULL) {
+        st->io.close(st->io.ctx, h);
+        return xc_st_nomem(path, "index path");
+    }
+    if (stat(path, &sb) == 0) {
+        st->index_id_ok = 1;
+        st->index_dev = (uint64_t)sb.st_dev;
+        st->index_ino = (uint64_t)sb.st_ino;
+    }
     rc = st->io.size(st->io.ctx, h, &size);
     if (rc != 0) {
         st->io.close(st->io.ctx, h);

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 
 #if defined(__GNUC__)
 #define XC_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -67,6 +68,32 @@ int xc_io_read_window(const xc_io *io, int64_t handle, const char *path,
                       void *buf, uint64_t at, size_t n, uint64_t need_end,
                       uint64_t want_off, size_t want_len);
 
+/* Only regular files are read (docs/DESIGN.md, "Only regular files").  An
+ * xc_io open that finds something else at the path returns
+ * XC_IO_NOT_REGULAR(st_mode): minus its S_IFMT bits, which are all >= 4096
+ * and so never a negative errno. */
+#define XC_IO_NOT_REGULAR(mode) (-(int)((mode) & S_IFMT))
+#define XC_IO_IS_NOT_REGULAR(rc) ((rc) <= -4096)
+#define XC_IO_NOT_REGULAR_MODE(rc) ((unsigned)-(rc))
+
+/* What a file of st_mode is, for a message: "a FIFO", "a directory",
+ * "a character device", ...  Cannot fail. */
+const char *xc_file_type_name(unsigned mode);
+
+/* Opens path with flags (O_RDONLY, O_RDWR, ... plus O_CLOEXEC and
+ * O_NOCTTY) without blocking: O_NONBLOCK for the open, then fstat, then
+ * O_NONBLOCK cleared for the reads.  Returns 0 with the descriptor in
+ * *fd_out, a negative errno, or XC_IO_NOT_REGULAR(mode) (nothing left open)
+ * when the path names anything but a regular file.  EINTR is retried: the
+ * open cannot block, so a retry cannot hold off Ctrl-C. */
+int xc_open_regular(const char *path, int flags, int *fd_out);
+
+/* Records the error for an xc_io open of path that returned rc (< 0) and
+ * returns its code: XC_E_NOT_FOUND "no such file" (ENOENT); XC_E_IO "is a
+ * FIFO, not a regular file; ..." (XC_IO_NOT_REGULAR); XC_E_NOMEM (ENOMEM);
+ * else XC_E_IO naming the errno. */
+int xc_io_open_fail(const char *path, int rc);
+
 /* What is at path: 0 nothing, 1 a file (or anything not a folder), 2 a
  * folder, or a negative errno when stat fails for another reason. */
 int xc_path_kind(const char *path);
@@ -93,6 +120,11 @@ int xc_st_shard_changed(const xc_st *st, size_t i, char *why, size_t why_len,
 
 /* Whether st was opened with xc_st_opts.verify.  Cannot fail. */
 int xc_st_verify(const xc_st *st);
+
+/* The path of the file of st (a shard, or its index) whose device and
+ * inode are dev and ino, as recorded at open, or NULL when none is: an
+ * output (a trace) must never be one of them.  Cannot fail. */
+const char *xc_st_file_with_id(const xc_st *st, uint64_t dev, uint64_t ino);
 
 /* The thread-start wrapper (see xc_thread_fail_at in xc_test.h): every thread
  * the engine starts goes through here instead of pthread_create.  Starts

@@ -23,6 +23,7 @@
  */
 #include "xc_internal.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -33,11 +34,57 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+const char *xc_file_type_name(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+    }
+}
+
+int xc_open_regular(const char *path, int flags, int *fd_out)
+{
+    struct stat st;
+    int fd, fl;
+    assert(path != NULL && fd_out != NULL);
+    /* O_NONBLOCK: opening a FIFO (or a tty, a device) for reading may wait
+     * for a writer forever; with it, the open returns at once and fstat
+     * says what was opened before anything can block. */
+    do {
+        fd = open(path, flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return XC_IO_NOT_REGULAR(st.st_mode);
+    }
+    if ((fl = fcntl(fd, F_GETFL)) < 0 ||
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
 static int posix_open(void *ctx, const char *path, int direct,
                       int64_t *handle)
 {
-    int flags = O_RDONLY | O_CLOEXEC;
-    int fd;
+    int flags = O_RDONLY;
+    int fd = -1, rc;
     (void)ctx;
 #ifdef O_DIRECT
     if (direct)
@@ -46,11 +93,8 @@ static int posix_open(void *ctx, const char *path, int direct,
     if (direct)
         return -EINVAL;
 #endif
-    do {
-        fd = open(path, flags);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0)
-        return -errno;
+    if ((rc = xc_open_regular(path, flags, &fd)) != 0)
+        return rc;
     *handle = fd;
     return 0;
 }
@@ -281,28 +325,37 @@ int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
                 snprintf(note, note_len, "%s: O_DIRECT probe read failed "
                          "(%s); using buffered reads", path,
                          xc_last_error()->message);
-        } else if (rc == -ENOENT) {
-            return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file",
-                           path);
+        } else if (rc == -ENOENT || XC_IO_IS_NOT_REGULAR(rc)) {
+            return xc_io_open_fail(path, rc);
         } else if (note && note_len) {
             snprintf(note, note_len, "%s: O_DIRECT open failed: %s (errno "
                      "%d); using buffered reads", path, strerror(-rc), -rc);
         }
     }
     rc = io->open(io->ctx, path, 0, &h);
+    if (rc != 0)
+        return xc_io_open_fail(path, rc);
+    *handle = h;
+    return XC_OK;
+}
+
+int xc_io_open_fail(const char *path, int rc)
+{
+    assert(rc < 0);
     if (rc == -ENOENT)
         return xc_fail(XC_E_NOT_FOUND, -1, -1, -1, "%s: no such file", path);
+    if (XC_IO_IS_NOT_REGULAR(rc))
+        return xc_fail(XC_E_IO, -1, -1, -1, "%s: is %s, not a regular file; "
+                       "only regular files are read", path,
+                       xc_file_type_name(XC_IO_NOT_REGULAR_MODE(rc)));
     /* ENOMEM is a failed allocation (the kernel's, or a vtable's own, as
      * the fault injector's): the caller's documented OutOfMemoryError, not
      * an I/O error, so allocation countdowns see one error class. */
     if (rc == -ENOMEM)
         return xc_fail(XC_E_NOMEM, -1, -1, -1, "%s: open failed: no memory",
                        path);
-    if (rc != 0)
-        return xc_fail(XC_E_IO, -1, -1, -1, "%s: open failed: %s (errno %d)",
-                       path, strerror(-rc), -rc);
-    *handle = h;
-    return XC_OK;
+    return xc_fail(XC_E_IO, -1, -1, -1, "%s: open failed: %s (errno %d)",
+                   path, strerror(-rc), -rc);
 }
 
 /* ------------------------------------------------------------------ */

@@ -18,6 +18,7 @@
  */
 #include "xc_st_impl.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,7 @@ void xc_st_close(xc_st *st)
         xc_free(st->shards[s].path);
     }
     xc_free(st->shards);
+    xc_free(st->index_path);
     xc_free(st->t);
     xc_free(st->dims);
     xc_free(st->meta);
@@ -242,6 +244,18 @@ int xc_st_shard_direct(const xc_st *st, size_t i)
 const xc_io *xc_st_io(const xc_st *st) { return &st->io; }
 
 int xc_st_verify(const xc_st *st) { return st->verify; }
+
+const char *xc_st_file_with_id(const xc_st *st, uint64_t dev, uint64_t ino)
+{
+    assert(st != NULL);
+    for (size_t i = 0; i < st->n_shards; i++)
+        if (st->shards[i].id_ok && st->shards[i].id_dev == dev &&
+            st->shards[i].id_ino == ino)
+            return st->shards[i].path;
+    if (st->index_id_ok && st->index_dev == dev && st->index_ino == ino)
+        return st->index_path;
+    return NULL;
+}
 
 /* ------------------------------------------------------------------ */
 /* Files changed while open                                             */

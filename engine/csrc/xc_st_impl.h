@@ -81,6 +81,9 @@ struct xc_st {
     char note[NOTE_LEN];
     st_shard *shards;
     size_t n_shards, cap_shards;
+    char *index_path;             /* NULL: opened without an index */
+    int index_id_ok;              /* 1 once the index's identity is known */
+    uint64_t index_dev, index_ino; /* stat(index) right after its open */
     st_tensor *t;
     size_t n_t, cap_t;
     uint64_t *dims;

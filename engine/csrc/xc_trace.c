@@ -108,19 +108,38 @@ static uint64_t fingerprint(const xc_loader *ld)
     return h;
 }
 
+/* Refuses trace_path (XC_E_MISUSE, naming it) with the reason why; closes
+ * fd.  Nothing was written. */
+static int refuse(int fd, const char *path, const char *why, const char *arg)
+{
+    close(fd);
+    return xc_fail(XC_E_MISUSE, -1, -1, -1, "cache open: refusing to write "
+                   "the trace to %s: %s%s", path, why, arg ? arg : "");
+}
+
 /* Opens the trace file and writes its header (docs/TRACE_FORMAT.md).  It
  * is the last step of cache open, so an open that fails earlier never
- * creates or changes the file.  The path is opened as any writer would
- * (links followed; a FIFO or device written in place) without truncating
- * it; a regular file is cut to the header only once the header is
- * written.  If the header cannot be written, a file this call created is
- * removed again; a file that was there keeps its length. */
+ * creates or changes the file.  Links are followed.  Only what the project
+ * may write over is written (docs/DESIGN.md, "Only regular files"): a path
+ * naming nothing yet (created), an empty regular file or an earlier trace
+ * (one that starts with the trace magic), or a stream -- a FIFO some
+ * process is reading, a character device -- written in place.  Anything
+ * else is refused (XC_E_MISUSE, naming the file and why) with nothing
+ * changed: a file that is not a trace, any file of the open container
+ * (same device and inode, so a hard or symbolic link to a shard is that
+ * shard), a FIFO no process reads (which would block), a directory or a
+ * block device.  No open here blocks (O_NONBLOCK until the checks pass).
+ * A regular file is cut to the header only once the header is written.
+ * If the header cannot be written, a file this call created is removed
+ * again; a file that was there keeps its length. */
 int xc_trace_open(xc_cache *c, const char *path)
 {
-    uint8_t h[TRACE_HEADER_BYTES];
+    const int base = O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+    uint8_t h[TRACE_HEADER_BYTES], magic[8];
     char real[PATH_MAX];
+    const char *own;
     struct stat sb;
-    int e, fd, existed;
+    int e, fd, fl, created = 0;
     memset(h, 0, sizeof h);
     memcpy(h, TRACE_MAGIC, 8);
     put_le(h + 8, TRACE_VERSION, 4);
@@ -130,24 +149,60 @@ int xc_trace_open(xc_cache *c, const char *path)
     put_le(h + 28, (uint32_t)c->ld.n_experts, 4);
     put_le(h + 32, (uint32_t)c->top_k, 4);
     put_le(h + 36, (uint32_t)c->n_slots, 4);
-    existed = stat(path, &sb) == 0;
-    if ((fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666)) < 0) {
+    fd = open(path, O_RDWR | base);
+    if (fd < 0 && errno == ENOENT &&
+        (fd = open(path, O_RDWR | O_CREAT | base, 0666)) >= 0)
+        created = 1;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISFIFO(sb.st_mode)) {
+        /* Read-write would keep the FIFO open with no reader; write-only
+         * without blocking fails (ENXIO) when nobody reads it. */
+        close(fd);
+        fd = open(path, O_WRONLY | base);
+        if (fd < 0 && errno == ENXIO)
+            return xc_fail(XC_E_MISUSE, -1, -1, -1, "cache open: refusing "
+                           "to write the trace to %s: it is a FIFO that no "
+                           "process is reading (start the reader first)",
+                           path);
+        if (fd >= 0 && fstat(fd, &sb) == 0 && !S_ISFIFO(sb.st_mode))
+            return refuse(fd, path, "it changed while being opened", NULL);
+    }
+    if (fd < 0 || fstat(fd, &sb) != 0) {
         e = errno;
+        if (fd >= 0)
+            close(fd);
         return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
                        "file %s: %s (errno %d)", path, strerror(e), e);
     }
+    if (S_ISREG(sb.st_mode)) {
+        own = xc_st_file_with_id(c->ld.st, (uint64_t)sb.st_dev,
+                                 (uint64_t)sb.st_ino);
+        if (own != NULL)
+            return refuse(fd, path, "it is the open container's own file ",
+                          own);
+        if (sb.st_size > 0 &&
+            (pread(fd, magic, sizeof magic, 0) != (ssize_t)sizeof magic ||
+             memcmp(magic, TRACE_MAGIC, sizeof magic) != 0))
+            return refuse(fd, path, "the file exists and is not an xcache "
+                          "trace (it does not start with " TRACE_MAGIC "); "
+                          "remove it or name another file", NULL);
+    } else if (!S_ISFIFO(sb.st_mode) && !S_ISCHR(sb.st_mode)) {
+        return refuse(fd, path, "it is ", xc_file_type_name(sb.st_mode));
+    }
+    if ((fl = fcntl(fd, F_GETFL)) < 0 ||
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        goto fail;
     if ((c->tr = fdopen(fd, "wb")) != NULL &&
         fwrite(h, 1, sizeof h, c->tr) == sizeof h && fflush(c->tr) == 0 &&
-        (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
-         ftruncate(fd, (off_t)sizeof h) == 0))
+        (!S_ISREG(sb.st_mode) || ftruncate(fd, (off_t)sizeof h) == 0))
         return XC_OK;
+fail:
     e = errno;
     if (c->tr != NULL)
         fclose(c->tr);
     else
         close(fd);
     c->tr = NULL;
-    if (!existed && realpath(path, real) != NULL)
+    if (created && realpath(path, real) != NULL)
         unlink(real); /* what the open created, even through a link */
     return xc_fail(XC_E_IO, -1, -1, -1, "cache open: cannot write trace "
                    "file %s: %s (errno %d)", path, strerror(e), e);

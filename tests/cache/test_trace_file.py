@@ -48,12 +48,12 @@ def test_open_publishes_the_trace_and_leaves_no_temporary(cont, tmp_path):
 
 
 def test_an_earlier_trace_is_replaced_only_by_a_successful_open(cont, tmp_path):
-    """A file at the path keeps its bytes until an open succeeds, then is replaced."""
+    """An earlier trace keeps its bytes until an open succeeds, then is replaced."""
     trace = tmp_path / "t.xctrace"
-    trace.write_bytes(b"x" * 1000)
+    trace.write_bytes(b"XCTRACE1" + b"x" * 992)
     with pytest.raises(engine.MisuseError):
         engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=0, trace_path=trace)
-    assert trace.read_bytes() == b"x" * 1000
+    assert trace.read_bytes() == b"XCTRACE1" + b"x" * 992
     cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=trace)
     assert trace.stat().st_size == HEADER
     cache.close()
@@ -112,7 +112,7 @@ def test_a_header_that_cannot_be_written_removes_the_file_it_created(cont,
 def test_a_header_that_cannot_be_written_keeps_an_earlier_file(cont, tmp_path):
     """EFBIG on the header over an existing trace: the file stays, its length kept."""
     trace = tmp_path / "t.xctrace"
-    trace.write_bytes(b"x" * 100)
+    trace.write_bytes(b"XCTRACE1" + b"x" * 92)
     with file_size_limit(10), pytest.raises(engine.EngineIOError):
         engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=trace)
     data = trace.read_bytes()
@@ -123,19 +123,22 @@ def test_a_header_that_cannot_be_written_keeps_an_earlier_file(cont, tmp_path):
 
 
 def test_a_fifo_is_written_in_place(cont, tmp_path):
-    """A FIFO at the path is a stream: the trace goes through it, nothing created."""
+    """A FIFO being read is a stream: the trace goes through it, nothing created."""
     fifo = tmp_path / "t.fifo"
     os.mkfifo(fifo)
     got = bytearray()
+    # the reader is there before the open (one without is refused at once)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
 
     def drain() -> None:
-        with open(fifo, "rb") as f:
+        os.set_blocking(rfd, True)
+        with open(rfd, "rb") as f:
             while chunk := f.read(4096):
                 got.extend(chunk)
 
+    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=fifo)
     reader = threading.Thread(target=drain)
     reader.start()
-    cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=fifo)
     for e in (1, 2, 1):
         cache.get(0, e).release()
     cache.close()
@@ -153,7 +156,7 @@ def test_a_symlinked_trace_path_writes_the_link_target(cont, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
     target = runs / "run1.xctrace"
-    target.write_bytes(b"old" * 10)
+    target.write_bytes(b"XCTRACE1" + b"old" * 10)
     link = tmp_path / "latest.xctrace"
     link.symlink_to(target)
     cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, trace_path=link)
@@ -242,7 +245,7 @@ def test_allocation_countdown_over_a_symlinked_trace_open(cont, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
     target = runs / "run1.xctrace"
-    target.write_bytes(b"keep me")
+    target.write_bytes(b"XCTRACE1 keep me")
     link = tmp_path / "latest.xctrace"
     link.symlink_to(os.path.join("runs", "run1.xctrace"))
     base = Baseline.now()
@@ -261,7 +264,7 @@ def test_allocation_countdown_over_a_symlinked_trace_open(cont, tmp_path):
             run.result.close()
             assert target.stat().st_size == HEADER
         else:
-            assert target.read_bytes() == b"keep me"
+            assert target.read_bytes() == b"XCTRACE1 keep me"
         base.assert_back(f"N={run.n}")
 
     arm, disarm = alloc_hooks()

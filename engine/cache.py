@@ -48,6 +48,7 @@ from engine.hold import (
     pinned_bytes,
 )
 from engine.layout import UNSET, cache_keywords
+from engine.layout_core import FUSED, check_family
 from engine.stream import Stream
 from engine.stream import key_arrays as _key_arrays
 
@@ -87,7 +88,8 @@ def _check_key_count(container: Any, template: Any, n_layers: int,
     n_keys = n_layers * n_experts
     if n_keys > MAX_KEYS:
         return  # C refuses it: "... is too many keys"
-    fused = isinstance(template, str) and "{expert}" not in template
+    fused = isinstance(template, str) and check_family(
+        "expert_template", template) == FUSED
     try:
         held = len(container)
     except (TypeError, _err.EngineError):

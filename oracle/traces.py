@@ -61,6 +61,7 @@ __all__ = [
 #: ``layer * n_experts + expert`` then fits the simulator's 32-bit keys.
 MAX_LAYERS = 1 << 12
 MAX_EXPERTS = 1 << 19
+_I64_MAX = (1 << 63) - 1
 
 
 class TraceFormatError(ValueError):
@@ -361,6 +362,11 @@ def _finish(path: str, seq: list[int], tok: list[int], lay: list[int],
     """
     if not tok:
         raise TraceFormatError(path, 0, "no records")
+    for what, col in (("token", tok), ("sequence", seq)):
+        big = max(col, default=0)
+        if big > _I64_MAX:
+            raise TraceFormatError(path, 0, f"{what} number {big} is beyond "
+                                   "2**63 - 1")
     token = np.asarray(tok, np.int64)
     layer, expert = np.asarray(lay, np.int64), np.asarray(exp, np.int64)
     seq_a = np.asarray(seq, np.int64)
@@ -1040,6 +1046,18 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None,
     detects the format (:func:`detect_trace`).
     """
     path = str(path)
+    try:
+        return _read_trace(path, fmt, top_k, n_layers, n_experts)
+    except UnicodeDecodeError as e:  # a text format over a binary file
+        raise TraceFormatError(path, 0, f"not UTF-8 text ({e.reason} at byte "
+                               f"{e.start} of a chunk): a binary trace needs "
+                               "its --format (or --format auto)") from None
+    except RecursionError:  # json over a deeply nested line
+        raise TraceFormatError(path, 0, "a value nested too deeply") from None
+
+
+def _read_trace(path: str, fmt: str | None, top_k: int | None,
+                n_layers: int | None, n_experts: int | None) -> Trace:
     if fmt == "auto":
         return detect_trace(path, top_k, n_layers, n_experts)[1]
     if fmt is None:

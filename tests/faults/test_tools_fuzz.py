@@ -1,0 +1,123 @@
+"""The tool fuzzer (faults/fuzz/tools.py): a fixed, derandomized budget per target group.
+
+Each test draws its cases with hypothesis' derandomized generator, so the
+same cases run every time; ``XC_TOOL_FUZZ_SCALE=K`` multiplies every
+budget (``python -m faults.fuzz tools --seconds N`` runs for a time
+instead, with fresh cases).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from faults.fuzz import tools
+from faults.fuzz.tools import Case, Outcome, Report, Target
+
+SCALE = int(os.environ.get("XC_TOOL_FUZZ_SCALE", "1"))
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session folder holding the tiny fixture the verify/identify targets copy."""
+    w = tmp_path_factory.mktemp("toolfuzz")
+    tools.prepare(w)
+    return w
+
+
+def _fail_on_new(report: Report) -> None:
+    new = report.new
+    assert not new, "tool fuzzer findings:\n" + "\n".join(
+        f.line() + "\n    " + f.excerpt for f in new)
+
+
+@pytest.mark.parametrize("group,examples", [
+    (("inspect", "inspect-layout"), 14),
+    (("gate-container", "gate-spec"), 12),
+    (("new", "verify"), 12),
+    (("from-header", "identify"), 12),
+    (("lab",), 8),
+    (("predict",), 8),
+], ids=["inspect", "gate", "new-verify", "from-header-identify", "lab", "predict"])
+def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None:
+    """Every drawn case of these targets ends in success or one exit-2 line."""
+    report = Report()
+    tools.explore(list(group), work, report, examples=examples * SCALE,
+                  derandomize=True)
+    assert sum(report.by_target.values()) == examples * SCALE
+    _fail_on_new(report)
+
+
+def test_corpus_regressions(work: Path) -> None:
+    """Every kept case (a fixed finding) now ends acceptably, or is a listed known one."""
+    cases = tools.corpus_cases()
+    assert cases, "faults/fuzz/corpus-tools/cases/ is empty"
+    report = Report()
+    for case in cases:
+        tools.check(case, work, report)
+    assert report.runs == len(cases)
+    _fail_on_new(report)
+
+
+def test_every_target_has_a_strategy_and_a_seed() -> None:
+    """The strategies cover every target, and every seed file exists."""
+    assert set(tools.STRATEGIES) == set(tools.TARGETS)
+    for t in tools.TARGETS.values():
+        for s in t.seeds:
+            assert s == "@fixture" or (tools.SEED / s).exists(), s
+    for name in tools.TRACES:
+        assert (tools.SEED / name).stat().st_size > 0
+
+
+def _judge(rc: int | None, stderr: str = "", stdout: str = "",
+           exit1_ok: bool = False, names: tuple[str, ...] = ("config.json",)
+           ) -> str | None:
+    case = Case("inspect", "note", {}, [], names)
+    target = Target("inspect", lambda d: [], (), exit1_ok=exit1_ok)
+    return tools.judge(case, target, Outcome(rc, stdout, stderr, 0.1))
+
+
+def test_judge_accepts_only_success_or_one_named_line() -> None:
+    """The oracle: exit 0, a documented exit 1, or one exit-2 line naming the file."""
+    assert _judge(0) is None
+    assert _judge(2, "x/config.json: num_hidden_layers must be ...\n") is None
+    assert _judge(2, "usage: prog [-h]\nprog: error: argument --layers: bad\n",
+                  names=("--layers",)) is None
+    assert _judge(1, stdout="FAIL layout: x\n", exit1_ok=True) is None
+    assert _judge(1, stdout="FAIL layout: x\n") == "exit 1"
+    assert _judge(2, "a: config.json\nb\n") == \
+        "exit 2 with 2 lines on stderr, not one"
+    assert _judge(2, "num_hidden_layers must be an integer\n") == \
+        "exit 2, but the line names none of config.json"
+    assert _judge(1, "Traceback (most recent call last):\n  File ...\n"
+                  "MemoryError\n", exit1_ok=True) == "exit 1 with a traceback"
+    assert _judge(None) == f"still running after {tools.WALL_SECONDS:g} s"
+    assert _judge(-9) == "killed by signal 9"
+
+
+def test_signature_names_the_innermost_project_file() -> None:
+    """A traceback's signature is its exception and the last frame inside the project."""
+    root = tools.ROOT
+    err = (f'Traceback (most recent call last):\n  File "{root}/engine/detect.py", '
+           f'line 3, in f\n  File "{sys.prefix}/lib/json/decoder.py", line 9\n'
+           "RecursionError: maximum recursion depth exceeded\n")
+    assert Outcome(1, "", err, 0.1).signature() == ("RecursionError",
+                                                    "engine/detect.py")
+    assert Outcome(None, "", "", 30).signature() == ("timeout", "")
+    assert Outcome(-24, "", "", 10).signature() == ("signal SIGXCPU", "")
+
+
+def test_a_case_is_bounded_to_2_gib(work: Path, tmp_path: Path) -> None:
+    """A case that allocates 3 GiB dies with a MemoryError, judged a finding."""
+    t = Target("probe", lambda d: [sys.executable, "-c",
+                                   "b = bytearray(3 << 30)"], ())
+    tools.TARGETS["probe"] = t
+    try:
+        out, d = tools.run_case(Case("probe", "3 GiB"), tmp_path)
+    finally:
+        del tools.TARGETS["probe"]
+    assert out.rc == 1 and out.stderr.strip().endswith("MemoryError")
+    assert out.signature() == ("MemoryError", "")

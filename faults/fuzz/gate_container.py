@@ -1,4 +1,4 @@
-"""``python -m faults.fuzz.gate_container REF``: the container step of ``replay.py --container``.
+"""``python -m faults.fuzz.gate_container REF``: replay --container's container step.
 
 ``replay.py gate DIR --container REF`` builds the engine (about 20 s) before
 it opens the container, which is too slow to fuzz.  This runs the same

@@ -193,6 +193,12 @@ KNOWN: list[Known] = [
     Known("identify", "MemoryError", "fixtures/__main__.py", "issue 25 item 10",
           "identify --length 4611686018427387904 reads that many bytes: "
           "f.read(args.length) with no bound"),
+    Known("from-header", "RecursionError", "fixtures/from_header.py",
+          "issue 25 item 10", "deeply nested JSON in the index (json.loads "
+          "RecursionError not caught)"),
+    Known("from-header", "TypeError", "fixtures/from_header.py", "issue 25",
+          "an index weight_map value that is not a string (sorted() of "
+          "mixed float and str)"),
 ]
 
 
@@ -498,7 +504,7 @@ def byte_edit(draw: st.DrawFn, data: bytes) -> tuple[bytes, str]:
     return bytes(buf), "bytes " + " ".join(notes)
 
 
-# -- strategies per target ---------------------------------------------------------------
+# -- strategies per target ----------------------------------------------------
 
 CONFIG = json.loads((SEED / "ckpt" / "config.json").read_text())
 INDEX = json.loads((SEED / "ckpt" / "model.safetensors.index.json").read_text())

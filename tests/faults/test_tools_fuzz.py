@@ -1,4 +1,4 @@
-"""The tool fuzzer (faults/fuzz/tools.py): a fixed, derandomized budget per target group.
+"""The tool fuzzer (faults/fuzz/tools.py): a fixed, derandomized budget per group.
 
 Each test draws its cases with hypothesis' derandomized generator, so the
 same cases run every time; ``XC_TOOL_FUZZ_SCALE=K`` multiplies every
@@ -52,7 +52,7 @@ def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None
 
 
 def test_corpus_regressions(work: Path) -> None:
-    """Every kept case (a fixed finding) now ends acceptably, or is a listed known one."""
+    """Every kept case (a fixed finding) ends acceptably, or is a listed known one."""
     cases = tools.corpus_cases()
     assert cases, "faults/fuzz/corpus-tools/cases/ is empty"
     report = Report()
@@ -99,7 +99,7 @@ def test_judge_accepts_only_success_or_one_named_line() -> None:
 
 
 def test_signature_names_the_innermost_project_file() -> None:
-    """A traceback's signature is its exception and the last frame inside the project."""
+    """A traceback's signature: its exception and its last frame in the project."""
     root = tools.ROOT
     err = (f'Traceback (most recent call last):\n  File "{root}/engine/detect.py", '
            f'line 3, in f\n  File "{sys.prefix}/lib/json/decoder.py", line 9\n'

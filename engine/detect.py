@@ -128,6 +128,9 @@ class _Config:
             data = json.loads(self.path.read_bytes())
         except (OSError, ValueError) as e:
             raise LayoutError(f"{self.path}: not valid JSON: {e}") from None
+        except RecursionError:
+            raise LayoutError(f"{self.path}: not valid JSON: a value nested "
+                              "too deeply") from None
         if not isinstance(data, dict):
             raise LayoutError(f"{self.path}: must be a JSON object, got "
                               f"{type(data).__name__}")

@@ -232,6 +232,8 @@ class Outcome:
         where = ""
         for f in reversed(frames):
             p = Path(f)
+            if not p.is_absolute():  # "<string>", "<frozen ...>"
+                continue
             try:
                 rel = p.resolve().relative_to(ROOT)
             except ValueError:

@@ -64,7 +64,9 @@ def test_corpus_regressions(work: Path) -> None:
 
 def test_every_target_has_a_strategy_and_a_seed() -> None:
     """The strategies cover every target, and every seed file exists."""
-    assert set(tools.STRATEGIES) == set(tools.TARGETS)
+    # new_case draws both new (spec.json) and new-toml (spec.toml)
+    assert set(tools.TARGETS) - set(tools.STRATEGIES) == {"new-toml"}
+    assert set(tools.STRATEGIES) <= set(tools.TARGETS)
     for t in tools.TARGETS.values():
         for s in t.seeds:
             assert s == "@fixture" or (tools.SEED / s).exists(), s
@@ -121,3 +123,124 @@ def test_a_case_is_bounded_to_2_gib(work: Path, tmp_path: Path) -> None:
         del tools.TARGETS["probe"]
     assert out.rc == 1 and out.stderr.strip().endswith("MemoryError")
     assert out.signature() == ("MemoryError", "")
+
+
+# -- the findings fixed so far, each also a case in corpus-tools/cases/ -----------
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    """A copy of the seed checkpoint (config.json, index, one shard)."""
+    import shutil
+
+    out = tmp_path / "ckpt"
+    shutil.copytree(tools.SEED / "ckpt", out)
+    return out
+
+
+def test_config_layer_count_is_not_listed(ckpt: Path) -> None:
+    """num_hidden_layers 10**9 lists only the layers present; 2**31 is refused."""
+    import json
+
+    from engine.errors import LayoutError
+    from engine.layout import resolve
+
+    cfg = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 10**9}))
+    assert resolve(ckpt).layers == (0, 1)
+    (ckpt / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2**31}))
+    with pytest.raises(LayoutError) as ei:
+        resolve(ckpt)
+    assert str(ei.value) == (f"{ckpt / 'config.json'}: num_hidden_layers must be "
+                             f"an integer from 1 to 2147483647, got 2147483648")
+
+
+def test_nested_config_and_layout_are_one_error(ckpt: Path) -> None:
+    """A config.json or layout file nested 5000 deep is a LayoutError naming it."""
+    from engine.errors import LayoutError
+    from engine.layout import load_file, resolve
+
+    (ckpt / "config.json").write_text("[" * 5000 + "]" * 5000)
+    with pytest.raises(LayoutError) as ei:
+        resolve(ckpt)
+    assert str(ei.value) == (f"{ckpt / 'config.json'}: not valid JSON: a value "
+                             "nested too deeply")
+    lay = ckpt / "lay.toml"
+    lay.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(LayoutError) as ei:
+        load_file(lay)
+    assert str(ei.value) == (f"layout file {lay}: not valid TOML: a value nested "
+                             "too deeply")
+
+
+def test_spec_file_errors_name_the_file(tmp_path: Path) -> None:
+    """load_spec names the file: for a bad field, a JSON list, a nested document."""
+    import json
+
+    from fixtures.spec import SpecError, load_spec
+
+    spec = json.loads((tools.SEED / "spec.json").read_text())
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({**spec, "top_k": 9}))
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    assert (ei.value.field, str(ei.value)) == (
+        "top_k", f"{p}: spec field 'top_k': must be in 1..experts (4), got 9")
+    p.write_text("[1, 2]")
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    assert str(ei.value) == (f"spec field '<file>': {p}: must be a table (a JSON "
+                             "object), got list")
+    p.write_text("[" * 5000 + "]" * 5000)
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    assert str(ei.value) == (f"spec field '<file>': {p}: cannot parse: nested "
+                             "too deeply")
+
+
+def test_gate_spec_file_nested_or_list(tmp_path: Path) -> None:
+    """replay --container SPEC: a nested or non-table spec file is CannotRun."""
+    from gate import CannotRun
+    from gate.containers import make_target
+
+    p = tmp_path / "s.toml"
+    p.write_text("config = " + "{a = " * 1000 + "1" + "}" * 1000 + "\n")
+    with pytest.raises(CannotRun, match="nested too deeply"):
+        make_target(str(p), tmp_path / "work")
+    p = tmp_path / "s.json"
+    p.write_text("[1]")
+    with pytest.raises(CannotRun, match=f"container {p}: not a fixture spec file"):
+        make_target(str(p), tmp_path / "work")
+
+
+def test_gate_layout_of_1e8_experts_stops_at_the_first_gap(ckpt: Path,
+                                                           tmp_path: Path) -> None:
+    """A layout naming 10**8 experts is refused at expert 4, not after listing all."""
+    from gate import CannotRun
+    from gate.containers import make_target
+
+    text = (tools.SEED / "xcache-layout.toml").read_text()
+    (ckpt / "xcache-layout.toml").write_text(
+        text.replace("n_experts = 4", "n_experts = 100000000"))
+    with pytest.raises(CannotRun) as ei:
+        make_target(str(ckpt), tmp_path / "work")
+    assert "layer 0 expert 4" in str(ei.value)
+
+
+def test_binary_and_overflowing_traces_name_the_file(tmp_path: Path) -> None:
+    """A binary .jsonl and a CSV token of 2**63 are TraceFormatErrors naming the file."""
+    from oracle.traces import TraceFormatError, read_trace
+
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(TraceFormatError) as ei:
+        read_trace(p)
+    assert str(ei.value) == (f"{p}:0: not UTF-8 text (invalid start byte at byte "
+                             "0 of a chunk): a binary trace needs its --format "
+                             "(or --format auto)")
+    c = tmp_path / "t.csv"
+    c.write_text("sequence,token,layer,expert,key\n0,9223372036854775808,0,1,1\n")
+    with pytest.raises(TraceFormatError) as ei:
+        read_trace(c)
+    assert str(ei.value) == (f"{c}:0: token number 9223372036854775808 is beyond "
+                             "2**63 - 1")

@@ -215,7 +215,8 @@ KNOWN: list[Known] = [
 ] + [Known(t, "exit 2", "", "issue 25 item 7",
            "a spec (or a from-header twin) whose tensors add up past the "
            "fuzzer's 64 MiB file limit is written with no size check; the "
-           "write fails and the line names the shard, not the spec or option", match=r"File too large")
+           "write fails and the line names the shard, not the spec or option",
+           match=r"File too large")
      for t in ("new", "new-toml", "gate-spec", "from-header")]
 
 

@@ -228,7 +228,7 @@ def test_gate_layout_of_1e8_experts_stops_at_the_first_gap(ckpt: Path,
 
 
 def test_binary_and_overflowing_traces_name_the_file(tmp_path: Path) -> None:
-    """A binary .jsonl and a CSV token of 2**63 are TraceFormatErrors naming the file."""
+    """A binary .jsonl and a CSV token of 2**63: TraceFormatErrors naming the file."""
     from oracle.traces import TraceFormatError, read_trace
 
     p = tmp_path / "t.jsonl"

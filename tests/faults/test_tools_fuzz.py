@@ -109,6 +109,8 @@ def test_signature_names_the_innermost_project_file() -> None:
     assert Outcome(1, "", err, 0.1).signature() == ("RecursionError",
                                                     "engine/detect.py")
     assert Outcome(None, "", "", 30).signature() == ("timeout", "")
+    assert Outcome(2, "", "lab: /tmp/a/t.csv:3: 'x' needs 4 ints\n", 1).signature() \
+        == ("exit 2: lab: _ _ needs _ ints", "")
     assert Outcome(-24, "", "", 10).signature() == ("signal SIGXCPU", "")
 
 

@@ -211,6 +211,13 @@ KNOWN: list[Known] = [
           "traceback (json.loads RecursionError not caught)"),
     Known("from-header", "ZeroDivisionError", "fixtures/shapes.py",
           "issue 25 item 10", "config.json num_attention_heads 0: h // nh"),
+    Known("from-header", "TypeError", "fixtures/shapes.py", "issue 25 item 12",
+          "config.json num_attention_heads (or another size) of the wrong "
+          "type, e.g. '': h // nh"),
+    Known("predict", "numpy._core._exceptions._ArrayMemoryError",
+          "lab/predict/predictors.py", "issue 25 item 8",
+          "a trace with expert id 200000: the pair predictor allocates "
+          "L x E x E int64"),
     Known("from-header", "TypeError", "fixtures/detect.py", "issue 25 item 10",
           "a config.json that is not a JSON object (a number, a list): "
           "text_config() calls dict() on it"),

@@ -557,9 +557,13 @@ BAD_ARGS = ["0", "-1", "1", "2", "1e9", "1e12", "nan", "inf", "-inf", "1.5",
             "0-999999999", "5-3", "1,,2", "-3-5", "0,1", "3"]
 
 
-def _opt(options: list[str]) -> st.SearchStrategy[tuple[list[str], str]]:
+def _opt(options: list[str]) -> st.SearchStrategy[tuple[list[str], tuple[str, ...]]]:
+    """``--opt=VALUE`` with a hostile value, and the words naming it.
+
+    A refusal names the option, or quotes the value ("unknown policy '1.5'").
+    """
     return st.tuples(st.sampled_from(options), st.sampled_from(BAD_ARGS)).map(
-        lambda t: ([f"{t[0]}={t[1]}"], t[0]))
+        lambda t: ([f"{t[0]}={t[1]}"], (t[0], f"'{t[1]}'", f'"{t[1]}"')))
 
 
 @st.composite
@@ -663,20 +667,20 @@ def from_header_case(draw: st.DrawFn) -> Case:
         c = draw(json_file_case("from-header", "ckpt/model.safetensors.index.json",
                                 INDEX, ("index.json", "ckpt")))
     else:
-        args, opt = draw(_opt(["--scale", "--layers", "--experts", "--top-k",
-                               "--seed"]))
-        c = Case("from-header", " ".join(args), {}, args, (opt,))
+        args, names = draw(_opt(["--scale", "--layers", "--experts", "--top-k",
+                                 "--seed"]))
+        c = Case("from-header", " ".join(args), {}, args, names)
     return c
 
 
 @st.composite
 def identify_case(draw: st.DrawFn) -> Case:
     """fixtures identify with hostile --offset / --length."""
-    args, opt = draw(_opt(["--offset", "--length"]))
+    args, names = draw(_opt(["--offset", "--length"]))
     if draw(st.booleans()):
-        more, _ = draw(_opt(["--offset", "--length"]))
-        args += more
-    return Case("identify", " ".join(args), {}, args, ("--offset", "--length"))
+        more, more_names = draw(_opt(["--offset", "--length"]))
+        args, names = args + more, names + more_names
+    return Case("identify", " ".join(args), {}, args, names)
 
 
 @st.composite
@@ -687,16 +691,14 @@ def trace_case(draw: st.DrawFn, target: str) -> Case:
                                  or t != "trace.oracleGeneral"]))
     data = (SEED / name).read_bytes()
     if draw(st.integers(0, 3)) == 0:
-        opts = (["--top-k", "--layers", "--experts", "--slots", "--fractions",
-                 "--policies", "--workers"] if target == "lab" else
+        opts = (["--top-k", "--layers", "--experts", "--slots", "--policies",
+                 "--workers"] if target == "lab" else
                 ["--top-k", "--layers", "--experts", "--slots", "--split",
                  "--budget", "--k", "--expert-bytes", "--predictors",
                  "--policy"])
-        args, opt = draw(_opt(opts))
-        if opt == "--fractions":  # exclusive with the --slots LAB_OPTS gives
-            args = []
+        args, names = draw(_opt(opts))
         return Case(target, f"{name} with {' '.join(args)}", {name: data}, args,
-                    (opt,))
+                    names)
     if name.endswith(".jsonl") and draw(st.booleans()):
         lines = [json.loads(x) for x in data.decode().splitlines()]
         i = draw(st.integers(0, len(lines) - 1))

@@ -320,7 +320,21 @@ def load_engine_trace(path: str | os.PathLike,
     header, rec = read_engine_trace(path)
     want = np.isin(rec["kind"], [ENGINE_TRACE_KINDS.index(k) for k in kinds])
     want &= rec["outcome"] <= ENGINE_TRACE_OUTCOMES.index("wait_hit")
+    at = np.flatnonzero(want)  # record numbers in the file
     rec = rec[want]
+    # the header's shape and every record's key, checked as other formats'
+    # ids are: a bit flip in a file must not become a 2**32-layer table
+    for what, limit, n, col in (("layer", MAX_LAYERS, header.layer_limit, "layer"),
+                                ("expert", MAX_EXPERTS, header.n_experts, "expert")):
+        if n > limit:
+            raise TraceFormatError(path, 0, f"header {what} count {n} is beyond "
+                                   f"the limit of {limit}")
+        bad = np.flatnonzero((rec[col] < 0) | (rec[col] >= n))
+        if len(bad):
+            i = int(bad[0])
+            raise TraceFormatError(path, 0, f"record {int(at[i])}: {what} "
+                                   f"{int(rec[col][i])} is outside 0..{n - 1} "
+                                   "(the header's count)")
     steps = rec["step"].astype(np.int64)
     if len(steps):
         change = np.ones(len(steps), bool)

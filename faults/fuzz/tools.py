@@ -229,6 +229,9 @@ KNOWN: list[Known] = [
     Known("identify", "exit 2", "", "issue 25 item 10",
           "identify --offset 2**66: the line names no option",
           match=r"cannot fit 'int'"),
+    Known("predict", "exit 2", "", "issue 25 item 12",
+          "a trace of one token: the line blames --split (its default 0.5), "
+          "not the trace", match=r"--split: [\d.]+ of 1 tokens"),
 ] + [Known(t, "exit 2", "", "issue 25 item 7",
            "a spec (or a from-header twin) whose tensors add up past the "
            "fuzzer's 64 MiB file limit is written with no size check; the "

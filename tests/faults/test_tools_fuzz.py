@@ -35,12 +35,12 @@ def _fail_on_new(report: Report) -> None:
 
 
 @pytest.mark.parametrize("group,examples", [
-    (("inspect", "inspect-layout"), 14),
-    (("gate-container", "gate-spec"), 12),
-    (("new", "verify"), 12),
-    (("from-header", "identify"), 12),
-    (("lab",), 8),
-    (("predict",), 8),
+    (("inspect", "inspect-layout"), 22),
+    (("gate-container", "gate-spec"), 20),
+    (("new", "verify"), 20),
+    (("from-header", "identify"), 20),
+    (("lab",), 14),
+    (("predict",), 14),
 ], ids=["inspect", "gate", "new-verify", "from-header-identify", "lab", "predict"])
 def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None:
     """Every drawn case of these targets ends in success or one exit-2 line."""
@@ -246,3 +246,43 @@ def test_binary_and_overflowing_traces_name_the_file(tmp_path: Path) -> None:
         read_trace(c)
     assert str(ei.value) == (f"{c}:0: token number 9223372036854775808 is beyond "
                              "2**63 - 1")
+
+
+def test_engine_trace_ids_are_checked_against_its_header(tmp_path: Path) -> None:
+    """An engine trace whose record or header holds an id past its counts is refused."""
+    import numpy as np
+
+    from oracle.traces import TraceFormatError, read_trace
+
+    raw = bytearray((tools.SEED / "trace.xctrace").read_bytes())
+    p = tmp_path / "t.xctrace"
+    bad = bytearray(raw)
+    bad[48 + 5 * 24 + 8:48 + 5 * 24 + 12] = np.int32(2**31 - 1).tobytes()
+    p.write_bytes(bytes(bad))
+    with pytest.raises(TraceFormatError) as ei:
+        read_trace(p)
+    assert str(ei.value) == (f"{p}:0: record 5: layer 2147483647 is outside 0..1 "
+                             "(the header's count)")
+    bad = bytearray(raw)
+    bad[28:32] = np.uint32(2**32 - 1).tobytes()  # n_experts
+    p.write_bytes(bytes(bad))
+    with pytest.raises(TraceFormatError) as ei:
+        read_trace(p)
+    assert str(ei.value) == (f"{p}:0: header expert count 4294967295 is beyond "
+                             "the limit of 524288")
+    p.write_bytes(bytes(raw))
+    assert read_trace(p).n_experts == 8
+
+
+def test_spec_dtype_of_another_type_is_a_spec_error() -> None:
+    """A dtype that is a table or list is a SpecError naming it, not a TypeError."""
+    import json
+
+    from fixtures.spec import SpecError, load_spec
+
+    spec = json.loads((tools.SEED / "spec.json").read_text())
+    spec["expert_tensors"][2]["dtype"] = {"a": [1]}
+    with pytest.raises(SpecError) as ei:
+        load_spec(spec)
+    assert str(ei.value) == ("spec field 'expert_tensors[2].dtype': unknown dtype "
+                             "{'a': [1]}")

@@ -232,6 +232,10 @@ KNOWN: list[Known] = [
     Known("predict", "exit 2", "", "issue 25 item 12",
           "a trace of one token: the line blames --split (its default 0.5), "
           "not the trace", match=r"--split: [\d.]+ of 1 tokens"),
+    Known("from-header", "exit 2", "", "issue 25 item 12",
+          "an index whose weight_map names a shard that is not a "
+          "*.safetensors name: the spec's line, naming no file",
+          match=r"spec field 'shard_files'"),
 ] + [Known(t, "exit 2", "", "issue 25 item 7",
            "a spec (or a from-header twin) whose tensors add up past the "
            "fuzzer's 64 MiB file limit is written with no size check; the "
@@ -699,9 +703,9 @@ def trace_case(draw: st.DrawFn, target: str) -> Case:
                 ["--top-k", "--layers", "--experts", "--slots", "--split",
                  "--budget", "--k", "--expert-bytes", "--predictors",
                  "--policy"])
-        args, names = draw(_opt(opts))
+        args, names = draw(_opt(opts))  # or the trace the option contradicts
         return Case(target, f"{name} with {' '.join(args)}", {name: data}, args,
-                    names)
+                    names + (name,))
     if name.endswith(".jsonl") and draw(st.booleans()):
         lines = [json.loads(x) for x in data.decode().splitlines()]
         i = draw(st.integers(0, len(lines) - 1))

@@ -286,3 +286,19 @@ def test_spec_dtype_of_another_type_is_a_spec_error() -> None:
         load_spec(spec)
     assert str(ei.value) == ("spec field 'expert_tensors[2].dtype': unknown dtype "
                              "{'a': [1]}")
+
+
+def test_gate_layout_mismatch_names_the_layout_file(ckpt: Path, tmp_path: Path) -> None:
+    """replay --container: a layout file naming a missing tensor names that file."""
+    from gate import CannotRun
+    from gate.containers import make_target
+
+    text = (tools.SEED / "xcache-layout.toml").read_text()
+    (ckpt / "xcache-layout.toml").write_text(text.replace('"w3.weight"',
+                                                          '"w3.weiht"'))
+    with pytest.raises(CannotRun) as ei:
+        make_target(str(ckpt), tmp_path / "work")
+    assert str(ei.value).startswith(
+        f"container {ckpt}: the layout (from {ckpt / 'xcache-layout.toml'}) does "
+        "not match its tensors: layer 0 expert 0: no tensor "
+        "'model.layers.0.mlp.experts.0.w3.weiht'")

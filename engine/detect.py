@@ -151,9 +151,12 @@ class _Config:
             v = self.get(k)
             if v is None:
                 continue
-            if not is_int(v) or not lo <= v <= I32_MAX:
-                raise LayoutError(f"{self.path}: {k} must be an integer from "
-                                  f"{lo} to {I32_MAX}, got {v!r}")
+            if not is_int(v) or v < lo:
+                raise LayoutError(f"{self.path}: {k} must be an integer of at "
+                                  f"least {lo}, got {v!r}")
+            if v > I32_MAX:
+                raise LayoutError(f"{self.path}: {k} must be at most {I32_MAX} "
+                                  f"(the engine's limit), got {v!r}")
             return int(v), k
         return None
 

@@ -154,7 +154,8 @@ def test_config_layer_count_is_not_listed(ckpt: Path) -> None:
     with pytest.raises(LayoutError) as ei:
         resolve(ckpt)
     assert str(ei.value) == (f"{ckpt / 'config.json'}: num_hidden_layers must be "
-                             f"an integer from 1 to 2147483647, got 2147483648")
+                             "at most 2147483647 (the engine's limit), got "
+                             "2147483648")
 
 
 def test_nested_config_and_layout_are_one_error(ckpt: Path) -> None:

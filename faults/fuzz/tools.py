@@ -242,6 +242,13 @@ KNOWN: list[Known] = [
     Known("from-header", "exit 2", "", "issue 25 item 12",
           "config.json first_k_dense_replace past the layers: the line names "
           "the folder, not config.json", match=r"config implies MoE layers"),
+    Known("from-header", "exit 2", "", "issue 25 item 12",
+          "a config.json value that contradicts the names (num_local_experts, "
+          "top-k keys): the line names the folder, not config.json",
+          match=r"error: \S+: (config says|top-k unknown)"),
+    Known("identify", "exit 2", "", "issue 25 item 10",
+          "identify --offset 2**62: '[Errno 22] Invalid argument' from seek, "
+          "naming no option", match=r"Invalid argument"),
 ] + [Known(t, "exit 2", "", "issue 25 item 7",
            "a spec (or a from-header twin) whose tensors add up past the "
            "fuzzer's 64 MiB file limit is written with no size check; the "

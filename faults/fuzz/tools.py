@@ -312,6 +312,9 @@ def judge(case: Case, target: Target, out: Outcome) -> str | None:
     if out.rc == 0:
         return None
     if out.rc == 1 and target.exit1_ok:
+        last = out.stdout.strip().splitlines()[-1:] or [""]
+        if out.stderr.strip() or not last[0].startswith("FAIL"):
+            return "exit 1 without the FAIL line that reports problems"
         return None
     if out.rc != 2:
         return f"exit {out.rc}"

@@ -90,6 +90,8 @@ def test_judge_accepts_only_success_or_one_named_line() -> None:
                   names=("--layers",)) is None
     assert _judge(1, stdout="FAIL layout: x\n", exit1_ok=True) is None
     assert _judge(1, stdout="FAIL layout: x\n") == "exit 1"
+    assert _judge(1, "oops\n", exit1_ok=True) == \
+        "exit 1 without the FAIL line that reports problems"
     assert _judge(2, "a: config.json\nb\n") == \
         "exit 2 with 2 lines on stderr, not one"
     assert _judge(2, "num_hidden_layers must be an integer\n") == \

@@ -224,9 +224,12 @@ KNOWN: list[Known] = [
     Known("from-header", "TypeError", "fixtures/detect.py", "issue 25 item 10",
           "a config.json that is not a JSON object (a number, a list): "
           "text_config() calls dict() on it"),
-    Known("from-header", "exit 2", "", "issue 25 item 13",
-          "--seed 2**66: the line is the spec's ('seed' must fit in 64 bits), "
-          "naming no option", match=r"spec field 'seed'"),
+    Known("from-header", "exit 2", "", "issue 25 item 12",
+          "from-header builds a spec from the checkpoint and prints the spec's "
+          "own error, naming neither the index, config.json nor the option: "
+          "--seed 2**66 or -1 ('seed'), a weight_map shard that is not a "
+          "*.safetensors name ('shard_files'), a tensor named twice in the "
+          "index ('tensors')", match=r"^error: spec field "),
     Known("identify", "OverflowError", "fixtures/__main__.py", "issue 25 item 10",
           "identify --offset or --length of 2**66: f.seek/f.read overflow"),
     Known("identify", "exit 2", "", "issue 25 item 10",
@@ -235,10 +238,6 @@ KNOWN: list[Known] = [
     Known("predict", "exit 2", "", "issue 25 item 12",
           "a trace of one token: the line blames --split (its default 0.5), "
           "not the trace", match=r"--split: [\d.]+ of 1 tokens"),
-    Known("from-header", "exit 2", "", "issue 25 item 12",
-          "an index whose weight_map names a shard that is not a "
-          "*.safetensors name: the spec's line, naming no file",
-          match=r"spec field 'shard_files'"),
     Known("from-header", "exit 2", "", "issue 25 item 12",
           "config.json first_k_dense_replace past the layers: the line names "
           "the folder, not config.json", match=r"config implies MoE layers"),
@@ -792,7 +791,7 @@ def known_for(target: str, kind: str, where: str, text: str = "") -> Known | Non
     """The :data:`KNOWN` entry with this signature, if any."""
     for k in KNOWN:
         if (k.target == target and kind.startswith(k.kind) and k.where == where
-                and re.search(k.match, text)):
+                and re.search(k.match, text, re.M)):
             return k
     return None
 

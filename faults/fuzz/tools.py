@@ -248,7 +248,10 @@ KNOWN: list[Known] = [
     Known("identify", "exit 2", "", "issue 25 item 10",
           "identify --offset 2**62: '[Errno 22] Invalid argument' from seek, "
           "naming no option", match=r"Invalid argument"),
-] + [Known(t, "exit 2", "", "issue 25 item 7",
+] + [Known(t, "exit 2", "", "issue 25 item 10",
+           "--slots (or another count) of 10**20: OverflowError's bare 'int "
+           "too big to convert', naming no option", match=r"int too big to convert")
+     for t in ("lab", "predict")] + [Known(t, "exit 2", "", "issue 25 item 7",
            "a spec (or a from-header twin) whose tensors add up past the "
            "fuzzer's 64 MiB file limit is written with no size check; the "
            "write fails and the line names the shard, not the spec or option",

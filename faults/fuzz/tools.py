@@ -209,6 +209,8 @@ KNOWN: list[Known] = [
     Known("from-header", "MemoryError", "fixtures/from_header.py",
           "issue 25 item 10", "--layers 0-999999999: parse_layers builds a set "
           "of 10**9 ids"),
+    Known("verify", "AttributeError", "fixtures/reader.py", "issue 25 item 10",
+          "an index whose metadata is not an object (356): meta.get on an int"),
     Known("verify", "RecursionError", "fixtures/reader.py", "issue 25 item 10",
           "deeply nested JSON in the index: fixtures verify exits 1 with a "
           "traceback (json.loads RecursionError not caught)"),

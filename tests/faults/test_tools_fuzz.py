@@ -35,12 +35,12 @@ def _fail_on_new(report: Report) -> None:
 
 
 @pytest.mark.parametrize("group,examples", [
-    (("inspect", "inspect-layout"), 22),
-    (("gate-container", "gate-spec"), 20),
-    (("new", "verify"), 20),
-    (("from-header", "identify"), 20),
-    (("lab",), 14),
-    (("predict",), 14),
+    (("inspect", "inspect-layout"), 32),
+    (("gate-container", "gate-spec"), 30),
+    (("new", "verify"), 30),
+    (("from-header", "identify"), 30),
+    (("lab",), 20),
+    (("predict",), 20),
 ], ids=["inspect", "gate", "new-verify", "from-header-identify", "lab", "predict"])
 def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None:
     """Every drawn case of these targets ends in success or one exit-2 line."""

@@ -441,8 +441,8 @@ def _toml_val(v: Any) -> str:
         return json.dumps(v)
     if isinstance(v, _Nested):
         return "[" * min(v.depth, 2000) + "]" * min(v.depth, 2000)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_val(x) for x in v) + "]"
+    if isinstance(v, list):  # TOML has no null: None items are left out
+        return "[" + ", ".join(_toml_val(x) for x in v if x is not None) + "]"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{_toml_key(k)} = {_toml_val(x)}"
                                for k, x in v.items() if x is not None) + "}"

@@ -305,3 +305,9 @@ def test_gate_layout_mismatch_names_the_layout_file(ckpt: Path, tmp_path: Path) 
         f"container {ckpt}: the layout (from {ckpt / 'xcache-layout.toml'}) does "
         "not match its tensors: layer 0 expert 0: no tensor "
         "'model.layers.0.mlp.experts.0.w3.weiht'")
+
+
+def test_dump_toml_leaves_out_none() -> None:
+    """TOML has no null: a None value or list item is left out, the rest kept."""
+    assert tools.dump_toml({"a": None, "b": [1, None, [None]], "c": {"d": None}}) \
+        == b"b = [1, []]\nc = {}\n"

@@ -250,6 +250,9 @@ KNOWN: list[Known] = [
     Known("identify", "exit 2", "", "issue 25 item 10",
           "identify --offset 2**62: '[Errno 22] Invalid argument' from seek, "
           "naming no option", match=r"Invalid argument"),
+    Known("from-header", "exit 2", "", "issue 25 item 10",
+          "a config.json that is a JSON string: text_config()'s dict() "
+          "ValueError, naming no file", match=r"dictionary update sequence"),
 ] + [Known(t, "exit 2", "", "issue 25 item 10",
            "--slots (or another count) of 10**20: OverflowError's bare 'int "
            "too big to convert', naming no option", match=r"int too big to convert")

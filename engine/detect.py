@@ -37,6 +37,7 @@ from engine.container import Container, TensorInfo
 from engine.errors import LayoutError
 from engine.layout_core import (
     FUSED,
+    I32_MAX,
     LAYOUT_FILE,
     PER_EXPERT,
     Layout,
@@ -130,6 +131,9 @@ class _Config:
             raise LayoutError(str(e)) from None
         except (OSError, ValueError) as e:
             raise LayoutError(f"{self.path}: not valid JSON: {e}") from None
+        except RecursionError:
+            raise LayoutError(f"{self.path}: not valid JSON: a value nested "
+                              "too deeply") from None
         if not isinstance(data, dict):
             raise LayoutError(f"{self.path}: must be a JSON object, got "
                               f"{type(data).__name__}")
@@ -145,7 +149,7 @@ class _Config:
         return self.data.get(key)
 
     def count(self, keys: Sequence[str], lo: int = 1) -> tuple[int, str] | None:
-        """The first of ``keys`` present, as (value, key); checked >= ``lo``."""
+        """The first of ``keys`` present, as (value, key); checked ``lo..I32_MAX``."""
         for k in keys:
             v = self.get(k)
             if v is None:
@@ -153,11 +157,18 @@ class _Config:
             if not is_int(v) or v < lo:
                 raise LayoutError(f"{self.path}: {k} must be an integer of at "
                                   f"least {lo}, got {v!r}")
+            if v > I32_MAX:
+                raise LayoutError(f"{self.path}: {k} must be at most {I32_MAX} "
+                                  f"(the engine's limit), got {v!r}")
             return int(v), k
         return None
 
-    def moe_layers(self) -> tuple[list[int], str] | None:
-        """The MoE layer ids the config implies, with the keys that said so."""
+    def moe_layers(self, present: set[int]) -> tuple[list[int], str] | None:
+        """The MoE layer ids the config implies among ``present``, and why.
+
+        Only the layers ``present`` in the container are listed, so a
+        layer count taken from the file costs nothing however large.
+        """
         n = self.count(CONFIG_LAYERS)
         if n is None:
             return None
@@ -168,7 +179,7 @@ class _Config:
         if extra:
             total += extra[0]
             why.append(f"num_nextn_predict_layers {extra[0]}")
-        ids = list(range(total))
+        ids = [x for x in sorted(present) if x < total]
         first = self.count(("first_k_dense_replace",), lo=0)
         if first is not None:
             ids = [x for x in ids if x >= first[0]]
@@ -186,7 +197,8 @@ class _Config:
             if not isinstance(only, list) or not all(is_int(x) for x in only):
                 raise LayoutError(f"{self.path}: mlp_only_layers must be a "
                                   f"list of integers, got {only!r}")
-            ids = [x for x in ids if x not in set(only)]
+            skip = set(only)
+            ids = [x for x in ids if x not in skip]
             why.append(f"mlp_only_layers {only}")
         return ids, ", ".join(why)
 
@@ -227,13 +239,12 @@ def _detect(p: Path, c: Container) -> Layout:
     template, hits = next(iter(groups.items()))
     family = hits[0][0].family
     names_layers = sorted({h.layer for h, _ in hits})
-    cfg_layers = cfg.moe_layers()
+    # a layer with no tensor at all is not in this container (a twin keeps
+    # some layers); every layer that is must agree with the config
+    present = {la for info in infos if (la := _layer_of(info.name)) is not None}
+    cfg_layers = cfg.moe_layers(present)
     if cfg_layers is not None:
-        # a layer with no tensor at all is not in this container (a twin
-        # keeps some layers); every layer that is must agree with the config
-        present = {la for info in infos
-                   if (la := _layer_of(info.name)) is not None}
-        want = [x for x in cfg_layers[0] if x in present]
+        want = cfg_layers[0]
         if want != names_layers:
             raise LayoutError(
                 f"{cfg.path} and the tensor names disagree on the MoE layers: "

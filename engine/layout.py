@@ -152,6 +152,9 @@ def load_file(path: str | os.PathLike[str]) -> Layout:
         raise LayoutError(f"{where}: not UTF-8 text: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise LayoutError(f"{where}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise LayoutError(f"{where}: not valid TOML: a value nested too "
+                          "deeply") from None
     return from_mapping(data, where, source=f"layout file {p}")
 
 
@@ -161,6 +164,9 @@ def from_spec(text: str, where: str) -> Layout:
         spec = json.loads(text)
     except ValueError as e:
         raise LayoutError(f"{where}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise LayoutError(f"{where}: not valid JSON: a value nested too "
+                          "deeply") from None
     if not isinstance(spec, Mapping):
         raise LayoutError(f"{where}: must be a JSON object, got "
                           f"{type(spec).__name__}")
@@ -204,7 +210,7 @@ def _spec_from(path: Path, container: Container) -> Layout | None:
     if idx is not None:
         try:
             meta = json.loads(read_regular(idx)).get("metadata")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             meta = None  # the C reader validated it; nothing more to say
         text = meta.get(SPEC_KEY) if isinstance(meta, dict) else None
         if isinstance(text, str):
@@ -248,7 +254,7 @@ def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
     if idx is not None:
         try:
             meta = json.loads(read_regular(idx)).get("metadata")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             meta = None
         if isinstance(meta, dict) and SPEC_KEY in meta:
             return True

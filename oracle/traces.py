@@ -63,6 +63,7 @@ __all__ = [
 #: ``layer * n_experts + expert`` then fits the simulator's 32-bit keys.
 MAX_LAYERS = 1 << 12
 MAX_EXPERTS = 1 << 19
+_I64_MAX = (1 << 63) - 1
 
 
 class TraceFormatError(ValueError):
@@ -333,7 +334,21 @@ def load_engine_trace(path: str | os.PathLike,
     header, rec = read_engine_trace(path)
     want = np.isin(rec["kind"], [ENGINE_TRACE_KINDS.index(k) for k in kinds])
     want &= rec["outcome"] <= ENGINE_TRACE_OUTCOMES.index("wait_hit")
+    at = np.flatnonzero(want)  # record numbers in the file
     rec = rec[want]
+    # the header's shape and every record's key, checked as other formats'
+    # ids are: a bit flip in a file must not become a 2**32-layer table
+    for what, limit, n, col in (("layer", MAX_LAYERS, header.layer_limit, "layer"),
+                                ("expert", MAX_EXPERTS, header.n_experts, "expert")):
+        if n > limit:
+            raise TraceFormatError(path, 0, f"header {what} count {n} is beyond "
+                                   f"the limit of {limit}")
+        bad = np.flatnonzero((rec[col] < 0) | (rec[col] >= n))
+        if len(bad):
+            i = int(bad[0])
+            raise TraceFormatError(path, 0, f"record {int(at[i])}: {what} "
+                                   f"{int(rec[col][i])} is outside 0..{n - 1} "
+                                   "(the header's count)")
     steps = rec["step"].astype(np.int64)
     if len(steps):
         change = np.ones(len(steps), bool)
@@ -375,6 +390,11 @@ def _finish(path: str, seq: list[int], tok: list[int], lay: list[int],
     """
     if not tok:
         raise TraceFormatError(path, 0, "no records")
+    for what, col in (("token", tok), ("sequence", seq)):
+        big = max(col, default=0)
+        if big > _I64_MAX:
+            raise TraceFormatError(path, 0, f"{what} number {big} is beyond "
+                                   "2**63 - 1")
     token = np.asarray(tok, np.int64)
     layer, expert = np.asarray(lay, np.int64), np.asarray(exp, np.int64)
     seq_a = np.asarray(seq, np.int64)
@@ -1054,6 +1074,18 @@ def read_trace(path: str | os.PathLike, fmt: str | None = None,
     detects the format (:func:`detect_trace`).
     """
     path = str(path)
+    try:
+        return _read_trace(path, fmt, top_k, n_layers, n_experts)
+    except UnicodeDecodeError as e:  # a text format over a binary file
+        raise TraceFormatError(path, 0, f"not UTF-8 text ({e.reason} at byte "
+                               f"{e.start} of a chunk): a binary trace needs "
+                               "its --format (or --format auto)") from None
+    except RecursionError:  # json over a deeply nested line
+        raise TraceFormatError(path, 0, "a value nested too deeply") from None
+
+
+def _read_trace(path: str, fmt: str | None, top_k: int | None,
+                n_layers: int | None, n_experts: int | None) -> Trace:
     if fmt == "auto":
         return detect_trace(path, top_k, n_layers, n_experts)[1]
     if fmt is None:

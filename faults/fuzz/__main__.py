@@ -1,4 +1,9 @@
-"""``python -m faults.fuzz build|run``: the coverage-guided header fuzzer.
+"""``python -m faults.fuzz build|run|seed|tools``: the fuzzers.
+
+``tools --seconds S`` is the tool fuzzer (``faults/fuzz/tools.py``: every
+file and argument a user hands the tools, hypothesis-driven, no clang
+needed); exit 0 no new finding, 1 a finding not in ``tools.KNOWN``.  The
+rest of this text is the coverage-guided header fuzzer.
 
 ``build`` compiles the engine with clang, ``-fsanitize=address,fuzzer-no-link``
 (libFuzzer's coverage hooks, ASan) into ``--out`` (default
@@ -126,6 +131,35 @@ def seed(corpus: Path) -> list[Path]:
     return written
 
 
+def tools_main(ns: argparse.Namespace) -> int:
+    """``tools``: replay the corpus, fuzz for ns.seconds; 1 on a new finding."""
+    if ns.write_seeds:
+        from faults.fuzz.tool_seeds import write_seeds
+
+        for p in write_seeds():
+            print(p.relative_to(ROOT))
+        return 0
+    from faults.fuzz import tools
+
+    if ns.target:
+        bad = [t for t in ns.target if t not in tools.STRATEGIES]
+        if bad:
+            print(f"fuzz tools: --target {bad[0]!r}: not a target (targets: "
+                  f"{', '.join(tools.STRATEGIES)})", file=sys.stderr)
+            return 2
+    print(f"fuzz tools: corpus {len(tools.corpus_cases())} case(s), then "
+          f"{ns.seconds:g} s of new cases; each case under "
+          f"{tools.ADDRESS_BYTES >> 30} GiB of address space, "
+          f"{tools.CPU_SECONDS} s CPU, {tools.WALL_SECONDS:g} s wall", flush=True)
+    report = tools.run(ns.seconds, ns.target, keep=Path(ns.keep),
+                       log=lambda s: print(s, flush=True))
+    print(f"fuzz tools: {report.runs} case(s): " + ", ".join(
+        f"{k} {v}" for k, v in sorted(report.by_target.items())))
+    print(f"fuzz tools: {len(report.new)} new finding(s), {len(report.known)} "
+          f"known ({len(tools.KNOWN)} listed); cases saved in {ns.keep}")
+    return 1 if report.new else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(
@@ -162,7 +196,23 @@ def main(argv: list[str] | None = None) -> int:
         help="afterwards, add inputs with new coverage to the corpus",
     )
     r.add_argument("libfuzzer", nargs="*", help="more libFuzzer flags (after --)")
+    t = sub.add_parser("tools", help="fuzz every file and argument of the tools "
+                       "(faults/fuzz/tools.py)")
+    t.add_argument("--seconds", type=float, default=60,
+                   help="how long to draw new cases, after the corpus (default 60)")
+    t.add_argument("--target", action="append", default=None,
+                   help="only this target (repeatable): " + ", ".join(
+                       ("inspect", "inspect-layout", "gate-container", "gate-spec",
+                        "new", "verify", "from-header", "identify", "lab",
+                        "predict")))
+    t.add_argument("--keep", default=str(ROOT / "build" / "fuzz-tools"),
+                   help="where each finding's case is saved (default "
+                   "build/fuzz-tools)")
+    t.add_argument("--write-seeds", action="store_true",
+                   help="rewrite faults/fuzz/corpus-tools/seed and exit")
     ns = ap.parse_args(argv)
+    if ns.cmd == "tools":
+        return tools_main(ns)
     if ns.cmd == "seed":
         for p in seed(CORPUS):
             print(p.relative_to(ROOT))

@@ -1,0 +1,43 @@
+"""``python -m faults.fuzz.gate_container REF``: replay --container's container step.
+
+``replay.py gate DIR --container REF`` builds the engine (about 20 s) before
+it opens the container, which is too slow to fuzz.  This runs the same
+container step on this checkout's engine, with the gate's own error
+handling (``gate/cli.py``): ``precheck``, then ``make_target`` (the layout,
+every key's pieces).  Exit 0 with one ``OK`` line, or the gate's
+``CANNOT RUN: ...`` line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from gate import EXIT_CANNOT_RUN, CannotRun
+from gate.containers import make_target, precheck
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load container ``argv[0]`` as the gate does; return the exit status."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m faults.fuzz.gate_container REF", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    ref = args[0]
+    try:
+        precheck(ref)
+        with tempfile.TemporaryDirectory() as work:
+            target = make_target(ref, Path(work))
+            print(f"OK {ref}: {len(target.keys)} keys")
+    except CannotRun as e:
+        print(f"CANNOT RUN: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    except (OSError, ImportError, KeyError, ValueError) as e:  # as gate/cli.py
+        print(f"CANNOT RUN: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

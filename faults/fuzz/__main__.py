@@ -152,8 +152,10 @@ def tools_main(ns: argparse.Namespace) -> int:
           f"{tools.ADDRESS_BYTES >> 30} GiB of address space, "
           f"{tools.CPU_SECONDS} s CPU, {tools.WALL_SECONDS:g} s wall", flush=True)
     report = tools.run(ns.seconds, ns.target, keep=Path(ns.keep),
-                       log=lambda s: print(s, flush=True))
-    print(f"fuzz tools: {report.runs} case(s): " + ", ".join(
+                       log=lambda s: print(s, flush=True), seed=ns.seed,
+                       rounds=ns.rounds)
+    print(f"fuzz tools: {report.runs} case(s), {report.rounds} round(s) of new "
+          "ones: " + ", ".join(
         f"{k} {v}" for k, v in sorted(report.by_target.items())))
     print(f"fuzz tools: {len(report.new)} new finding(s), {len(report.known)} "
           f"known ({len(tools.KNOWN)} listed); cases saved in {ns.keep}")
@@ -205,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                        ("inspect", "inspect-layout", "gate-container", "gate-spec",
                         "new", "verify", "from-header", "identify", "lab",
                         "predict")))
+    t.add_argument("--seed", type=int, default=None,
+                   help="draw round i with seed SEED+i: the same cases on every "
+                        "machine (default: a fresh random draw)")
+    t.add_argument("--rounds", type=int, default=None,
+                   help="at most this many rounds of 5 new cases (with --seed, "
+                        "a fixed set of cases whatever the machine's speed)")
     t.add_argument("--keep", default=str(ROOT / "build" / "fuzz-tools"),
                    help="where each finding's case is saved (default "
                    "build/fuzz-tools)")

@@ -45,6 +45,7 @@ from typing import Any
 
 import tomllib
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -781,6 +782,7 @@ class Report:
     """Every case run and every finding, by signature."""
 
     runs: int = 0
+    rounds: int = 0  #: rounds of new cases drawn after the corpus
     by_target: dict[str, int] = field(default_factory=dict)
     findings: dict[tuple[str, str, str], list[Finding]] = field(default_factory=dict)
 
@@ -849,8 +851,12 @@ def corpus_cases(known: bool = True) -> list[Case]:
 
 def explore(targets: list[str], work: Path, report: Report, *, examples: int,
             derandomize: bool, keep: Path | None = None,
-            log: Callable[[str], None] | None = None) -> None:
-    """Draw ``examples`` cases over ``targets`` with hypothesis and check each."""
+            log: Callable[[str], None] | None = None,
+            seed: int | None = None) -> None:
+    """Draw ``examples`` cases over ``targets`` with hypothesis and check each.
+
+    With ``seed`` the draw is that seed's, the same on every machine.
+    """
 
     @settings(max_examples=examples, deadline=None, database=None,
               derandomize=derandomize, phases=[Phase.generate],
@@ -861,6 +867,8 @@ def explore(targets: list[str], work: Path, report: Report, *, examples: int,
         case = data.draw(STRATEGIES[name]())
         check(case, work, report, keep, log)
 
+    if seed is not None:
+        one = hypothesis_seed(seed)(one)
     one()
 
 
@@ -875,8 +883,14 @@ def prepare(work: Path) -> None:
 
 def run(seconds: float, targets: list[str] | None = None, *,
         keep: Path | None = None, log: Callable[[str], None] = print,
-        replay_corpus: bool = True) -> Report:
-    """Replay the corpus, then fuzz for ``seconds``; return the report."""
+        replay_corpus: bool = True, seed: int | None = None,
+        rounds: int | None = None) -> Report:
+    """Replay the corpus, then fuzz for ``seconds``; return the report.
+
+    With ``seed``, round i draws with seed ``seed + i`` (the same cases on
+    every machine, in the same order); ``rounds`` caps the rounds (5 cases
+    each), so a run is a fixed set of cases whatever the machine's speed.
+    """
     targets = targets or list(STRATEGIES)
     report = Report()
     with tempfile.TemporaryDirectory(prefix="xc-toolfuzz-") as w:
@@ -886,7 +900,11 @@ def run(seconds: float, targets: list[str] | None = None, *,
             for case in corpus_cases():
                 check(case, work, report, keep, log)
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        done = 0
+        while time.monotonic() < end and (rounds is None or done < rounds):
             explore(targets, work, report, examples=5, derandomize=False,
-                    keep=keep, log=log)
+                    keep=keep, log=log,
+                    seed=None if seed is None else seed + done)
+            done += 1
+        report.rounds = done
     return report

@@ -287,12 +287,12 @@ class _Gen:
                 step.update(arg=rng.choice([1, 7, 100]),
                             persistent=rng.random() < 0.5)
             self.add(step)
-        self.steps[-1]["then"] = "call"
         if self.opts.get("batch_threads", 2) == 1 and not self.readers \
                 and not self.opts.get("direct") and rng.random() < 0.5:
             self.add({"op": "getmany", "keys": self.keys(self.k)})
         else:
             self.add({"op": "get", "keys": self.keys(2)})
+        self.steps[-2]["then"] = self.steps[-1]["op"]  # armed, met, cleared
         self.steps[-1]["then"] = "clear"
         self.add({"op": "clear"})
         return None
@@ -438,7 +438,7 @@ class Outcome:
         return self.failure is not None
 
     def signature(self) -> tuple[str, str] | None:
-        """How it failed, apart from the step number: (op, the first wrong value).
+        """How it failed: (the backend, its first wrong value).
 
         The first wrong value in the order of :data:`_FIRST` then
         :data:`COMPARED`, so a shrunk program that fails with more or fewer
@@ -446,14 +446,14 @@ class Outcome:
         """
         if self.failure is None:
             return None
-        op = self.failure["check"].split(" ")[-1]
+        who = str(self.failure["backend"])
         expected, actual = self.failure.get("expected"), self.failure.get("actual")
         if not isinstance(expected, dict) or not isinstance(actual, dict):
-            return op, str(self.failure.get("detail", ""))
+            return who, str(self.failure.get("detail", ""))
         bad = [k for k, v in expected.items() if actual.get(k) != v]
         order = [*_FIRST, *COMPARED]
         bad.sort(key=lambda k: order.index(k) if k in order else len(order))
-        return op, bad[0] if bad else ""
+        return who, bad[0] if bad else ""
 
 
 #: The wrong values that say most of how a program failed, first.
@@ -512,8 +512,12 @@ def _rebuild(program: dict[str, Any], ops: list[dict[str, Any]]
              ) -> dict[str, Any] | None:
     """The program with ``ops`` as its steps, or None if it would not run.
 
-    Labels must be taken before they are given back or read on.
+    Labels must be taken before they are given back or read on; a step
+    joined (``"then"``) to a step no longer after it is checked alone.
     """
+    ops = [{k: v for k, v in s.items() if k != "then"}
+           if s.get("then") and (i + 1 == len(ops) or ops[i + 1]["op"] != s["then"])
+           else s for i, s in enumerate(ops)]
     taken: set[str] = set()
     for s in ops:
         op = s["op"]
@@ -549,7 +553,7 @@ def _ddmin(items: list[Any], fails: Callable[[list[Any]], bool]) -> list[Any]:
 def shrink(engine: Any, work: Path, program: dict[str, Any],
            target: Target | None = None, budget_s: float = 120.0,
            log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """A minimal program that fails as ``program`` does (same op, same values).
+    """A minimal program that fails as ``program`` does (:meth:`Outcome.signature`).
 
     Delta debugging over the operation steps, then over the keys of each
     step that names several; stops improving after ``budget_s`` seconds.

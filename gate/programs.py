@@ -669,7 +669,7 @@ def run_programs(engine: Any, work: Path, report: Report,
         elif out.report.skipped:
             report.skip(program["name"], out.report.skipped[0]["reason"])
         else:
-            report.add(program["name"], "both", program["name"], True,
+            report.add(program["name"], "engine", program["name"], True,
                        f"{n_checks} checks", None, None)
         if progress and ((i + 1) % 10 == 0 or i + 1 == len(plan)):
             print(f"  programs: {i + 1} of {len(plan)} run, "

@@ -659,11 +659,16 @@ def run_programs(engine: Any, work: Path, report: Report,
                        f"{f['check']}: {f['detail']}", f["expected"],
                        f["actual"])
             if shrink_failures:
-                small = shrink(engine, work, program, target, log=print)
-                again = run_one(engine, work, small, target)
-                print(f"  scenario of {small['name']} (pin it as "
-                      f"gate/scenarios/{small['name']}.json):")
-                print(json.dumps(pinned(small, again), indent=1))
+                try:
+                    small = shrink(engine, work, program, target, log=print)
+                except CannotRun as e:  # it passed when run again
+                    print(f"  not shrunk: {e} when run again (a failure "
+                          "that does not repeat)")
+                else:
+                    again = run_one(engine, work, small, target)
+                    print(f"  scenario of {small['name']} (pin it as "
+                          f"gate/scenarios/{small['name']}.json):")
+                    print(json.dumps(pinned(small, again), indent=1))
             if first_failure:
                 break
         elif out.report.skipped:

@@ -147,13 +147,15 @@ def _hold_layer(run: Any, step: dict[str, Any]) -> None:
     if any(la != layer for la, _ in keys):
         raise CannotRun(f"scenario {run.sc['name']}: a hold_layer step names "
                         "keys of more than one layer")
+    holds = run.__dict__.setdefault("layer_holds", {})
+    label = str(step.get("label", ""))
+    holds[label] = None  # taken, if only by a call that failed
     ok, got = run._attempt(run.backend.hold_layer, layer, [e for _, e in keys])
     if ok:
         handle, data = got
         for k, d in zip(keys, data, strict=True):
             run._served(k, d)
-        run.__dict__.setdefault("layer_holds", {})[
-            str(step.get("label", ""))] = handle
+        holds[label] = handle
 
 
 def _unhold_many(run: Any, step: dict[str, Any]) -> None:
@@ -163,7 +165,8 @@ def _unhold_many(run: Any, step: dict[str, Any]) -> None:
     if label not in holds:
         raise CannotRun(f"scenario {run.sc['name']}: unhold_many of label "
                         f"{label!r}, which no hold_layer step took")
-    run._attempt(run.backend.unhold_many, holds[label])
+    if holds[label] is not None:  # (nothing to give back of a failed call)
+        run._attempt(run.backend.unhold_many, holds[label])
 
 
 def _drain(run: Any, step: dict[str, Any]) -> None:

@@ -636,11 +636,13 @@ def run_programs(engine: Any, work: Path, report: Report,
                  first_failure: bool = False) -> list[str]:
     """Run every program of ``plan``: one check line each in ``report``.
 
-    A failing program is shrunk (:func:`shrink`) and printed as a scenario
-    file that can be pinned as it is.  Returns the programs' names.
+    The first failing program is shrunk (:func:`shrink`) and printed as a
+    scenario file that can be pinned as it is (the others are listed: a
+    broken engine often fails many).  Returns the programs' names.
     """
     targets: dict[str, Target] = {}
     names = []
+    shrunk = False
     t0 = time.monotonic()
     for i, row in enumerate(plan):
         ref = row["container"]
@@ -658,7 +660,10 @@ def run_programs(engine: Any, work: Path, report: Report,
             report.add(program["name"], f["backend"], program["name"], False,
                        f"{f['check']}: {f['detail']}", f["expected"],
                        f["actual"])
-            if shrink_failures:
+            if shrink_failures and shrunk:
+                print("  not shrunk: one failing program is shrunk a run")
+            elif shrink_failures:
+                shrunk = True
                 try:
                     small = shrink(engine, work, program, target, log=print)
                 except CannotRun as e:  # it passed when run again

@@ -358,6 +358,19 @@ class Backend(ABC):
         """``op:prefetch``: read ahead without waiting; reads started or published."""
         raise NotImplementedError
 
+    def prefetch_speculative(self, keys: list[Key]) -> int:
+        """``op:prefetch_speculative``: read ahead counted as speculative."""
+        raise NotImplementedError
+
+    def hold_layer(self, layer: int, experts: list[int]
+                   ) -> tuple[Any, list[bytes]]:
+        """``op:hold_layer``: hold ``experts`` of ``layer``; (handle, bytes each)."""
+        raise NotImplementedError
+
+    def unhold_many(self, handle: Any) -> None:
+        """``op:hold_layer``: give back every hold a :meth:`hold_layer` took."""
+        raise NotImplementedError
+
     def drain(self) -> None:
         """``op:drain``: wait for every read-ahead under way."""
         raise NotImplementedError

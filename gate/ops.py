@@ -133,9 +133,40 @@ def _unpin(run: Any, step: dict[str, Any]) -> None:
 
 
 def _prefetch(run: Any, step: dict[str, Any]) -> None:
-    ok, n = run._attempt(run.backend.prefetch, list(step["keys"]))
+    call = (run.backend.prefetch_speculative if step.get("speculative")
+            else run.backend.prefetch)
+    ok, n = run._attempt(call, list(step["keys"]))
     if ok:
         run.published = n
+
+
+def _hold_layer(run: Any, step: dict[str, Any]) -> None:
+    """Hold the step's keys (one layer) in one call, kept under its label."""
+    keys = step["keys"]
+    layer = keys[0][0] if keys else run.target.layout["layers"][0]
+    if any(la != layer for la, _ in keys):
+        raise CannotRun(f"scenario {run.sc['name']}: a hold_layer step names "
+                        "keys of more than one layer")
+    holds = run.__dict__.setdefault("layer_holds", {})
+    label = str(step.get("label", ""))
+    holds[label] = None  # taken, if only by a call that failed
+    ok, got = run._attempt(run.backend.hold_layer, layer, [e for _, e in keys])
+    if ok:
+        handle, data = got
+        for k, d in zip(keys, data, strict=True):
+            run._served(k, d)
+        holds[label] = handle
+
+
+def _unhold_many(run: Any, step: dict[str, Any]) -> None:
+    """Give back every hold of a labelled hold_layer (again: misuse)."""
+    label = str(step.get("label", ""))
+    holds = run.__dict__.setdefault("layer_holds", {})
+    if label not in holds:
+        raise CannotRun(f"scenario {run.sc['name']}: unhold_many of label "
+                        f"{label!r}, which no hold_layer step took")
+    if holds[label] is not None:  # (nothing to give back of a failed call)
+        run._attempt(run.backend.unhold_many, holds[label])
 
 
 def _drain(run: Any, step: dict[str, Any]) -> None:
@@ -226,7 +257,10 @@ OPS: dict[str, OpSpec] = {
     "get": OpSpec(_get, _keys_repeat, ("op:get",)),
     "getmany": OpSpec(_getmany, _batches, ("op:getmany",),
                       {"then_get": ("op:get",)}),
-    "prefetch": OpSpec(_prefetch, _keys_repeat, ("op:prefetch",)),
+    "prefetch": OpSpec(_prefetch, _keys_repeat, ("op:prefetch",),
+                       {"speculative": ("op:prefetch_speculative",)}),
+    "hold_layer": OpSpec(_hold_layer, _keys, ("op:hold_layer",)),
+    "unhold_many": OpSpec(_unhold_many, None, ("op:hold_layer",)),
     "drain": OpSpec(_drain, None, ("op:drain",)),
     "pin": OpSpec(_pin, _keys_repeat, ("pins:flag",)),
     "unpin": OpSpec(_unpin, _keys_repeat, ("pins:flag",)),

@@ -81,6 +81,15 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
 }
 
 
+#: Contracts that rest on capabilities a check may be judged without: a
+#: cache lacking any of them gets N/A for the whole contract, naming them,
+#: rather than a PASS decided by the other values its checks pin (the
+#: adjusted hit rate cannot be judged from invariants and prefetch loads).
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "adjusted-hit-rate": ("counter:prefetch_first_uses",),
+}
+
+
 def contract_of(scenario: str, check: str) -> str:
     """The contract a check belongs to (``other`` when none claims it)."""
     base = scenario.split(" (")[0]
@@ -92,8 +101,13 @@ def contract_of(scenario: str, check: str) -> str:
     return best
 
 
-def verdicts(report: Report, backend: str) -> list[dict[str, Any]]:
-    """One row per contract: its verdict and what decides it."""
+def verdicts(report: Report, backend: str, caps: Any = None
+             ) -> list[dict[str, Any]]:
+    """One row per contract: its verdict and what decides it.
+
+    With ``caps`` (the backend's capabilities), a contract of
+    :data:`REQUIRES` whose capabilities the backend lacks is N/A.
+    """
     rows: dict[str, dict[str, Any]] = {
         cid: {"contract": cid, "promise": text, "verdict": "N/A",
               "passed": 0, "failed": 0, "na": 0, "first_failure": None,
@@ -121,6 +135,13 @@ def verdicts(report: Report, backend: str) -> list[dict[str, Any]]:
         row["missing"] = list(dict.fromkeys([*row["missing"], *n["missing"]]))
     out = []
     for row in rows.values():
+        lacks = [need for need in REQUIRES.get(row["contract"], ())
+                 if caps is not None and not caps.has(need)]
+        if lacks:
+            row.update(verdict="N/A", passed=0, failed=0, first_failure=None,
+                       missing=list(dict.fromkeys([*lacks, *row["missing"]])))
+            out.append(row)
+            continue
         if row["failed"]:
             row["verdict"] = "FAIL"
         elif row["passed"]:
@@ -181,7 +202,7 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
     report = report or Report()
     names = run_scenarios(None, work, report, only, timeout,
                           container=container, backends=backends)
-    rows = verdicts(report, label)
+    rows = verdicts(report, label, caps)
     write_report(out, m.name, rows, {"scenarios": names,
                                      "cflags": [*m.cflags, *extra_cflags],
                                      "container": container,

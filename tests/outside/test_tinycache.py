@@ -28,7 +28,7 @@ IO = ("faults-io",)
 REPORT = {
     "serial-reads": "PASS", "batch-reads": "PASS", "batch-residents": "PASS",
     "prefetch-not-hit": "PASS", "counter-windows": "PASS",
-    "adjusted-hit-rate": "PASS",
+    "adjusted-hit-rate": "N/A",
     "short-read": "FAIL", "eintr": "PASS", "io-errors": "FAIL",
     "key-bounds": "PASS", "pins": "N/A", "holds": "PASS", "policies": "PASS",
     "reader-refusals": "FAIL", "replaced-file": "PASS", "allocation": "N/A",
@@ -86,6 +86,8 @@ def test_na_rows_name_the_missing_capability(tmp_path: Path) -> None:
     assert rows["trace"]["missing"] == ["op:trace"]
     assert rows["invariant-check"]["missing"] == ["op:break_check"]
     assert rows["pins"]["missing"] == ["pins:count", "policy:fifo"]
+    assert rows["adjusted-hit-rate"]["verdict"] == "N/A"
+    assert rows["adjusted-hit-rate"]["missing"][0] == "counter:prefetch_first_uses"
 
 
 def test_clean_build_passes_the_defect_rows(runs: dict[Any, Any]) -> None:

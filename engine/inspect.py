@@ -36,6 +36,7 @@ from engine.container import Container
 from engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
 from engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resolve
 from engine.layout import summarize as summarize_layout
+from engine.regular import open_regular, read_regular
 
 
 def package_version() -> str:
@@ -118,8 +119,8 @@ def stand_in_line(path: str, c: Container) -> str | None:
     text = None
     if idx is not None and idx.is_file():
         try:
-            meta = json.loads(idx.read_bytes()).get("metadata")
-        except (OSError, ValueError, AttributeError):
+            meta = json.loads(read_regular(idx)).get("metadata")
+        except (OSError, ValueError, AttributeError, RecursionError):
             meta = None
         if isinstance(meta, dict):
             text = meta.get(SPEC_KEY)
@@ -127,7 +128,7 @@ def stand_in_line(path: str, c: Container) -> str | None:
         text = c.metadata.get(SPEC_KEY)
     try:
         names = json.loads(text).get("stand_ins") if isinstance(text, str) else None
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     if not isinstance(names, list) or not names:
         return None
@@ -193,10 +194,11 @@ def weightless_hint(path: str) -> str:
     if not (index.is_file() and (folder / "config.json").is_file()):
         return ""
     try:
-        shards = set(json.loads(index.read_text("utf-8"))["weight_map"].values())
+        shards = set(json.loads(read_regular(index))["weight_map"].values())
         if not shards or not all(_no_data(folder / s) for s in shards):
             return ""
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError):
         return ""
     return (f"hint: {path} is a checkpoint's index and config without shard "
             f"data (missing, Git-LFS pointers or header-only); make a twin "
@@ -208,7 +210,7 @@ def _no_data(shard: Path) -> bool:
     """Whether ``shard`` is missing, a Git-LFS pointer or shorter than its header."""
     if not shard.exists():
         return True
-    with open(shard, "rb") as f:
+    with open_regular(shard) as f:  # a FIFO is refused, never waited on
         head = f.read(8)
         if head == _LFS[:8]:
             return f.read(len(_LFS) - 8) == _LFS[8:]

@@ -338,7 +338,10 @@ def judge(case: Case, target: Target, out: Outcome) -> str | None:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XC_")}
+    # a case runs the plain build with no sanitizer preloaded: AddressSanitizer
+    # cannot reserve its shadow memory under the case's 2 GiB address space
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XC_")
+           and k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     env.update(PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1",
                OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONHASHSEED="0")
     return env

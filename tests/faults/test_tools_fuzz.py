@@ -17,6 +17,8 @@ import pytest
 from faults.fuzz import tools
 from faults.fuzz.tools import Case, Outcome, Report, Target
 
+pytestmark = pytest.mark.nosan  # runs the tools as subprocesses on the plain build
+
 SCALE = int(os.environ.get("XC_TOOL_FUZZ_SCALE", "1"))
 
 

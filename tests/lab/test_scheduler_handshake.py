@@ -83,7 +83,11 @@ def _run_bounded(argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize("command", ["lab", "predict"])
-@pytest.mark.parametrize("kind", ["silent", "http"])
+@pytest.mark.parametrize("kind", [
+    "silent",
+    # dask reads an HTTP reply as a frame length of 3 EiB and asks numpy for
+    # it: AddressSanitizer aborts on such a request instead of failing it
+    pytest.param("http", marks=pytest.mark.nosan)])
 def test_a_peer_that_is_not_a_scheduler_is_exit_2(command, kind, tmp_path, capsys,
                                                   monkeypatch, request):
     """Silent or HTTP peer: exit 2, one line naming the address and why."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: cdef functions that are no operation of a cache in use (its lifetime,

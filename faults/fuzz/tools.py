@@ -52,6 +52,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "corpus-tools"
 SEED = CORPUS / "seed"
 CASES = CORPUS / "cases"
+#: The checkout's own code: a traceback frame elsewhere under ROOT (a venv
+#: made inside the checkout, as CI makes .venv-ci) is not the project's.
+PROJECT_TOPS = frozenset({"engine", "oracle", "fixtures", "gate", "lab",
+                          "faults", "replay.py"})
 
 #: Address space of one case (the issue's bound).
 ADDRESS_BYTES = 2 << 30
@@ -287,6 +291,8 @@ class Outcome:
                 rel = p.resolve().relative_to(ROOT)
             except ValueError:
                 continue
+            if rel.parts and rel.parts[0] not in PROJECT_TOPS:
+                continue  # a virtual environment inside the checkout (.venv-ci)
             where = str(rel)
             break
         if self.rc is None:

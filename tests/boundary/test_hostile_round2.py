@@ -81,8 +81,8 @@ def test_a_trace_ring_that_cannot_be_allocated_is_named(cont, tmp_path):
                            trace_path=tmp_path / "t.xctrace",
                            trace_ring_records=MAX_RECORDS)
     assert str(ei.value) == (
-        "cache open: no memory for 8 slots of 12288 bytes and a trace ring of "
-        f"{MAX_RECORDS:,} records ({MAX_RECORDS * 24:,} bytes)")
+        f"cache open: no memory for the trace ring of {MAX_RECORDS} records of "
+        f"24 bytes ({MAX_RECORDS * 24} bytes; trace_ring_records)")
     assert not (tmp_path / "t.xctrace").exists()
 
 

@@ -74,6 +74,7 @@ def test_batch_threads_is_named_alone(cont):
     assert str(ei.value) == "batch_threads must be from 1 to 256, got 100000"
 
 
+@pytest.mark.nosan  # AddressSanitizer aborts on an allocation this size
 def test_a_trace_ring_that_cannot_be_allocated_is_named(cont, tmp_path):
     """A ring malloc cannot give is OutOfMemoryError naming the ring and its bytes."""
     with pytest.raises(engine.OutOfMemoryError) as ei:

@@ -20,9 +20,13 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
+import signal
 import struct
+import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,3 +464,33 @@ def group_members(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             found.append(int(d))
     return found
+
+
+def sigint_mid_run(argv: list[str], started: bytes | re.Pattern[bytes]
+                   ) -> tuple[int, str, int]:
+    """Start argv in its own group, Ctrl-C it once ``started`` is on stderr.
+
+    Returns (exit status, stderr, the group id); the waits are bounded so a
+    hang fails the test instead of stalling it.
+    """
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         cwd=ROOT, start_new_session=True)
+    os.set_blocking(p.stderr.fileno(), False)
+    seen = b""
+    deadline = time.monotonic() + 120
+    pattern = started if isinstance(started, re.Pattern) else re.compile(
+        re.escape(started))
+    while (not pattern.search(seen) and p.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+        seen += p.stderr.read() or b""
+    assert pattern.search(seen), seen.decode(errors="replace")
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    os.set_blocking(p.stderr.fileno(), True)
+    seen += p.stderr.read()
+    return rc, seen.decode(errors="replace"), p.pid

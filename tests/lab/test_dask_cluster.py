@@ -23,8 +23,7 @@ import lab.sweep as sweep_mod
 from lab.sweep import run_cells
 from oracle.traces import write_csv
 from replay import main
-from tests.helpers import TRACES_DIR, synthetic
-from tests.lab.test_hostile_cli import group_members, sigint_mid_run
+from tests.helpers import TRACES_DIR, group_members, sigint_mid_run, synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")

@@ -4,12 +4,9 @@ matplotlib is a note; Ctrl-C ends the lab and its workers with exit 130."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,7 @@ import pytest
 from lab import cli as lab_cli
 from lab import summary
 from replay import main
-from tests.helpers import ROOT, TRACES_DIR, group_members
+from tests.helpers import ROOT, TRACES_DIR, group_members, sigint_mid_run
 
 MIXTRAL = str(TRACES_DIR / "mixtral8x7b_humaneval.jsonl")
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
@@ -152,36 +149,6 @@ def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
     assert sorted(x.name for x in out.iterdir()) == sorted(summary.RESULT_FILES)
     for name in summary.RESULT_FILES:
         assert (out / name).read_text() == f"earlier {name}\n"
-
-
-def sigint_mid_run(argv: list[str], started: bytes | re.Pattern[bytes]
-                   ) -> tuple[int, str, int]:
-    """Start argv in its own group, Ctrl-C it once ``started`` is on stderr.
-
-    Returns (exit status, stderr, the group id); the waits are bounded so a
-    hang fails the test instead of stalling it.
-    """
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         cwd=ROOT, start_new_session=True)
-    os.set_blocking(p.stderr.fileno(), False)
-    seen = b""
-    deadline = time.monotonic() + 120
-    pattern = started if isinstance(started, re.Pattern) else re.compile(
-        re.escape(started))
-    while (not pattern.search(seen) and p.poll() is None
-           and time.monotonic() < deadline):
-        time.sleep(0.05)
-        seen += p.stderr.read() or b""
-    assert pattern.search(seen), seen.decode(errors="replace")
-    os.killpg(p.pid, signal.SIGINT)
-    try:
-        rc = p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    os.set_blocking(p.stderr.fileno(), True)
-    seen += p.stderr.read()
-    return rc, seen.decode(errors="replace"), p.pid
 
 
 @pytest.mark.nosan

@@ -13,7 +13,7 @@
  * table xc_read_kind_name / xc_trace_outcome_name (xc.h, xc_trace.c)
  * through which Python reads the names (engine._lib.read_kind_names,
  * trace_outcome_names); nothing else spells them.  The oracle keeps its
- * own copy of the names on purpose (oracle/traces.py: it decodes trace
+ * own copy of the names on purpose (oracle/traces/engine_dump.py: it decodes trace
  * files without the engine), and tests/boundary/test_trace_vocabulary.py
  * holds that copy equal to these.
  */

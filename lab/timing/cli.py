@@ -214,7 +214,14 @@ def run(argv: Sequence[str]) -> int:
     if ns.calibrate is not None:
         from lab.timing.calibrate import run_calibration  # noqa: PLC0415
 
-        return run_calibration(ns.calibrate, ns.expert_bytes, PROG, ns.quiet)
+        try:
+            nominal = (_list(ns.expert_s, "--expert-s", float, _time, "a time >= 0")[0]
+                       if ns.expert_s else None)
+        except ValueError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 2
+        return run_calibration(ns.calibrate, ns.expert_bytes, PROG, ns.quiet,
+                               nominal, ns.layer_s)
     if ns.trace is None or ns.outdir is None:
         print(f"{PROG}: needs TRACE and OUTDIR (or --calibrate MODEL)",
               file=sys.stderr)

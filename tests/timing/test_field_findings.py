@@ -79,7 +79,7 @@ def test_split_threshold_changes_time_not_a_counter(name, slots):
 
 
 def test_read_ahead_is_near_the_maximum_not_the_sum():
-    """I/O and compute balanced: sync is their sum; read-ahead with lookahead their max."""
+    """I/O and compute balanced: sync is their sum; read-ahead + lookahead their max."""
     _, test, n_tok, tr = window(OLMOE, 60)
     out = replay_outcomes(test, tr.n_layers, tr.n_experts, tr.top_k, 64, "lru")
     io_per_read = FIELD_DISK.tau(1, KIB128)
@@ -105,7 +105,7 @@ def test_read_ahead_is_near_the_maximum_not_the_sum():
 
 @pytest.mark.parametrize("device,gain", [(FIELD_DISK, 1 / 0.83), (LINEAR_DISK, 2.0)])
 def test_second_reader_gain_follows_the_queue_depth_curve(device, gain):
-    """I/O bound, queue full: time(1 reader) / time(2) = throughput(2) / throughput(1)."""
+    """I/O bound: time(1 reader) / time(2) = throughput(2) / throughput(1)."""
     _, test, n_tok, tr = window(OLMOE, 60)
     assert device.throughput(2, KIB128) / device.throughput(1, KIB128) == \
         pytest.approx(gain)

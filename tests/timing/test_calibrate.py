@@ -51,3 +51,10 @@ def test_an_unaligned_expert_size_is_refused(tmp_path, capsys):
                       "--expert-bytes", "5000"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "--expert-bytes: 5000" in err and len(err.splitlines()) == 1
+
+
+def test_envelope_keeps_throughput_from_falling_with_depth():
+    """A depth whose throughput fell (a disturbed round) is raised to the one before."""
+    got = calibrate.envelope({1: 1.0, 2: 4.0, 3: 1.5, 4: 2.0})
+    # rates 1, 0.5 -> 1, 2, 2: depth 2 raised to rate 1, depth 4 to rate 2
+    assert got == pytest.approx({1: 1.0, 2: 2.0, 3: 1.5, 4: 2.0})

@@ -246,6 +246,7 @@ def _run(ns: argparse.Namespace, stack: ExitStack,
     from lab.predict.evaluate import check_shape, steps_of  # noqa: PLC0415
     from lab.sweep import EXECUTOR_REFUSALS, executor_refusal, make_executor  # noqa: PLC0415
     from lab.timing.model import ModelError, load_model  # noqa: PLC0415
+    from lab.timing.outcomes import check_keys  # noqa: PLC0415
     from lab.timing.sweep import run_time_sweep, steps_window  # noqa: PLC0415
 
     try:
@@ -258,6 +259,7 @@ def _run(ns: argparse.Namespace, stack: ExitStack,
             access_s=ns.access_s)
         trace = read_for(ns, ns.trace, True)
         check_shape(trace.n_layers, trace.n_experts)
+        check_keys(trace.n_layers, trace.n_experts)
         steps, _ = steps_of(trace)
         train, test, n_tokens = steps_window(steps, ns.tokens, ns.train_fraction)
         sizes = _sizes(ns, test, trace.top_k)

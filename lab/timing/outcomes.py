@@ -45,6 +45,10 @@ READ_ISSUED = 5
 #: Record kinds.
 KIND_GET, KIND_SPECULATIVE = 0, 2
 
+#: The most keys (layers x experts) the outcome container holds: its header
+#: names each, about 90 bytes apiece (Kimi K2's 61 x 384 is 23,424).
+MAX_KEYS = 1 << 18
+
 _containers: dict[tuple[int, int], Any] = {}
 _folder: list[Path] = []
 
@@ -68,10 +72,19 @@ class Outcomes:
     counters: dict[str, int]
 
 
+def check_keys(n_layers: int, n_experts: int) -> None:
+    """ValueError if the trace's shape passes :data:`MAX_KEYS` (names the shape)."""
+    if n_layers * n_experts > MAX_KEYS:
+        raise ValueError(f"the trace's shape, {n_layers:,} layers x {n_experts:,} "
+                         f"experts, is {n_layers * n_experts:,} keys; the time lab "
+                         f"replays at most {MAX_KEYS:,}")
+
+
 def _container(n_layers: int, n_experts: int) -> Any:
     """A container of ``n_layers`` x ``n_experts`` tiny experts, one per process."""
     from engine import Container  # noqa: PLC0415
 
+    check_keys(n_layers, n_experts)
     key = (n_layers, n_experts)
     if key in _containers:
         return _containers[key]

@@ -90,6 +90,16 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path, capsys, args, says):
     assert rc == 2 and len(err.splitlines()) == 1 and says in err, err
 
 
+def test_a_trace_of_too_many_keys_is_refused(tmp_path, capsys):
+    """An expert id of 300,000 in a 2-layer trace: one line naming the shape, exit 2."""
+    trace = tmp_path / "big.jsonl"
+    trace.write_text('{"tok": 1, "layers": [[0, 1], [2, 300000]]}\n')
+    rc = replay.main(["time", str(trace), str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "2 layers x 300,001 experts, is 600,002 keys" in err, err
+
+
 def test_a_bad_model_file_names_the_field(tmp_path, capsys):
     """A model whose device lacks bandwidth_Bps: the line names the file and field."""
     bad = tmp_path / "m.json"

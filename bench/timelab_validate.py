@@ -16,11 +16,12 @@ the measured cost of the busy loops, with the outcomes the lab computes;
 the live cache's counters are compared with the model's.
 
 Two predictions per configuration: the *idle model* (each depth's best
-calibration round, the busy loops' undisturbed cost: the machine as if
-nobody else ran) and the *as-loaded model* (each depth's median round, and
-the compute scaled by the compute-only probe arm of the same run, which
-times the busy loops alone between the configurations' turns: the share of
-a core the run really had).  Neither is fitted to the configurations.
+calibration round and the busy loops' undisturbed cost: the machine as if
+nobody else ran) and the *as-loaded model* (the same disk, and the compute
+scaled by the compute-only probe arm of the same run, which times the busy
+loops alone in turn with the configurations, fastest round per chunk as
+theirs: the share of a core the run really had).  Neither is fitted to the
+configurations.
 
 The machine is shared, so the arms take turns: within a round every
 configuration has its own cache and they run ``--chunk`` tokens each in a
@@ -159,18 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     print(f"load average at start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} "
           f"({os.cpu_count()} cpus)")
-    print("calibrating the disk model: best rounds (idle) and median rounds "
-          "(as loaded) ...", flush=True)
-    folder = os.environ.get("TMPDIR")
-    machine = calibrate(size, 1e-4, 0.0, folder, say=lambda s: None)
-    loaded = calibrate(size, 1e-4, 0.0, folder, say=lambda s: None,
-                       statistic="median")
-    for label, mm in (("best", machine), ("median", loaded)):
-        for name in ("device", "page_cache"):
-            t = mm.tier(name)
-            print(f"  {label:6s} {name}: MB/s at {size} B: " + ", ".join(
-                f"qd {q} {t.throughput(q, size) / 1e6:.0f}" for q in t.qd))
-        print(f"  {label:6s} access {mm.compute.access_s * 1e6:.2f} us")
+    print("calibrating the disk model ...", flush=True)
+    machine = calibrate(size, 1e-4, 0.0, os.environ.get("TMPDIR"),
+                        say=lambda s: None)
+    loaded = machine
+    for name in ("device", "page_cache"):
+        t = machine.tier(name)
+        print(f"  {name}: MB/s at {size} B: " + ", ".join(
+            f"qd {q} {t.throughput(q, size) / 1e6:.0f}" for q in t.qd))
+    print(f"  access {machine.compute.access_s * 1e6:.2f} us")
     results = []
     tmp = Path(tempfile.mkdtemp(prefix="xc-tlv-", dir=os.environ.get("TMPDIR")))
     try:
@@ -214,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                     compute = (sum(len(st.experts) for st in steps) * ex_s
                                + len(steps) * layer_s) / n_tok
                     cpu = compute / (runs[-1]["seconds"] / n_tok)
-                    # as loaded: the disk's median rounds, and compute as the
-                    # probe arm measured it in this run
+                    # as loaded: compute as the probe arm measured it in this
+                    # run (its fastest round per chunk, as every arm's)
                     m_loaded = loaded.with_(
                         expert_s=ex_s / cpu, layer_s=layer_s / cpu,
                         access_s=loaded.compute.access_s / cpu,
@@ -273,7 +271,6 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         Path(ns.json).write_text(json.dumps({"load_start": load0, "load_end": load1,
                                              "model": machine.to_dict(),
-                                             "model_loaded": loaded.to_dict(),
                                              "results": results}, indent=1))
     return 0
 

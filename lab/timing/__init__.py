@@ -9,8 +9,9 @@ time a compute model gives them (:mod:`~lab.timing.model`, a model file),
 under the engine's schedules -- synchronous, read-ahead with N threads and
 depth D, the split path at threshold T, lookahead prefetch from any
 predictor of ``replay.py predict`` including the oracle ceiling
-(:mod:`~lab.timing.events`).  It writes ``time.csv``, ``time.json`` (every
-configuration, per layer too) and ``time.png`` (:mod:`~lab.timing.plot`);
+(:mod:`~lab.timing.events`).  It writes ``time.csv``, ``time_layers.csv``
+(each configuration's parts per layer), ``time.json`` (every configuration,
+per layer too) and ``time.png`` (:mod:`~lab.timing.plot`);
 :mod:`~lab.timing.sweep` runs the configurations on any executor.
 ``replay.py time --calibrate MODEL`` measures a machine
 (:mod:`~lab.timing.calibrate`); :mod:`~lab.timing.live` is the same decode

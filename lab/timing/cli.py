@@ -22,10 +22,14 @@ from typing import Any
 
 #: One line on what the time lab does, for the front door's list of commands.
 SUMMARY = ("predict seconds per token of streaming decode for every cache, "
-           "schedule and prefetch; write time.csv, time.json and time.png")
+           "schedule and prefetch; write time.csv, time.json and time.png "
+           "(and time_layers.csv)")
 PROG = "replay.py time"
 #: The files of one run, written as a set.
-RESULT_FILES = ("time.csv", "time.json", "time.png")
+RESULT_FILES = ("time.csv", "time_layers.csv", "time.json", "time.png")
+#: Columns of time_layers.csv: a configuration's parts at one layer, per token.
+LAYER_COLUMNS = ("config", "page_cache_share", "expert_s", "layer", "compute_s",
+                 "wait_s", "hidden_s", "wasted_s")
 
 
 def _list(text: str, option: str, kind: Callable[[str], Any],
@@ -70,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
                "interrupted.  docs/DESIGN.md 'The time lab' describes the model.")
     ap.add_argument("trace", metavar="TRACE", nargs="?", help="trace file")
     ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
-                    help="folder for time.csv, time.json and time.png")
+                    help="folder for time.csv, time_layers.csv, time.json and "
+                         "time.png")
     ap.add_argument("--calibrate", default=None, metavar="MODEL",
                     help="measure this machine (a file of experts in TMPDIR, "
                          "cold with O_DIRECT and warm, queue depths 1-8) and "
@@ -298,9 +303,11 @@ def _run(ns: argparse.Namespace, stack: ExitStack,
         print(f"{PROG}: cannot write the results: {exc}", file=sys.stderr)
         return 2
     if draw:
-        print(f"wrote {os.path.join(ns.outdir, 'time.csv')}, time.json and time.png")
+        print(f"wrote {os.path.join(ns.outdir, 'time.csv')}, time_layers.csv, "
+              "time.json and time.png")
     else:
-        print(f"{PROG}: wrote time.csv and time.json; time.png needs matplotlib "
+        print(f"{PROG}: wrote time.csv, time_layers.csv and time.json; time.png "
+              "needs matplotlib "
               "(pip install -e '.[lab]')", file=sys.stderr)
     return 0
 
@@ -327,7 +334,7 @@ def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
 
 def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
                        rows: list[dict[str, Any]], title: str | None) -> list[str]:
-    """Write time.csv, time.json and (with ``title``) time.png as one set."""
+    """Write time.csv, time_layers.csv, time.json and (``title``) time.png as a set."""
     from lab.summary import install_set  # noqa: PLC0415
     from lab.timing.plot import plot_time  # noqa: PLC0415
     from lab.timing.sweep import COLUMNS  # noqa: PLC0415
@@ -340,6 +347,15 @@ def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
             w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
+        staged["time_layers.csv"] = os.path.join(outdir, "time_layers.csv" + tag)
+        with open(staged["time_layers.csv"], "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=LAYER_COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                for layer in r["per_layer"]:
+                    w.writerow({"config": r["config"],
+                                "page_cache_share": r["page_cache_share"],
+                                "expert_s": r["expert_s"], **layer})
         staged["time.json"] = os.path.join(outdir, "time.json" + tag)
         with open(staged["time.json"], "w", encoding="utf-8") as f:
             json.dump({"trace": info, "model": machine.to_dict(),

@@ -26,14 +26,21 @@ def small_run(tmp_path_factory):
     return out
 
 
-def test_it_writes_the_three_files(small_run):
-    """time.csv has every column; time.json every row with a per-layer breakdown."""
+def test_it_writes_the_four_files(small_run):
+    """time.csv has every column, time_layers.csv each row's layers; time.json both."""
     with open(small_run / "time.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == COLUMNS
     # per size: sync + (1, 2 readers) x (T 1, 3) x (none, previous, oracle)
     assert len(rows) == 2 * (1 + 2 * 2 * 3)
     assert (small_run / "time.png").stat().st_size > 0
+    with open(small_run / "time_layers.csv", newline="") as f:
+        layers = list(csv.DictReader(f))
+    assert len(layers) == 16 * len(rows)
+    first = [x for x in layers if x["config"] == rows[0]["config"]
+             and x["page_cache_share"] == rows[0]["page_cache_share"]]
+    assert sum(float(x["wait_s"]) for x in first) == pytest.approx(
+        float(rows[0]["wait_s"]))
     data = json.loads((small_run / "time.json").read_text())
     assert data["trace"]["tokens"] == 12 and data["trace"]["steps"] == 12 * 16
     assert data["model"]["device"]["qd"] == [1, 2, 4, 8]

@@ -163,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     print("calibrating the disk model ...", flush=True)
     machine = calibrate(size, 1e-4, 0.0, os.environ.get("TMPDIR"),
                         say=lambda s: None)
-    loaded = machine
     for name in ("device", "page_cache"):
         t = machine.tier(name)
         print(f"  {name}: MB/s at {size} B: " + ", ".join(
@@ -214,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                     cpu = compute / (runs[-1]["seconds"] / n_tok)
                     # as loaded: compute as the probe arm measured it in this
                     # run (its fastest round per chunk, as every arm's)
-                    m_loaded = loaded.with_(
+                    m_loaded = machine.with_(
                         expert_s=ex_s / cpu, layer_s=layer_s / cpu,
-                        access_s=loaded.compute.access_s / cpu,
+                        access_s=machine.compute.access_s / cpu,
                         page_cache_share=share)
                     print(f"{tname} {source} {slots} slots "
                           f"(expert {ex_s * 1e6:.0f} us, layer "

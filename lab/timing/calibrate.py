@@ -92,14 +92,12 @@ def one_round(cont: Any, n: int, q: int, drop: Path | None) -> tuple[float, dict
     return q * dt / n, s
 
 
-def per_depth(cont: Any, n: int, drop: Path | None,
-              statistic: str = "best") -> dict[int, tuple[float, dict]]:
-    """Each depth's seconds per request over :data:`ROUNDS` rounds, and counters.
+def per_depth(cont: Any, n: int, drop: Path | None) -> dict[int, tuple[float, dict]]:
+    """Each depth's best seconds per request over :data:`ROUNDS` rounds, and counters.
 
     Every round visits every depth, the order rotating from round to round,
-    so a burst of other work on the machine falls on different depths.
-    ``statistic``: ``best`` (the least disturbed round: the machine as if
-    idle) or ``median`` (the machine as loaded while it ran).
+    so a burst of other work on the machine falls on different depths; the
+    best round is the least disturbed one (the machine as if idle).
     """
     seen: dict[int, list[tuple[float, dict]]] = {}
     for r in range(ROUNDS):
@@ -109,7 +107,7 @@ def per_depth(cont: Any, n: int, drop: Path | None,
     out = {}
     for q, runs in seen.items():
         runs.sort(key=lambda x: x[0])
-        out[q] = runs[0] if statistic == "best" else runs[len(runs) // 2]
+        out[q] = runs[0]
     return out
 
 
@@ -176,11 +174,8 @@ def hit_cost(cont: Any, n: int) -> float:
 
 def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
               layer_s: float = 0.0, folder: str | None = None,
-              say: Any = print, statistic: str = "best") -> Machine:
-    """Measure this machine (docs in the module); the model.
-
-    ``statistic`` picks each depth's round (:func:`per_depth`).
-    """
+              say: Any = print) -> Machine:
+    """Measure this machine (docs in the module); the model."""
     from engine import Container  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="xc-calibrate-", dir=folder))
@@ -202,7 +197,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                 cont.close()
                 cont = Container(str(path))
                 drop = path
-            for q, (tau, s) in sorted(per_depth(cont, n, drop, statistic).items()):
+            for q, (tau, s) in sorted(per_depth(cont, n, drop).items()):
                 tiers["device"].setdefault(q, []).append(tau)
                 say(f"  device     {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
                     f"(device_loads {s['device_loads']}, page_cache_loads "
@@ -212,7 +207,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                 while f.read(1 << 24):
                     pass
             cont = Container(str(path))
-            for q, (tau, s) in sorted(per_depth(cont, n, None, statistic).items()):
+            for q, (tau, s) in sorted(per_depth(cont, n, None).items()):
                 tiers["page_cache"].setdefault(q, []).append(tau)
                 say(f"  page cache {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
                     f"(page_cache_loads {s['page_cache_loads']})")
@@ -234,7 +229,6 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                   "load_before": round(load0, 2),
                   "load_after": round(os.getloadavg()[0], 2),
                   "cpus": os.cpu_count(), "nominal_expert_s": expert_s,
-                  "statistic": statistic,
                   "requests": {str(k): v for k, v in n_of.items()},
                   "notes": notes}
         return Machine(built["device"], built["page_cache"], compute, 0.0,

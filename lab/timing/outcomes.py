@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from multiprocessing.util import Finalize
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,9 @@ def _container(n_layers: int, n_experts: int) -> Any:
     if not _folder:
         _folder.append(Path(tempfile.mkdtemp(prefix="xc-timelab-")))
         atexit.register(shutil.rmtree, _folder[0], True)
+        # a process-pool worker leaves by os._exit, past atexit: multiprocessing
+        # runs its own finalizers there
+        Finalize(None, shutil.rmtree, args=(str(_folder[0]), True), exitpriority=0)
     path = _folder[0] / f"shape-{n_layers}x{n_experts}.safetensors"
     header, off = {}, 0
     for layer in range(n_layers):

@@ -10,7 +10,7 @@ import pytest
 import replay
 from lab.timing.plot import COLOURS, bars, time_figure
 from lab.timing.sweep import COLUMNS
-from tests.helpers import TRACES_DIR
+from tests.helpers import ROOT, TRACES_DIR
 
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
 
@@ -139,3 +139,22 @@ def test_the_front_door_lists_the_command(capsys):
     assert replay.main(["--help"]) == 0
     assert "time" in capsys.readouterr().out
     assert "time" in replay.COMMANDS
+
+
+def test_process_pool_workers_leave_no_temporary_folder(tmp_path):
+    """Every worker's outcome container is removed, though workers skip atexit."""
+    import os
+    import subprocess
+    import sys
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "replay.py"), "time",
+         str(TRACES_DIR / "mixtral8x7b_humaneval.jsonl"), str(tmp_path / "o"),
+         "--tokens", "3", "--quiet", "--executor", "process", "--workers", "2",
+         "--predictors", "none,oracle"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert list(tmp.iterdir()) == []

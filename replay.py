@@ -9,6 +9,9 @@
   ``python replay.py --trace TRACE ... OUTDIR`` is the same command.
 - ``predict``: ``python replay.py predict TRACE OUTDIR`` measures route
   predictors against a cache driven by the trace (:mod:`lab.predict`).
+- ``time``: ``python replay.py time TRACE OUTDIR`` predicts seconds per
+  token of streaming decode for every cache, schedule and lookahead, on a
+  disk and compute model (:mod:`lab.timing`).
 
 The first argument picks the command: a command name, else the lab when
 ``--trace`` appears anywhere, else the gate with every argument.  Each
@@ -25,7 +28,7 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-COMMANDS = ("gate", "lab", "predict")
+COMMANDS = ("gate", "lab", "predict", "time")
 
 
 def version() -> str:
@@ -46,12 +49,14 @@ def parser() -> argparse.ArgumentParser:
     from gate.cli import SUMMARY as GATE  # noqa: PLC0415
     from lab.cli import SUMMARY as LAB  # noqa: PLC0415
     from lab.predict.cli import SUMMARY as PREDICT  # noqa: PLC0415
+    from lab.timing.cli import SUMMARY as TIME  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(
         prog="replay.py",
         usage="replay.py [gate] <dir> [options]\n"
               "       replay.py lab TRACE OUTDIR [options]\n"
               "       replay.py predict TRACE OUTDIR [options]\n"
+              "       replay.py time TRACE OUTDIR [options]\n"
               "       replay.py [--help | --version]",
         description="Pinned replays that gate engine changes, and the policy "
                     "lab.",
@@ -65,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("gate", help=GATE, add_help=False)
     commands.add_parser("lab", help=LAB, add_help=False)
     commands.add_parser("predict", help=PREDICT, add_help=False)
+    commands.add_parser("time", help=TIME, add_help=False)
     return ap
 
 
@@ -110,6 +116,10 @@ def _dispatch(args: list[str]) -> int:
         from lab.predict.cli import run as predict  # noqa: PLC0415
 
         return predict(args[1:])
+    if first == "time":
+        from lab.timing.cli import run as time_lab  # noqa: PLC0415
+
+        return time_lab(args[1:])
     if any(a == "--trace" or a.startswith("--trace=") for a in args):
         from lab.cli import run  # noqa: PLC0415
 

@@ -142,7 +142,7 @@ def test_stats_keys_are_the_documented_counters(k3_shard: Path) -> None:
 def test_front_door_commands_are_documented() -> None:
     """Each replay.py command is named in README, DESIGN §9 and CI.md."""
     commands = _subcommands(replay.parser())
-    assert commands == ["gate", "lab", "predict"]
+    assert commands == ["gate", "lab", "predict", "time"]
     design = _section(_text("docs/DESIGN.md"), "9.")
     row = next(line for line in design.splitlines() if line.startswith("| `replay.py`"))
     readme = next(line for line in _text("README.md").splitlines()

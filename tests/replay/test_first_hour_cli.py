@@ -26,14 +26,15 @@ def tiny(folder: Path) -> str:
 
 
 @pytest.mark.parametrize(("typo", "near"), [("gaet", "gate"), ("lba", "lab"),
-                                            ("predcit", "predict")])
+                                            ("predcit", "predict"),
+                                            ("tmie", "time")])
 def test_a_mistyped_command_is_named_with_the_known_ones(typo, near, tmp_path,
                                                          capsys):
     """`replay.py gaet DIR`: the unknown word, the commands, the nearest; exit 2."""
     assert replay.main([typo, str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
         f"replay.py: unknown command {typo!r} (the commands are gate, lab, "
-        f"predict; gate, the default, takes one folder); did you mean "
+        f"predict, time; gate, the default, takes one folder); did you mean "
         f"{near!r}?\n")
 
 

@@ -1,0 +1,371 @@
+"""The time lab's command line: ``python replay.py time TRACE OUTDIR [options]``.
+
+Also ``python replay.py time --calibrate MODEL`` (no trace): measure this
+machine's disk and cache overheads and write the model file the lab reads
+(:mod:`lab.timing.calibrate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import math
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from contextlib import ExitStack
+from typing import Any
+
+#: One line on what the time lab does, for the front door's list of commands.
+SUMMARY = ("predict seconds per token of streaming decode for every cache, "
+           "schedule and prefetch; write time.csv, time.json and time.png "
+           "(and time_layers.csv)")
+PROG = "replay.py time"
+#: The files of one run, written as a set.
+RESULT_FILES = ("time.csv", "time_layers.csv", "time.json", "time.png")
+#: Columns of time_layers.csv: a configuration's parts at one layer, per token.
+LAYER_COLUMNS = ("config", "page_cache_share", "expert_s", "layer", "compute_s",
+                 "wait_s", "hidden_s", "wasted_s")
+
+
+def _list(text: str, option: str, kind: Callable[[str], Any],
+          check: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
+    """A comma-separated option as a tuple; ValueError naming the option."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = kind(part)
+        except ValueError:
+            raise ValueError(f"{option}: {part!r} is not {what}") from None
+        if not check(v):
+            raise ValueError(f"{option}: {part} is not {what}")
+        out.append(v)
+    if not out:
+        raise ValueError(f"{option}: no value in {text!r}")
+    return tuple(out)
+
+
+def _time(x: Any) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x >= 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The time lab's options."""
+    from lab.sweep import EXECUTORS  # noqa: PLC0415
+    from oracle.traces import FORMAT_TITLES, FORMATS  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(
+        prog=PROG,
+        usage="replay.py time TRACE OUTDIR [options]\n"
+              "       replay.py time --calibrate MODEL [--expert-bytes B]",
+        description="A discrete-event model of streaming decode: the trace's "
+                    "routing, the lab's cache outcomes, a disk model and a "
+                    "compute model give seconds per token and where they go, "
+                    "for every cache, schedule and lookahead predictor.",
+        epilog="Exit status: 0 the files were written, 2 the trace, the "
+               "options, the model or the output folder are unusable, 130 "
+               "interrupted.  docs/DESIGN.md 'The time lab' describes the model.")
+    ap.add_argument("trace", metavar="TRACE", nargs="?", help="trace file")
+    ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
+                    help="folder for time.csv, time_layers.csv, time.json and "
+                         "time.png")
+    ap.add_argument("--calibrate", default=None, metavar="MODEL",
+                    help="measure this machine (a file of experts in TMPDIR, "
+                         "cold with O_DIRECT and warm, queue depths 1-8) and "
+                         "write the model file MODEL; no trace")
+    ap.add_argument("--format", choices=(*FORMATS, "auto"), default=None,
+                    help="trace format: " + "; ".join(
+                        f"{k}: {v}" for k, v in FORMAT_TITLES.items())
+                    + "; auto: detect it (default: from the extension)")
+    ap.add_argument("--top-k", type=int, default=None, metavar="K",
+                    help="experts per routed call (int32 traces, pair dumps)")
+    ap.add_argument("--layers", type=int, default=None, metavar="N",
+                    help="MoE layers (int32 traces)")
+    ap.add_argument("--experts", type=int, default=None, metavar="N",
+                    help="experts per layer")
+    ap.add_argument("--tokens", type=int, default=None, metavar="N",
+                    help="time only the first N tokens (default: all)")
+    ap.add_argument("--model", default=None, metavar="FILE",
+                    help="the disk and compute model (JSON or TOML; default: "
+                         "the shipped nominal NVMe drive, "
+                         "lab/timing/models/nvme.json)")
+    ap.add_argument("--policies", default="lru", metavar="LIST",
+                    help="cache policy specs (default: %(default)s)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--slots", default=None, metavar="LIST",
+                      help="cache sizes in slots")
+    size.add_argument("--fractions", default=None, metavar="LIST",
+                      help="cache sizes as fractions of the timed working set "
+                           "(default 0.25,0.5)")
+    ap.add_argument("--threads", default="0,1,2", metavar="LIST",
+                    help="read-ahead threads; 0 is the synchronous schedule "
+                         "(default: %(default)s)")
+    ap.add_argument("--depth", default="64", metavar="LIST",
+                    help="read-ahead queue depths (io_depth; default: %(default)s)")
+    ap.add_argument("--split", default="1,3", metavar="LIST",
+                    help="split-path thresholds (split_min_misses) with "
+                         "read-ahead (default: %(default)s)")
+    ap.add_argument("--predictors", default="none,previous,oracle",
+                    metavar="LIST",
+                    help="lookahead prefetch: none, or predictors of `replay.py "
+                         "predict` (previous, popularity, ewma[:alpha=F], pair, "
+                         "oracle) (default: %(default)s)")
+    ap.add_argument("--budget", type=int, default=None, metavar="S",
+                    help="speculative reads per step (default: top-k)")
+    ap.add_argument("--train-fraction", type=float, default=0.0, metavar="F",
+                    help="fit the predictors on the first F of the tokens and "
+                         "time the rest (default 0: time every token; "
+                         "popularity and pair then predict nothing)")
+    ap.add_argument("--expert-bytes", type=int, default=None, metavar="B",
+                    help="bytes per expert (default: the model file's)")
+    ap.add_argument("--expert-s", default=None, metavar="LIST",
+                    help="compute seconds per expert (default: the model file's)")
+    ap.add_argument("--layer-s", type=float, default=None, metavar="S",
+                    help="non-expert seconds per step (default: the model file's)")
+    ap.add_argument("--access-s", type=float, default=None, metavar="S",
+                    help="cache overhead seconds per expert handed over "
+                         "(default: the model file's)")
+    ap.add_argument("--page-cache-share", default=None, metavar="LIST",
+                    help="shares of reads the page cache serves (default: the "
+                         "model file's)")
+    ap.add_argument("--executor", choices=EXECUTORS, default=None,
+                    help="where the cells run (default: process; dask with "
+                         "--scheduler)")
+    ap.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                    help="submit the cells to the running dask scheduler there")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                    metavar="N", help="workers of the executor (default: %(default)s)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    from lab.cli import version_text  # noqa: PLC0415
+
+    ap.add_argument("--version", action="version", version=version_text(),
+                    help="print the xcache version and exit")
+    return ap
+
+
+def _grid(ns: argparse.Namespace, top_k: int, sizes: Sequence[int]) -> Any:
+    """The sweep's :class:`~lab.timing.sweep.Grid` from the options."""
+    from lab.timing.sweep import Grid  # noqa: PLC0415
+
+    def whole(lo: int) -> Callable[[Any], bool]:
+        return lambda v: v >= lo
+
+    preds = tuple("" if p == "none" else p for p in
+                  _list(ns.predictors, "--predictors", str, bool, "a predictor"))
+    return Grid(
+        policies=_list(ns.policies, "--policies", str, bool, "a policy"),
+        slots=tuple(sizes),
+        threads=_list(ns.threads, "--threads", int, lambda v: 0 <= v <= 64,
+                      "a thread count in 0..64"),
+        depths=_list(ns.depth, "--depth", int, whole(1), "a depth >= 1"),
+        splits=_list(ns.split, "--split", int, whole(1), "a threshold >= 1"),
+        predictors=preds, budget=ns.budget or top_k,
+        expert_s=(_list(ns.expert_s, "--expert-s", float, _time, "a time >= 0")
+                  if ns.expert_s else (None,)),
+        page_cache_share=(_list(ns.page_cache_share, "--page-cache-share", float,
+                                lambda v: 0 <= v <= 1, "a share in [0, 1]")
+                          if ns.page_cache_share else (None,)))
+
+
+def _sizes(ns: argparse.Namespace, test: Sequence[Any], top_k: int) -> list[int]:
+    """Cache sizes from --slots, or --fractions of the timed steps' distinct keys.
+
+    Each is raised to top-k + 1, the least the live cache opens with.
+    """
+    if ns.slots is not None:
+        sizes = _list(ns.slots, "--slots", int, lambda v: v >= 1, "a size >= 1")
+    else:
+        ws = len({(st.layer, e) for st in test for e in st.experts})
+        fr = _list(ns.fractions or "0.25,0.5", "--fractions", float,
+                   lambda v: 0 < v <= 1, "a fraction in (0, 1]")
+        sizes = tuple(max(1, round(f * ws)) for f in fr)
+    return sorted({max(n, top_k + 1) for n in sizes})
+
+
+def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> None:
+    """Refuse an unknown predictor or policy before the sweep (ValueError)."""
+    from lab.cli import check_policies  # noqa: PLC0415
+    from lab.predict.predictors import make_predictor  # noqa: PLC0415
+
+    for p in grid.predictors:
+        if p:
+            try:
+                make_predictor(p, n_layers, n_experts, top_k)
+            except ValueError as e:
+                raise ValueError(f"--predictors: {e}") from None
+    check_policies(list(grid.policies))
+    if grid.predictors and all(p for p in grid.predictors) \
+            and set(grid.threads) == {0}:
+        raise ValueError("--predictors: a lookahead needs read-ahead threads; "
+                         "--threads has only 0")
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
+    from lab.cli import _stop  # noqa: PLC0415
+
+    ap = parser()
+    try:
+        ns = ap.parse_args(list(argv))
+    except SystemExit as e:
+        return 2 if e.code else 0
+    if ns.calibrate is not None:
+        from lab.timing.calibrate import run_calibration  # noqa: PLC0415
+
+        try:
+            nominal = (_list(ns.expert_s, "--expert-s", float, _time, "a time >= 0")[0]
+                       if ns.expert_s else None)
+        except ValueError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 2
+        return run_calibration(ns.calibrate, ns.expert_bytes, PROG, ns.quiet,
+                               nominal, ns.layer_s)
+    if ns.trace is None or ns.outdir is None:
+        print(f"{PROG}: needs TRACE and OUTDIR (or --calibrate MODEL)",
+              file=sys.stderr)
+        return 2
+    made: list[Executor] = []
+    with ExitStack() as stack:
+        try:
+            return _run(ns, stack, made.append)
+        except KeyboardInterrupt:
+            _stop(made[-1] if made else None)
+            stack.pop_all()
+            print(f"{PROG}: interrupted; {ns.outdir} left as it was",
+                  file=sys.stderr)
+            return 130
+    return 2  # pragma: no cover
+
+
+def _run(ns: argparse.Namespace, stack: ExitStack,
+         seen: Callable[[Executor], None]) -> int:
+    """The run after parsing."""
+    from lab.cli import _can_plot, _check_options, _writable_folder, read_for  # noqa: PLC0415
+    from lab.predict.evaluate import check_shape, steps_of  # noqa: PLC0415
+    from lab.sweep import EXECUTOR_REFUSALS, executor_refusal, make_executor  # noqa: PLC0415
+    from lab.timing.model import ModelError, load_model  # noqa: PLC0415
+    from lab.timing.outcomes import check_keys  # noqa: PLC0415
+    from lab.timing.sweep import run_time_sweep, steps_window  # noqa: PLC0415
+
+    try:
+        ns.mode, ns.per_layer = "step", False
+        _check_options(ns)
+        if ns.tokens is not None and ns.tokens < 1:
+            raise ValueError(f"--tokens: {ns.tokens}; at least 1")
+        machine = load_model(ns.model).with_(
+            expert_bytes=ns.expert_bytes, layer_s=ns.layer_s,
+            access_s=ns.access_s)
+        trace = read_for(ns, ns.trace, True)
+        check_shape(trace.n_layers, trace.n_experts)
+        check_keys(trace.n_layers, trace.n_experts)
+        steps, _ = steps_of(trace)
+        train, test, n_tokens = steps_window(steps, ns.tokens, ns.train_fraction)
+        sizes = _sizes(ns, test, trace.top_k)
+        grid = _grid(ns, trace.top_k, sizes)
+        _check_predictors(grid, trace.n_layers, trace.n_experts, trace.top_k)
+        machines = grid.machines(machine)
+        _writable_folder(ns.outdir)
+    except (OSError, ValueError, ModelError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        executor = make_executor(ns.executor, ns.workers, stack, ns.scheduler)
+    except EXECUTOR_REFUSALS as exc:
+        print(f"{PROG}: {executor_refusal(ns.executor, exc)}", file=sys.stderr)
+        return 2
+    seen(executor)
+    shared = {"train": train, "test": test, "n_tokens": n_tokens,
+              "n_layers": trace.n_layers, "n_experts": trace.n_experts,
+              "top_k": trace.top_k, "grid": grid, "machines": machines}
+    try:
+        rows = run_time_sweep(shared, executor, quiet=ns.quiet)
+    except Exception as exc:  # engine errors name the bad policy or size
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    info = {"name": trace.name or os.path.basename(ns.trace), "tokens": n_tokens,
+            "steps": len(test), "layers": trace.n_layers,
+            "experts": trace.n_experts, "top_k": trace.top_k,
+            "train_tokens": len({st.token for st in train})}
+    print_table(info, rows)
+    draw = _can_plot()
+    title = (f"{info['name']}: {n_tokens} tokens, "
+             f"{machine.expert_bytes // 1024} KiB experts")
+    try:
+        write_time_results(ns.outdir, info, machine, rows, title if draw else None)
+    except OSError as exc:
+        print(f"{PROG}: cannot write the results: {exc}", file=sys.stderr)
+        return 2
+    if draw:
+        print(f"wrote {os.path.join(ns.outdir, 'time.csv')}, time_layers.csv, "
+              "time.json and time.png")
+    else:
+        print(f"{PROG}: wrote time.csv, time_layers.csv and time.json; time.png "
+              "needs matplotlib "
+              "(pip install -e '.[lab]')", file=sys.stderr)
+    return 0
+
+
+def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """One line per configuration: counters, then where the time goes."""
+    print(f"{info['name']}: {info['tokens']} tokens timed ({info['steps']} steps), "
+          f"{info['layers']} layers x {info['experts']} experts, top-{info['top_k']}")
+    head = (f"{'configuration':34s} {'misses':>7s} {'ratio':>6s} {'ms/tok':>8s} "
+            f"{'tok/s':>7s} {'compute':>8s} {'wait':>7s} {'hidden':>7s} "
+            f"{'wasted':>7s}")
+    print(head)
+    for r in rows:
+        label = r["config"]
+        if len(rows) > 1 and r.get("page_cache_share"):
+            label += f" pc={r['page_cache_share']:g}"
+        print(f"{label[:34]:34s} {r['misses']:7d} {r['miss_ratio']:6.3f} "
+              f"{r['s_per_token'] * 1e3:8.3f} {r['tok_per_s']:7.1f} "
+              f"{r['compute_s'] * 1e3:8.3f} {r['wait_s'] * 1e3:7.3f} "
+              f"{r['hidden_s'] * 1e3:7.3f} {r['wasted_s'] * 1e3:7.3f}")
+    print("(times in ms per token; compute + wait = ms/tok; hidden and wasted "
+          "are I/O seconds that add nothing)")
+
+
+def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
+                       rows: list[dict[str, Any]], title: str | None) -> list[str]:
+    """Write time.csv, time_layers.csv, time.json and (``title``) time.png as a set."""
+    from lab.summary import install_set  # noqa: PLC0415
+    from lab.timing.plot import plot_time  # noqa: PLC0415
+    from lab.timing.sweep import COLUMNS  # noqa: PLC0415
+
+    tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staged: dict[str, str] = {}
+    try:
+        staged["time.csv"] = os.path.join(outdir, "time.csv" + tag)
+        with open(staged["time.csv"], "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        staged["time_layers.csv"] = os.path.join(outdir, "time_layers.csv" + tag)
+        with open(staged["time_layers.csv"], "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=LAYER_COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            for r in rows:
+                for layer in r["per_layer"]:
+                    w.writerow({"config": r["config"],
+                                "page_cache_share": r["page_cache_share"],
+                                "expert_s": r["expert_s"], **layer})
+        staged["time.json"] = os.path.join(outdir, "time.json" + tag)
+        with open(staged["time.json"], "w", encoding="utf-8") as f:
+            json.dump({"trace": info, "model": machine.to_dict(),
+                       "results": rows}, f, indent=1)
+        if title is not None:
+            staged["time.png"] = os.path.join(outdir, "time.png" + tag)
+            plot_time(rows, staged["time.png"], title)
+        install_set(outdir, staged, RESULT_FILES)
+    finally:
+        for tmp in staged.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    return [n for n in RESULT_FILES if n in staged]

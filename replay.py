@@ -44,6 +44,7 @@ def version() -> str:
 def parser() -> argparse.ArgumentParser:
     """The front door's own options and the list of commands, for ``--help``."""
     from gate.cli import SUMMARY as GATE  # noqa: PLC0415
+    from gate.cli import VersionAction  # noqa: PLC0415
     from lab.cli import SUMMARY as LAB  # noqa: PLC0415
     from lab.predict.cli import SUMMARY as PREDICT  # noqa: PLC0415
 
@@ -57,9 +58,7 @@ def parser() -> argparse.ArgumentParser:
                     "lab.",
         epilog="`replay.py COMMAND --help` lists a command's options; "
                "`replay.py --trace TRACE ... OUTDIR` is `replay.py lab`.")
-    ap.add_argument("--version", action="version",
-                    version=f"%(prog)s (xcache) {version()}",
-                    help="print the xcache version and exit")
+    ap.add_argument("--version", action=VersionAction)
     commands = ap.add_subparsers(title="commands", metavar="COMMAND",
                                  help="the command to run (default: gate)")
     commands.add_parser("gate", help=GATE, add_help=False)

@@ -128,7 +128,9 @@ def test_stuck_scenario_fails_and_the_users_work_folder_stays(tmp_path):
          "completion", "[engine]", "timed", "out", "after", "2", "s"]]
     assert f"{out / 'replay-work'} exists and is left alone; working in " \
            f"{out / 'replay-work-'}" in p.stdout
-    assert p.stdout.splitlines()[-1].startswith("FAIL: 3 scenarios, ")
+    assert p.stdout.splitlines()[-1].startswith(
+        "FAIL: 1 scenario (3 variants), 24 checks, 3 failed on its home "
+        "container k3-mini, engine build ")
     assert "Traceback" not in p.stderr
     assert _files(out) == before
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]

@@ -70,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names (default: the gate); return the exit status.
 
-    Ctrl-C is exit 130 with one line, never a traceback.  Run as a program
+    Ctrl-C is exit 130 with one line, never a traceback; an output whose
+    reader went away (``| head``) is exit 2 with one line.  Run as a program
     (``argv`` None), it ends the process at once when a thread is still
     busy (a worker in a C call, a scenario the watchdog gave up on), so the
     process never waits on it.
@@ -80,6 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("replay.py: interrupted", file=sys.stderr)
         rc = 130
+    except BrokenPipeError:
+        # the output's reader went away (`... | head`): the run stopped
+        # unfinished, which is exit 2 and one line, never a traceback
+        if argv is None:  # no flush at exit may fail again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        print("replay.py: the output was closed; stopped before the end",
+              file=sys.stderr)
+        rc = 2
     except ImportError as e:
         from engine._lib import BuildError  # noqa: PLC0415
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +153,21 @@ def test_version_in_process(argv, capsys):
     prog = "replay.py" + (" gate" if argv[0] == "gate" else "")
     assert lines == [f"{prog} (xcache) {replay.version()}",
                      describe_build(ROOT / "engine")]
+
+
+@pytest.mark.nosan  # runs replay.py as a program
+def test_an_output_closed_by_its_reader_is_one_line_not_cannot_run(tmp_path):
+    """`xcache-replay OUT | head` whose reader is gone: exit 2, one stderr
+    line saying so, no CANNOT RUN, no traceback, nothing built."""
+    read, write = os.pipe()
+    os.close(read)  # the reader went away before the first line
+    try:
+        p = subprocess.run([sys.executable, str(ROOT / "replay.py"),
+                            str(tmp_path / "out")], stdout=write,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert p.returncode == 2
+    assert p.stderr == ("replay.py: the output was closed; stopped before "
+                        "the end\n")
+    assert not (tmp_path / "out").exists()  # stopped at the first line

@@ -47,6 +47,7 @@ def version() -> str:
 def parser() -> argparse.ArgumentParser:
     """The front door's own options and the list of commands, for ``--help``."""
     from gate.cli import SUMMARY as GATE  # noqa: PLC0415
+    from gate.cli import VersionAction  # noqa: PLC0415
     from lab.cli import SUMMARY as LAB  # noqa: PLC0415
     from lab.predict.cli import SUMMARY as PREDICT  # noqa: PLC0415
     from lab.timing.cli import SUMMARY as TIME  # noqa: PLC0415
@@ -62,9 +63,7 @@ def parser() -> argparse.ArgumentParser:
                     "lab.",
         epilog="`replay.py COMMAND --help` lists a command's options; "
                "`replay.py --trace TRACE ... OUTDIR` is `replay.py lab`.")
-    ap.add_argument("--version", action="version",
-                    version=f"%(prog)s (xcache) {version()}",
-                    help="print the xcache version and exit")
+    ap.add_argument("--version", action=VersionAction)
     commands = ap.add_subparsers(title="commands", metavar="COMMAND",
                                  help="the command to run (default: gate)")
     commands.add_parser("gate", help=GATE, add_help=False)
@@ -77,7 +76,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names (default: the gate); return the exit status.
 
-    Ctrl-C is exit 130 with one line, never a traceback.  Run as a program
+    Ctrl-C is exit 130 with one line, never a traceback; an output whose
+    reader went away (``| head``) is exit 2 with one line.  Run as a program
     (``argv`` None), it ends the process at once when a thread is still
     busy (a worker in a C call, a scenario the watchdog gave up on), so the
     process never waits on it.
@@ -87,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("replay.py: interrupted", file=sys.stderr)
         rc = 130
+    except BrokenPipeError:
+        # the output's reader went away (`... | head`): the run stopped
+        # unfinished, which is exit 2 and one line, never a traceback
+        if argv is None:  # no flush at exit may fail again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        print("replay.py: the output was closed; stopped before the end",
+              file=sys.stderr)
+        rc = 2
     except ImportError as e:
         from engine._lib import BuildError  # noqa: PLC0415
 

@@ -12,6 +12,7 @@ set passes on it.  The README's four commands are run as written.
 
 from __future__ import annotations
 
+import doctest
 import json
 import re
 import subprocess
@@ -29,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
 SCENARIO_RUNS = 45
+#: the scenario files those runs come from (one line each in the output)
+SCENARIOS = 27
 #: runs of the scenario that needs experts in one run each (O_DIRECT cannot
 #: pack a scattered one): a twin whose experts are scattered skips them
 DIRECT_RUNS = ("state-direct", 2)
@@ -232,12 +235,23 @@ def _readme_commands() -> list[str]:
     return cmds
 
 
+def _readme_output() -> str:
+    """What README's new-container section shows the fourth command print."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    section = text.split("## A new container in four commands", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    blocks = re.findall(r"```text\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
 @pytest.mark.nosan  # runs the README's commands as subprocesses
 @pytest.mark.parametrize("model", ["mixtral-8x7b", "gpt-oss-20b"])
 def test_readme_four_commands_take_a_description_to_a_pass(model, tmp_path):
     """The README's commands, as written (console scripts by their entry
-    points): all four for Mixtral, whose description the first names; the
-    last three on a fused checkpoint's folder (GPT-OSS)."""
+    points): all four for Mixtral, whose description the first names, the
+    fourth printing what the README shows; the last three on a fused
+    checkpoint's folder (GPT-OSS)."""
     from tests.examples.commands import argv_of
 
     cmds = _readme_commands()
@@ -264,9 +278,21 @@ def test_readme_four_commands_take_a_description_to_a_pass(model, tmp_path):
                                      "model.safetensors.index.json")
     assert re.search(r"^twin size: [\d,]+ bytes", outputs[1], re.M)
     assert f"fused: {'yes' if 'oss' in model else 'no'}" in outputs[2]
-    direct = f"SKIP  {DIRECT_RUNS[0]} " in outputs[3]
-    assert outputs[3].splitlines()[-1].startswith(
-        f"PASS: {SCENARIO_RUNS - direct * DIRECT_RUNS[1]} scenarios")
+    lines = outputs[3].splitlines()
+    direct = any(ln.startswith(f"{DIRECT_RUNS[0]} ") and "  SKIP  " in ln
+                 for ln in lines)
+    # every scenario's line and the verdict name the twin
+    assert [ln.split()[1:3] for ln in lines[2:-1]] == [
+        ["on", str(tmp_path / "twin")]] * SCENARIOS
+    assert lines[-1].startswith(
+        f"PASS: {SCENARIOS} scenarios "
+        f"({SCENARIO_RUNS - direct * DIRECT_RUNS[1]} variants), ")
+    assert f" on {tmp_path / 'twin'} (" in lines[-1]
+    if model == "mixtral-8x7b":  # the output the README shows
+        want = _readme_output().replace("TWIN", str(tmp_path / "twin"))
+        assert doctest.OutputChecker().check_output(
+            want, outputs[3], doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE), (
+            want, outputs[3])
 
 
 def test_no_engine_source_names_a_model():

@@ -27,7 +27,7 @@ def run_commands(text: str, cwd: Path, env: dict[str, str]) -> int:
     checker, n = doctest.OutputChecker(), 0
     for block in console_blocks(text):
         for command, want in block:
-            p = subprocess.run(argv_of(command), cwd=cwd, env=env, timeout=300,
+            p = subprocess.run(argv_of(command), cwd=cwd, env=env, timeout=900,
                                capture_output=True, text=True)
             assert p.returncode == 0, (command, p.stdout, p.stderr)
             assert checker.check_output(want, p.stdout, FLAGS), (
@@ -40,7 +40,7 @@ def test_quickstart_runs_as_written(tmp_path):
     """Every command prints what the page shows; every `>>>` line passes."""
     text = PAGE.read_text("utf-8").replace(PLACE, str(tmp_path / "qs"))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    assert run_commands(text, ROOT, env) == 5
+    assert run_commands(text, ROOT, env) == 6
     test = doctest.DocTestParser().get_doctest(text, {}, "QUICKSTART.md",
                                                str(PAGE), 0)
     assert len(test.examples) == 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,14 +32,30 @@ CLIS = {"python -m fixtures": ["-m", "fixtures"],
         "replay.py predict": [str(ROOT / "replay.py"), "predict"]}
 
 
-@pytest.mark.parametrize("prog", sorted(CLIS))
+#: the commands whose --version names the engine build on a second line
+GATES = ("replay.py", "replay.py gate")
+
+
+@pytest.mark.parametrize("prog", sorted([*CLIS, "replay.py gate"]))
 def test_version_flag_prints_one_format_everywhere(prog, tmp_path):
-    """Every CLI's --version is `PROG (xcache) VERSION`, exit 0, from any folder."""
-    done = subprocess.run([sys.executable, *CLIS[prog], "--version"],
+    """Every CLI's --version is `PROG (xcache) VERSION`, exit 0, from any folder;
+    the gate's adds the engine build it would replay."""
+    argv = CLIS.get(prog) or [str(ROOT / "replay.py"), "gate"]
+    done = subprocess.run([sys.executable, *argv, "--version"],
                           cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == f"{prog} (xcache) {pyproject_version()}\n"
+    first = f"{prog} (xcache) {pyproject_version()}\n"
+    if prog not in GATES:
+        assert done.stdout == first
+        return
+    from gate.pins import build_id
+
+    pins = ROOT / "engine" / "pins.json"
+    digests = json.loads(pins.read_text())["sha256"]
+    assert done.stdout == (
+        f"{first}engine build {build_id(digests)}: {len(digests)} pinned "
+        f"sources in {pins}; the sources match them\n")
 
 
 @pytest.mark.parametrize("module", ["fixtures.__main__", "engine.inspect"])

@@ -297,14 +297,28 @@ def test_an_explicit_layout_that_misses_a_tensor_cannot_run(tmp_path, folders):
 
 
 def test_container_option_runs_from_the_front_door(tmp_path, folders):
-    """`replay.py --container DIR OUT` prints PASS lines and exits 0."""
+    """`replay.py --container DIR OUT` exits 0; every scenario's line and the
+    last one name the container; the last its layout and the engine build."""
+    from gate.pins import build_id
+
     report = tmp_path / "r.json"
-    p = _replay("--container", str(folders["deepseek-mini"]),
-                str(tmp_path / "out"), "--json", str(report))
+    where = str(folders["deepseek-mini"])
+    p = _replay("--container", where, str(tmp_path / "out"), "--json",
+                str(report))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr
-    assert p.stdout.splitlines()[-1].startswith(
-        "PASS: 43 scenarios, 376 checks, 1 skipped;")
-    assert "  PASS  serial reads are byte-exact [engine]" in p.stdout
+    lines = p.stdout.splitlines()
+    pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
+    assert lines[-1].startswith(
+        f"PASS: 27 scenarios (43 variants), 376 checks, 1 skipped on {where} "
+        f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
+    scenario_lines = lines[2:-1]
+    assert len(scenario_lines) == 27
+    assert all(ln[23:].startswith(f"on {where}  ") for ln in scenario_lines)
+    assert next(ln for ln in scenario_lines if ln.startswith("reference ")
+                ).endswith("PASS  42  FAIL 0  N/A 0")
+    assert next(ln for ln in scenario_lines if ln.startswith("state-direct")
+                ).endswith("  SKIP  " + json.loads(report.read_text())[
+                    "skipped"][0]["reason"])
     data = json.loads(report.read_text())
     assert data["container"] == str(folders["deepseek-mini"])
     assert [s["scenario"] for s in data["skipped"]] == ["state-direct"]

@@ -67,10 +67,11 @@ def test_every_option_has_help(name):
 
 
 def test_version_prints_the_package_version():
-    """--version prints the installed version and exits 0."""
+    """--version prints the installed version, then the engine build; exit 0."""
     p = _replay("--version")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == f"replay.py (xcache) {replay.version()}"
+    assert p.stdout.splitlines()[0] == f"replay.py (xcache) {replay.version()}"
+    assert p.stdout.splitlines()[1].startswith("engine build ")
 
 
 def test_version_falls_back_to_pyproject(monkeypatch):

@@ -58,9 +58,35 @@ def test_pinned_tree_passes_every_scenario(tmp_path):
     assert {"serial reads are byte-exact", "batch_before_get",
             "truncated_shard publishes nothing",
             "unconsumed_schedule (4 KiB chunks)"} <= names
-    assert p.stdout.splitlines()[-1].startswith(
-        f"PASS: {len(data['scenarios'])} scenarios, {len(data['checks'])} checks")
-    assert "  PASS  serial reads are byte-exact [engine]" in p.stdout
+    # one line per scenario file and one for the programs, each naming its
+    # home container, then the verdict naming them and the engine build
+    from gate.pins import build_id
+    from gate.programs import load_programs
+
+    folder = ROOT / "gate" / "scenarios"
+    scenarios = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))
+                 if f.name != "programs.json"]
+    plan = load_programs(folder / "programs.json")
+    on = list(dict.fromkeys(r["container"] for r in plan))
+    homes = ", ".join(dict.fromkeys([sc["container"] for sc in scenarios] + on))
+
+    def passed(name: str) -> int:
+        return sum(c["scenario"].split(" (")[0] == name for c in data["checks"])
+
+    lines = p.stdout.splitlines()
+    assert lines[2:-1] == [
+        f"{sc['name']:<22} on {sc['container']:<14}  PASS "
+        f"{passed(sc['name']):>3}  FAIL 0  N/A 0" for sc in scenarios
+    ] + [f"{'programs':<22} on {f'{len(on)} containers':<14}  PASS "
+         f"{len(plan):>3}  FAIL 0  N/A 0"]
+    pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
+    n_variants = len(data["scenarios"]) - len(plan)
+    assert lines[-1].startswith(
+        f"PASS: {len(scenarios)} scenarios ({n_variants} variants), "
+        f"{len(plan)} programs, {len(data['checks'])} checks on their home "
+        f"containers ({homes}), engine build {build_id(pins)}; scenarios ")
+    assert lines[0] == (f"Verified {n_pins} pinned source digests (engine "
+                        f"build {build_id(pins)})")
     assert not (tmp_path / "out" / "replay-work").exists()  # cleaned up
 
 
@@ -80,11 +106,27 @@ def test_planted_short_read_bug_is_caught(tmp_path):
 
     p = _replay("--engine-src", str(cand), out, "--keep")
     assert p.returncode == 1, p.stdout + p.stderr
-    failing = [ln for ln in p.stdout.splitlines() if ln.startswith("  FAIL")]
+    lines = p.stdout.splitlines()
+    failing = [ln for ln in lines if ln.startswith("  FAIL")]
     assert any("truncated_shard publishes nothing [engine]" in ln
                for ln in failing)
     assert not any("[oracle]" in ln for ln in failing)
-    assert p.stdout.splitlines()[-1].startswith("FAIL: ")
+    # without -v a failed check is printed in full: every differing value,
+    # unabridged, under its line; its scenario's line counts it
+    at = next(i for i, ln in enumerate(lines)
+              if ln.startswith("  FAIL  truncated_shard publishes nothing [engine]"))
+    assert lines[at + 1:at + 7] == [
+        "        ready_slots: expected 1, actual 5",
+        "        resident: expected [[0, 0]], actual [[0, 0], [0, 20], [0, 21], "
+        "[0, 22], [0, 23]]",
+        "        load_failures: expected 4, actual 0",
+        "        short_reads: expected 4, actual 0",
+        "        prefetch_loads: expected 0, actual 4",
+        "        payload_bytes: expected 1632, actual 8160"]
+    assert (f"{'counter-window':<22} on k3-mini         PASS  39  FAIL 9  N/A 0"
+            in lines)
+    assert not any(ln.startswith("  PASS") for ln in lines)
+    assert lines[-1].startswith("FAIL: ")
     assert (tmp_path / "out" / "replay-work" / "build").is_dir()  # --keep
 
 
@@ -169,7 +211,7 @@ def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
     from gate.report import Report
 
     pinned = _without_arc(tmp_path, monkeypatch)
-    report = Report()
+    report = Report(verbose=True)
     names = gate_scenarios.run_scenarios(engine, tmp_path / "work", report, [])
     assert names[-1] == "policies (arc, from the oracle)"
     derived = [c for c in report.checks if "(arc, from the oracle)" in c["check"]]

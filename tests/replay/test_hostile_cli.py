@@ -128,7 +128,13 @@ def test_stuck_scenario_fails_and_the_users_work_folder_stays(tmp_path):
          "completion", "[engine]", "timed", "out", "after", "2", "s"]]
     assert f"{out / 'replay-work'} exists and is left alone; working in " \
            f"{out / 'replay-work-'}" in p.stdout
-    assert p.stdout.splitlines()[-1].startswith("FAIL: 3 scenarios, ")
+    # each variant: the engine's first check (before any get), its
+    # timeout, the oracle's seven
+    assert p.stdout.splitlines()[-2] == (
+        f"{'reference':<22} on k3-mini         PASS  24  FAIL 3  N/A 0")
+    assert p.stdout.splitlines()[-1].startswith(
+        "FAIL: 1 scenario (3 variants), 27 checks, 3 failed on its home "
+        "container k3-mini, engine build ")
     assert "Traceback" not in p.stderr
     assert _files(out) == before
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]

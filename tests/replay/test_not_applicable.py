@@ -130,10 +130,10 @@ def test_lacking_checks_are_na_naming_the_capability(limited):
 
 
 def test_na_lines_and_the_summary_count(limited, capsys):
-    """The gate prints one N/A line each, counts them on the summary line and
-    lists them in --json apart from the judged checks."""
+    """With -v the gate prints one N/A line each; the scenario's line and the
+    summary line count them; --json lists them apart from the judged checks."""
     report = limited / "r.json"
-    assert cli.run([str(limited / "out"), "--json", str(report)]) == 0
+    assert cli.run([str(limited / "out"), "--json", str(report), "-v"]) == 0
     out = capsys.readouterr().out
     na = [line.split("[")[0].strip() for line in out.splitlines()
           if line.startswith("  N/A")]
@@ -143,8 +143,11 @@ def test_na_lines_and_the_summary_count(limited, capsys):
                   "N/A   stream (readers)", "N/A   after the stream (readers)"]
     assert ("  N/A   stream [limited]" + " " * 44 + " needs op:stream"
             in out.splitlines())
+    assert out.splitlines()[-2] == (
+        f"{'limits':<22} on k3-mini         PASS  12  FAIL 0  N/A 8")
     summary = out.splitlines()[-1]
-    assert summary.startswith("PASS: 2 scenarios, 12 checks, 8 N/A; ")
+    assert summary.startswith("PASS: 1 scenario (2 variants), 12 checks, 8 N/A "
+                              "on its home container k3-mini, engine build ")
     written = json.loads(report.read_text())
     assert len(written["checks"]) == 12 and written["passed"] is True
     assert written["not_applicable"][:2] == [

@@ -15,7 +15,7 @@
  *   1 a prefetch load is counted as a demand hit
  *   2 a prefetch may evict an expert the same call names
  *   3 keys are not bounds-checked (expert E of layer l aliases layer l+1)
- *   4 a read interrupted by a signal (EINTR) is not retried
+ *   4 a read or open interrupted by a signal (EINTR) is not retried
  *   5 a short read is published as a resident expert
  *   6 a held expert may be chosen as a victim
  *   7 resetting the counters leaves the misses counting on
@@ -142,7 +142,9 @@ int tc_open(const tc_loc *locs, int n_layers, int n_experts, int n_slots,
                 break;
             }
         if (c->fds[k] < 0) {
-            c->fds[k] = open(c->locs[k].path, O_RDONLY | O_CLOEXEC);
+            do
+                c->fds[k] = open(c->locs[k].path, O_RDONLY | O_CLOEXEC);
+            while (c->fds[k] < 0 && errno == EINTR && TC_DEFECT != 4);
             if (c->fds[k] < 0) {
                 tc_close(c);
                 return TC_EOPEN;
@@ -311,17 +313,22 @@ int tc_prefetch(tc_cache *c, const int *keys, int n)
         }
     }
     for (int i = 0; i < n; i++) {
-        if (c->where[named[i]] >= 0)
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = named[j] == named[i];
+        if (seen)  /* a key named twice is loaded or touched once */
             continue;
+        if (c->where[named[i]] >= 0) {  /* a use: the router chose it */
+            c->slots[c->where[named[i]]].used = ++c->tick;
+            continue;
+        }
 #if TC_DEFECT == 2
         int s = load(c, named[i], NULL, 0);
 #else
         int s = load(c, named[i], named, n);
 #endif
-        if (s < 0) {
-            rc = s;
-            goto out;
-        }
+        if (s < 0)  /* no slot, or the read failed: the rest still load */
+            continue;
 #if TC_DEFECT == 1
         c->n.lookups++;
         c->n.hits++;

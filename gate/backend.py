@@ -127,6 +127,11 @@ class Fault(enum.Enum):
     #: order, and one failed run fails the whole expert (without it, the
     #: ``inject`` and ``truncate`` steps of such a container are N/A)
     SCATTERED = "scattered"
+    #: a miss whose read fails has evicted its victim already, leaving the
+    #: slot empty (docs/CACHE.md ``get`` step 4); a cache that reads aside
+    #: and keeps the victim lacks it, and a fault that fails a read while
+    #: every slot is taken is then not compared
+    EVICT_FIRST = "evict_first"
 
 
 class Errors(enum.Enum):

@@ -71,18 +71,24 @@ static int key_of(const tc_cache *c, int layer, int expert)
 #endif
 }
 
+/* Interrupted reads in a row after which a read gives up (a signal storm
+ * must not hang the caller). */
+#define TC_MAX_RETRIES 1000
+
 static int read_all(int fd, unsigned char *buf, uint64_t len, uint64_t off)
 {
     uint64_t done = 0;
+    unsigned tries = 0;
     while (done < len) {
         ssize_t got = pread(fd, buf + done, len - done, (off_t)(off + done));
         if (got < 0) {
 #if TC_DEFECT != 4
-            if (errno == EINTR)
+            if (errno == EINTR && ++tries < TC_MAX_RETRIES)
                 continue;
 #endif
             return TC_EIO;
         }
+        tries = 0;
         if (got == 0) {
 #if TC_DEFECT == 5
             return TC_OK;
@@ -312,16 +318,18 @@ int tc_prefetch(tc_cache *c, const int *keys, int n)
             goto out;
         }
     }
+    /* first every resident the call names counts as used (the router chose
+     * it), then the others load, each in the order named, once */
     for (int i = 0; i < n; i++) {
         int seen = 0;
         for (int j = 0; j < i && !seen; j++)
             seen = named[j] == named[i];
-        if (seen)  /* a key named twice is loaded or touched once */
-            continue;
-        if (c->where[named[i]] >= 0) {  /* a use: the router chose it */
+        if (!seen && c->where[named[i]] >= 0)
             c->slots[c->where[named[i]]].used = ++c->tick;
+    }
+    for (int i = 0; i < n; i++) {
+        if (c->where[named[i]] >= 0)  /* resident, or loaded above */
             continue;
-        }
 #if TC_DEFECT == 2
         int s = load(c, named[i], NULL, 0);
 #else

@@ -282,6 +282,21 @@ class OutsideFactory(BackendFactory):
 
     partial_checks: bool = True
     lib: Any = None
+    #: [True] between inject_open and the open it is for
+    _armed: list[bool] = dataclasses.field(default_factory=lambda: [False],
+                                           repr=False)
+
+    def __call__(self, folder: Path) -> Backend:
+        """Open the cache over ``folder``, every injector disarmed first.
+
+        The injectors are one per process: a run left behind by the
+        watchdog must not leave a fault armed under the next one.  An open
+        fault armed for this open (``inject_open``) stays.
+        """
+        if not self._armed[0] and self.lib is not None:
+            self.lib.xcs_fault_disarm()
+        self._armed[0] = False
+        return self.open(folder)
 
     def inject_open(self, step: dict[str, Any]) -> None:
         """Arm the open injector with the step's fault (``fault:open``)."""
@@ -291,6 +306,7 @@ class OutsideFactory(BackendFactory):
         rc = self.lib.xcs_fault_arm(2, kind, int(step.get("nth", 1)),
                                     int(bool(step.get("persistent", False))), 0)
         assert rc == 0, rc
+        self._armed[0] = True
 
     def open_files(self) -> int:
         """The descriptors the cache's wrapped opens handed out and it kept."""

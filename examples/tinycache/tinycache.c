@@ -85,6 +85,8 @@ static int read_all(int fd, unsigned char *buf, uint64_t len, uint64_t off)
 #if TC_DEFECT != 4
             if (errno == EINTR && ++tries < TC_MAX_RETRIES)
                 continue;
+#else
+            (void)tries;
 #endif
             return TC_EIO;
         }
@@ -324,11 +326,13 @@ int tc_prefetch(tc_cache *c, const int *keys, int n)
         int seen = 0;
         for (int j = 0; j < i && !seen; j++)
             seen = named[j] == named[i];
-        if (!seen && c->where[named[i]] >= 0)
+        if (seen)
+            named[i] = -1;  /* named before: once is enough */
+        else if (c->where[named[i]] >= 0)
             c->slots[c->where[named[i]]].used = ++c->tick;
     }
     for (int i = 0; i < n; i++) {
-        if (c->where[named[i]] >= 0)  /* resident, or loaded above */
+        if (named[i] < 0 || c->where[named[i]] >= 0)
             continue;
 #if TC_DEFECT == 2
         int s = load(c, named[i], NULL, 0);

@@ -69,7 +69,7 @@ class Restrict:
                         if s.get("op", "check") != "check"]
         except NotApplicable:
             return program  # run_one reports it as a SKIP with the reason
-        kept = []
+        kept, lacked = [], []
         ops = operations(program)
         seen: set[Any] = set()  # every key named so far: a bound on residents
         for i, (raw, step) in enumerate(zip(ops, compiled, strict=True)):
@@ -83,6 +83,7 @@ class Restrict:
             missing = self.caps.missing(needs)
             if missing:
                 self.left_out[missing[0]] += 1
+                lacked.append(missing[0])
             else:
                 kept.append(raw)
         while kept:
@@ -90,18 +91,23 @@ class Restrict:
             if out is not None:
                 return out
             # a release, unhold or stream step whose label was left out
+            # (the rule of _rebuild): it goes too
             taken: set[str] = set()
-            for i, s in enumerate(kept):
-                if s["op"] in ("hold", "hold_layer", "stream_open"):
-                    taken.add(str(s.get("label", "")))
-                elif s["op"] in ("release", "unhold_many", "stream_next",
-                                 "stream_rest") and \
-                        str(s.get("label", "")) not in taken:
-                    self.left_out[f"a step its label's {s['op']} needs"] += 1
-                    del kept[i]
-                    break
-        return [f"op:{o}" for o in ("get", "getmany", "prefetch")
-                if not self.caps.has(f"op:{o}")] or ["every step left out"]
+            for i, st in enumerate(kept):
+                label = str(st.get("label", ""))
+                if st["op"] in ("hold", "hold_layer", "stream_open"):
+                    taken.add(label)
+                elif st["op"] in ("release", "unhold_many", "stream_next",
+                                  "stream_rest"):
+                    if label not in taken:
+                        self.left_out[f"{st['op']} of a label left out"] += 1
+                        del kept[i]
+                        break
+                    if st["op"] == "stream_rest":
+                        taken.discard(label)
+            else:
+                break  # nothing found to leave out: give up on the program
+        return list(dict.fromkeys(lacked)) or ["a program _rebuild refuses"]
 
 
 def not_compared(caps: Capabilities) -> list[str]:

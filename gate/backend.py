@@ -61,6 +61,10 @@ class Op(enum.Enum):
     BREAK_CHECK = "break_check"
     #: a recorded trace of every access, read back record by record
     TRACE = "trace"
+    #: the cache reads the container's own format (safetensors headers, the
+    #: index) at open, so a malformed one can be refused (``corrupt``); a
+    #: cache handed every expert's file, offset and length lacks it
+    READER = "reader"
     #: calls from other threads while a read is under way: a get that waits
     #: for it and counts a hit after waiting (the ``wait_hits`` value)
     CONCURRENT = "concurrent"
@@ -114,6 +118,20 @@ class Fault(enum.Enum):
     IO_SECOND = "io_second"
     #: a refused allocation (``inject_alloc``)
     ALLOC = "alloc"
+    #: an open of a file that fails (``open_fault``: ENOENT, EACCES, EMFILE,
+    #: EINTR), and the count of the descriptors the cache holds
+    #: (``open_files``)
+    OPEN = "open"
+    #: I/O faults and a truncated shard under an expert stored as several
+    #: runs apart: the runs are read one after another in the layout's
+    #: order, and one failed run fails the whole expert (without it, the
+    #: ``inject`` and ``truncate`` steps of such a container are N/A)
+    SCATTERED = "scattered"
+    #: a miss whose read fails has evicted its victim already, leaving the
+    #: slot empty (docs/CACHE.md ``get`` step 4); a cache that reads aside
+    #: and keeps the victim lacks it, and a fault that fails a read while
+    #: every slot is taken is then not compared
+    EVICT_FIRST = "evict_first"
 
 
 class Errors(enum.Enum):
@@ -451,6 +469,17 @@ class BackendFactory:
     def __call__(self, folder: Path) -> Backend:
         """Open the backend over ``folder``."""
         return self.open(folder)
+
+    def inject_open(self, step: dict[str, Any]) -> None:
+        """``fault:open``: arm the step's open fault before the backend opens."""
+        raise NotImplementedError
+
+    def open_files(self) -> int:
+        """``fault:open``: how many descriptors the cache holds now."""
+        raise NotImplementedError
+
+    def clear_open(self) -> None:
+        """``fault:open``: disarm the open fault (nothing without one)."""
 
     @classmethod
     def of(cls, backend_cls: type[Backend], open_: Callable[[Path], Backend]

@@ -82,9 +82,17 @@ def _batches(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     return {"batches": [keys[i:i + size] for i in range(0, len(keys), size)]}
 
 
+def _scattered(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``needs`` gains ``fault:scattered`` on a container whose experts lie apart."""
+    if ctx.target.quantities.get("contiguous", 1):
+        return {}
+    return {"needs": [*step.get("needs", []), "fault:scattered"]}
+
+
 def _key_at(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
-    """``key`` (a flat index) and ``at``."""
-    return {"key": ctx.key(step["key"]), "at": ctx.value(step.get("at", 0))}
+    """``key`` (a flat index) and ``at`` (and the scattered need)."""
+    return {"key": ctx.key(step["key"]), "at": ctx.value(step.get("at", 0)),
+            **_scattered(ctx, step)}
 
 
 def _counts(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +107,18 @@ def _fault(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     if step.get("fault") not in FAULT_KINDS:
         raise ctx.fail(f"inject fault {step.get('fault')!r} is not one of "
                        f"{', '.join(FAULT_KINDS)}")
+    return {**_counts(ctx, step), **_scattered(ctx, step)}
+
+
+#: The open faults an ``open_fault`` step arms (the errno each open gets).
+OPEN_FAULTS = ("enoent", "eacces", "emfile", "eintr")
+
+
+def _open_fault_step(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """An ``open_fault`` step: a known open fault, ``nth`` as a number."""
+    if step.get("fault") not in OPEN_FAULTS:
+        raise ctx.fail(f"open_fault fault {step.get('fault')!r} is not one "
+                       f"of {', '.join(OPEN_FAULTS)}")
     return _counts(ctx, step)
 
 
@@ -217,6 +237,27 @@ def _corrupt(run: Any, step: dict[str, Any]) -> None:
     run.offset_as_claimed = run.error_offset == claimed
 
 
+def _open_fault(run: Any, step: dict[str, Any]) -> None:
+    """Open a fresh copy with the step's open fault armed.
+
+    The outcome is ``last_error``; ``open_files`` the descriptors the cache
+    holds afterwards.  A cache that opened stays open with the fault armed
+    until ``clear`` (it may open files later); one that failed is closed
+    and the fault disarmed.
+    """
+    if run.backend is not None:
+        run.backend.close()
+        run.backend = None
+    run.target.populate(run.scratch, run.private)
+    run.make.inject_open(step)
+    ok, backend = run._attempt(run.make, run.scratch)
+    if ok:
+        run.backend = backend
+    else:
+        run.make.clear_open()
+    run.extra["open_files"] = run.make.open_files()
+
+
 def _replace(run: Any, step: dict[str, Any]) -> None:
     from faults.corrupt import replace_same_size  # noqa: PLC0415
 
@@ -270,7 +311,8 @@ OPS: dict[str, OpSpec] = {
                      {"second": ("fault:io_second",)}),
     "inject_alloc": OpSpec(_inject_alloc, _counts, ("fault:alloc",)),
     "clear": OpSpec(_clear),
-    "corrupt": OpSpec(_corrupt),
+    "corrupt": OpSpec(_corrupt, None, ("op:reader",)),
+    "open_fault": OpSpec(_open_fault, _open_fault_step, ("fault:open",)),
     "replace": OpSpec(_replace),
     "truncate": OpSpec(_truncate, _key_at),
     "background_get": OpSpec(race_ops.background_get, _keys, ("op:concurrent",)),
@@ -304,6 +346,7 @@ VALUE_NEEDS: dict[str, tuple[str, ...]] = {
     "trace": ("op:trace",), "trace_records": ("op:trace",),
     "check_broken": ("op:break_check",),
     "wait_hits": ("op:concurrent",),
+    "open_files": ("fault:open",),
 }
 
 _FACTS = {f.value for f in Fact}

@@ -461,14 +461,20 @@ _FIRST = ("wrong_reads", "invariants", "errors", "last_error", "held",
           "pinned", "resident")
 
 
+#: ``backends(target, opts)``: the factories a program runs on, the judge
+#: (``reference``) first; None is the oracle and the engine.
+Backends = Callable[[Target, dict[str, Any]], list[Any]] | None
+
+
 def run_one(engine: Any, work: Path, program: dict[str, Any],
             target: Target | None = None, timeout: float = 60.0,
-            derived: bool = True) -> Outcome:
+            derived: bool = True, backends: Backends = None) -> Outcome:
     """Run one program (or pinned scenario, ``derived=False``) on both backends.
 
     The oracle runs first; with ``derived`` its values are the expected
     ones of every check's :data:`COMPARED` keys.  The scratch copies live
-    under ``work/scratch``.
+    under ``work/scratch``.  ``backends`` replaces the engine by another
+    cache under test (gate/outside); the variant's ``judged`` names them.
     """
     if target is None:
         target = make_target(str(program["container"]), work)
@@ -483,10 +489,13 @@ def run_one(engine: Any, work: Path, program: dict[str, Any],
     if derived:
         variant["derive"] = _compared(steps)
     run_one.serial += 1  # type: ignore[attr-defined]
-    for kind in ("oracle", "engine"):
-        make = factory(kind, engine, target, opts)
+    makers = (backends(target, opts) if backends is not None else
+              [factory(kind, engine, target, opts)
+               for kind in ("oracle", "engine")])
+    variant["judged"] = [m.name for m in makers if not m.reference]
+    for make in makers:
         run = ScenarioRun(program, variant, steps, target,
-                          work / "scratch" / f"p{run_one.serial}-{kind}",  # type: ignore[attr-defined]
+                          work / "scratch" / f"p{run_one.serial}-{make.name}",  # type: ignore[attr-defined]
                           make, report, option_needs(opts))
         run_bounded(run, timeout)
     return Outcome(report, variant)
@@ -552,7 +561,8 @@ def _ddmin(items: list[Any], fails: Callable[[list[Any]], bool]) -> list[Any]:
 
 def shrink(engine: Any, work: Path, program: dict[str, Any],
            target: Target | None = None, budget_s: float = 120.0,
-           log: Callable[[str], None] | None = None) -> dict[str, Any]:
+           log: Callable[[str], None] | None = None,
+           backends: Backends = None) -> dict[str, Any]:
     """A minimal program that fails as ``program`` does (:meth:`Outcome.signature`).
 
     Delta debugging over the operation steps, then over the keys of each
@@ -560,7 +570,8 @@ def shrink(engine: Any, work: Path, program: dict[str, Any],
     """
     if target is None:
         target = make_target(str(program["container"]), work)
-    want = run_one(engine, work, program, target).signature()
+    want = run_one(engine, work, program, target,
+                   backends=backends).signature()
     if want is None:
         raise CannotRun(f"{program['name']}: passes; nothing to shrink")
     end = time.monotonic() + budget_s
@@ -575,7 +586,8 @@ def shrink(engine: Any, work: Path, program: dict[str, Any],
             return False
         tries += 1
         try:
-            got = run_one(engine, work, cand, target).signature()
+            got = run_one(engine, work, cand, target,
+                          backends=backends).signature()
         except CannotRun:
             return False
         return got == want
@@ -633,12 +645,18 @@ def run_programs(engine: Any, work: Path, report: Report,
                  plan: list[dict[str, Any]], progress: bool = False,
                  shrink_failures: bool = True,
                  policies: list[str] | None = None,
-                 first_failure: bool = False) -> list[str]:
+                 first_failure: bool = False, backends: Backends = None,
+                 restrict: Callable[[dict[str, Any], Target],
+                                    dict[str, Any] | list[str]] | None = None
+                 ) -> list[str]:
     """Run every program of ``plan``: one check line each in ``report``.
 
     The first failing program is shrunk (:func:`shrink`) and printed as a
     scenario file that can be pinned as it is (the others are listed: a
     broken engine often fails many).  Returns the programs' names.
+    ``backends`` as :func:`run_one`; ``restrict(program, target)`` gives
+    the program the cache under test can run (gate/outside/programs.py),
+    or the capabilities it lacks for any of it: the program is then N/A.
     """
     targets: dict[str, Target] = {}
     names = []
@@ -651,7 +669,14 @@ def run_programs(engine: Any, work: Path, report: Report,
         target = targets[ref]
         program = generate(row["seed"], target, row["option_set"],
                            length=row.get("length", 24), policies=policies)
-        out = run_one(engine, work, program, target)
+        if restrict is not None:
+            kept = restrict(program, target)
+            if isinstance(kept, list):  # the capabilities it lacks
+                names.append(program["name"])
+                report.na(program["name"], "cache", program["name"], kept)
+                continue
+            program = kept
+        out = run_one(engine, work, program, target, backends=backends)
         names.append(program["name"])
         n_checks = len(out.report.checks)
         if out.failed:
@@ -665,12 +690,14 @@ def run_programs(engine: Any, work: Path, report: Report,
             elif shrink_failures:
                 shrunk = True
                 try:
-                    small = shrink(engine, work, program, target, log=print)
+                    small = shrink(engine, work, program, target, log=print,
+                                   backends=backends)
                 except CannotRun as e:  # it passed when run again
                     print(f"  not shrunk: {e} when run again (a failure "
                           "that does not repeat)")
                 else:
-                    again = run_one(engine, work, small, target)
+                    again = run_one(engine, work, small, target,
+                                    backends=backends)
                     print(f"  scenario of {small['name']} (pin it as "
                           f"gate/scenarios/{small['name']}.json):")
                     print(json.dumps(pinned(small, again), indent=1))
@@ -679,7 +706,8 @@ def run_programs(engine: Any, work: Path, report: Report,
         elif out.report.skipped:
             report.skip(program["name"], out.report.skipped[0]["reason"])
         else:
-            report.add(program["name"], "engine", program["name"], True,
+            report.add(program["name"], ", ".join(out.variant.get(
+                "judged", ["engine"])), program["name"], True,
                        f"{n_checks} checks", None, None)
         if progress and ((i + 1) % 10 == 0 or i + 1 == len(plan)):
             print(f"  programs: {i + 1} of {len(plan)} run, "

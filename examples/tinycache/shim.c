@@ -33,7 +33,7 @@ static int code(int tc_rc)
     case TC_ENOMEM: return XCS_ENOMEM;
     case TC_EIO: return XCS_EIO;
     case TC_EFULL: return XCS_EFULL;
-    case TC_EOPEN: return XCS_EFORMAT;
+    case TC_EOPEN: return XCS_EIO;  /* a file that would not open */
     default: return tc_rc < 0 ? XCS_EFAILED : tc_rc;
     }
 }
@@ -192,24 +192,6 @@ static int shim_prefetch(void *h, const int *keys, int n)
     return rc;
 }
 
-/* A batch publishes what it can: a full cache or a failed read ends
- * tc_prefetch early, and the batch then reports the keys it made resident. */
-static int shim_getmany(void *h, const int *keys, int n)
-{
-    shim *s = h;
-    char was[256];
-    for (int i = 0; i < n && i < 256; i++)
-        was[i] = (char)tc_resident(s->tc[0], keys[2 * i], keys[2 * i + 1]);
-    int rc = shim_prefetch(h, keys, n);
-    if ((rc != XCS_EFULL && rc != XCS_EIO) || n > 256)
-        return rc;
-    int made = 0;
-    for (int i = 0; i < n; i++)
-        made += !was[i] && tc_resident(s->tc[0], keys[2 * i], keys[2 * i + 1]);
-    s->prefetch_loads += (uint64_t)made;
-    return made;
-}
-
 /* Calls fn on every part in turn, stopping at the first failure. */
 static int each_part(shim *s, int (*fn)(tc_cache *, int, int), int layer,
                      int expert)
@@ -308,7 +290,7 @@ static const xcs_vtable table = {
     .close = shim_close,
     .get = shim_get,
     .release = shim_release,
-    .getmany = shim_getmany,
+    .getmany = shim_prefetch,  /* tc_prefetch reads before it returns */
     .prefetch = shim_prefetch,
     .drain = NULL,
     .pin = shim_pin,

@@ -15,7 +15,7 @@
  *   1 a prefetch load is counted as a demand hit
  *   2 a prefetch may evict an expert the same call names
  *   3 keys are not bounds-checked (expert E of layer l aliases layer l+1)
- *   4 a read interrupted by a signal (EINTR) is not retried
+ *   4 a read or open interrupted by a signal (EINTR) is not retried
  *   5 a short read is published as a resident expert
  *   6 a held expert may be chosen as a victim
  *   7 resetting the counters leaves the misses counting on
@@ -71,18 +71,26 @@ static int key_of(const tc_cache *c, int layer, int expert)
 #endif
 }
 
+/* Interrupted reads in a row after which a read gives up (a signal storm
+ * must not hang the caller). */
+#define TC_MAX_RETRIES 1000
+
 static int read_all(int fd, unsigned char *buf, uint64_t len, uint64_t off)
 {
     uint64_t done = 0;
+    unsigned tries = 0;
     while (done < len) {
         ssize_t got = pread(fd, buf + done, len - done, (off_t)(off + done));
         if (got < 0) {
 #if TC_DEFECT != 4
-            if (errno == EINTR)
+            if (errno == EINTR && ++tries < TC_MAX_RETRIES)
                 continue;
+#else
+            (void)tries;
 #endif
             return TC_EIO;
         }
+        tries = 0;
         if (got == 0) {
 #if TC_DEFECT == 5
             return TC_OK;
@@ -142,7 +150,9 @@ int tc_open(const tc_loc *locs, int n_layers, int n_experts, int n_slots,
                 break;
             }
         if (c->fds[k] < 0) {
-            c->fds[k] = open(c->locs[k].path, O_RDONLY | O_CLOEXEC);
+            do
+                c->fds[k] = open(c->locs[k].path, O_RDONLY | O_CLOEXEC);
+            while (c->fds[k] < 0 && errno == EINTR && TC_DEFECT != 4);
             if (c->fds[k] < 0) {
                 tc_close(c);
                 return TC_EOPEN;
@@ -310,18 +320,27 @@ int tc_prefetch(tc_cache *c, const int *keys, int n)
             goto out;
         }
     }
+    /* first every resident the call names counts as used (the router chose
+     * it), then the others load, each in the order named, once */
     for (int i = 0; i < n; i++) {
-        if (c->where[named[i]] >= 0)
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = named[j] == named[i];
+        if (seen)
+            named[i] = -1;  /* named before: once is enough */
+        else if (c->where[named[i]] >= 0)
+            c->slots[c->where[named[i]]].used = ++c->tick;
+    }
+    for (int i = 0; i < n; i++) {
+        if (named[i] < 0 || c->where[named[i]] >= 0)
             continue;
 #if TC_DEFECT == 2
         int s = load(c, named[i], NULL, 0);
 #else
         int s = load(c, named[i], named, n);
 #endif
-        if (s < 0) {
-            rc = s;
-            goto out;
-        }
+        if (s < 0)  /* no slot, or the read failed: the rest still load */
+            continue;
 #if TC_DEFECT == 1
         c->n.lookups++;
         c->n.hits++;

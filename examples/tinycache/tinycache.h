@@ -9,7 +9,8 @@
  *   - a pin is a flag (pinning twice and unpinning once leaves it unpinned);
  *   - the counters are aggregates only: lookups, hits, misses, evictions,
  *     bytes read (no prefetch accounting, no I/O breakdown);
- *   - every call returns an int: 0, or a negative TC_E* code; no messages;
+ *   - every call returns an int: 0, or a negative TC_E* code; no messages
+ *     (a read or open interrupted by a signal is retried);
  *   - no streams, no read-ahead threads, one policy (LRU), and a mutex
  *     around every call.
  *
@@ -65,8 +66,11 @@ int tc_release(tc_cache *c, int layer, int expert);
 
 /* Loads each of n keys (layer, expert pairs in keys[2i], keys[2i+1]) that is
  * not resident, without holding it and without counting a lookup; an
- * expert the same call names is never the victim.  Returns how many it
- * loaded (>= 0) or a TC_E* code at the first failure. */
+ * expert the same call names is never the victim, and a resident one it
+ * names counts as used (once, however often it is named).  A key that
+ * finds no free slot or whose read fails is left out; the others still
+ * load.  Returns how many it loaded (>= 0), or TC_EINVAL (a key out of
+ * range: nothing done) or TC_ENOMEM. */
 int tc_prefetch(tc_cache *c, const int *keys, int n);
 
 /* Sets or clears the pin flag of a resident expert. */

@@ -35,8 +35,8 @@ STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
          "io_errors", "ready_slots", "inflight_slots")
 
 #: the failure kind of each typed shim code (faults/kinds.py words)
-KINDS = {-1: "failed", -2: "misuse", -3: "io", -4: "short", -5: "nomem",
-         -6: "full", -7: "format"}
+KINDS = {-1: "failed", -2: "misuse", -3: "io", -4: "short_read", -5: "nomem",
+         -6: "all_pinned", -7: "format"}
 
 #: the table entry each declared operation needs
 ENTRIES = {Op.GET: ("get", "release"), Op.HOLD: ("get", "release"),
@@ -138,8 +138,9 @@ class OutsideBackend(Backend):
         self._rc("open", self.vt.open(layout, out))
         self.h = out[0]
         del keep, paths
-        #: holds taken by hold() and not given back, by key
-        self.holds: dict[Key, int] = {}
+        #: holds taken by hold() and not given back: reference -> key
+        self.refs: dict[int, Key] = {}
+        self.serial = 0
 
     @staticmethod
     def kind_of(exc: BaseException) -> str:
@@ -178,16 +179,23 @@ class OutsideBackend(Backend):
         return got
 
     def hold(self, layer: int, expert: int) -> tuple[Any, bytes]:
-        """A get kept held: the key is the reference."""
+        """A get kept held, under a reference of its own."""
         got = self._take(layer, expert)
-        self.holds[(layer, expert)] = self.holds.get((layer, expert), 0) + 1
-        return (layer, expert), got
+        self.serial += 1
+        self.refs[self.serial] = (layer, expert)
+        return self.serial, got
 
     def release(self, ref: Any) -> None:
-        """The shim's release of a key hold() took."""
-        self._rc("release", self.vt.release(self.h, self._pos(ref[0]), ref[1]))
-        if self.holds.get(ref, 0) > 0:
-            self.holds[ref] -= 1
+        """The shim's release of the key of a live reference hold() took.
+
+        A reference given back already is misuse, refused here: the shim
+        releases by key, and the key may be held again by another holder,
+        whose hold a stale reference must not take.
+        """
+        key = self.refs.pop(ref, None)
+        if key is None:
+            raise ShimError("release", -2, self.typed)
+        self._rc("release", self.vt.release(self.h, self._pos(key[0]), key[1]))
 
     def getmany(self, keys: list[Key]) -> int:
         """The shim's getmany: how many it published."""
@@ -226,8 +234,8 @@ class OutsideBackend(Backend):
             int(bool(step.get("persistent", False))), int(step.get("arg", 0))))
 
     def clear(self) -> None:
-        """Disarm both injectors (nothing without fault:io)."""
-        if Fault.IO in self.caps.faults:
+        """Disarm every injector (nothing without fault:io or fault:open)."""
+        if self.caps.faults & {Fault.IO, Fault.OPEN}:
             self.lib.xcs_fault_disarm()
 
     def values(self) -> dict[str, Any]:
@@ -242,8 +250,11 @@ class OutsideBackend(Backend):
                 [la, e] for i, la in enumerate(self.layers)
                 for e in range(self.n_experts)
                 if self.vt.resident(self.h, i, e) > 0)
-        v["held"] = sum(self.holds.values())
-        v["holding"] = sorted([*k, n] for k, n in self.holds.items() if n)
+        counts: dict[Key, int] = {}
+        for k in self.refs.values():
+            counts[k] = counts.get(k, 0) + 1
+        v["held"] = len(self.refs)
+        v["holding"] = sorted([*k, n] for k, n in counts.items())
         if self.vt.check != self.ffi.NULL:
             msg = self.ffi.new("char[]", 256)
             bad = self.vt.check(self.h, msg, 256)
@@ -265,9 +276,45 @@ class OutsideFactory(BackendFactory):
 
     ``partial_checks``: a check pinning values this backend lacks judges the
     ones it has (the rest named N/A in its line) instead of being N/A whole.
+    ``lib``: the built module's library, whose open injector and descriptor
+    count the ``open_fault`` step uses before any backend is open.
     """
 
     partial_checks: bool = True
+    lib: Any = None
+    #: [True] between inject_open and the open it is for
+    _armed: list[bool] = dataclasses.field(default_factory=lambda: [False],
+                                           repr=False)
+
+    def __call__(self, folder: Path) -> Backend:
+        """Open the cache over ``folder``, every injector disarmed first.
+
+        The injectors are one per process: a run left behind by the
+        watchdog must not leave a fault armed under the next one.  An open
+        fault armed for this open (``inject_open``) stays.
+        """
+        if not self._armed[0] and self.lib is not None:
+            self.lib.xcs_fault_disarm()
+        self._armed[0] = False
+        return self.open(folder)
+
+    def inject_open(self, step: dict[str, Any]) -> None:
+        """Arm the open injector with the step's fault (``fault:open``)."""
+        from gate.ops import OPEN_FAULTS  # noqa: PLC0415
+
+        kind = OPEN_FAULTS.index(step["fault"]) + 1
+        rc = self.lib.xcs_fault_arm(2, kind, int(step.get("nth", 1)),
+                                    int(bool(step.get("persistent", False))), 0)
+        assert rc == 0, rc
+        self._armed[0] = True
+
+    def open_files(self) -> int:
+        """The descriptors the cache's wrapped opens handed out and it kept."""
+        return int(self.lib.xcs_fault_open_files())
+
+    def clear_open(self) -> None:
+        """Disarm every injector."""
+        self.lib.xcs_fault_disarm()
 
 
 def outside_factory(ffi: Any, lib: Any, caps: Capabilities, label: str,
@@ -276,4 +323,4 @@ def outside_factory(ffi: Any, lib: Any, caps: Capabilities, label: str,
     return OutsideFactory(
         label, caps,
         lambda folder: OutsideBackend(ffi, lib, caps, folder, target, opts),
-        OutsideBackend.kind_of, False)
+        OutsideBackend.kind_of, False, lib=lib)

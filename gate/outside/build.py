@@ -110,8 +110,11 @@ def cdef_text(faults: bool = False) -> str:
     return out
 
 
-#: the C library calls the injectors stand in front of (``-Wl,--wrap``)
-WRAPPED = ("pread", "pread64", "read")
+#: the C library calls the injectors stand in front of (``-Wl,--wrap``):
+#: the reads the read injectors break, the opens the open injector breaks,
+#: and the closes that tell which descriptors the cache still holds
+WRAPPED = ("pread", "pread64", "read", "open", "open64", "openat",
+           "openat64", "fopen", "fopen64", "close", "fclose")
 
 
 def build(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
@@ -123,7 +126,7 @@ def build(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
     import cffi  # noqa: PLC0415
 
     flags = [*m.cflags, *extra_cflags]
-    faults = "io" in m.capabilities.get("faults", [])
+    faults = bool({"io", "open"} & set(m.capabilities.get("faults", [])))
     tag = hashlib.sha256("\0".join([m.name, str(faults), *flags]).encode()
                          ).hexdigest()[:10]
     modname = f"_xcs_{re.sub(r'[^0-9A-Za-z_]', '_', m.name)}_{tag}"

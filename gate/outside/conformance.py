@@ -46,9 +46,13 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("partial-reads", ""), ("faults-io", "F1"), ("chunk-faults", ""),
         ("faults-io", "F6 persistent"),
         ("counter-window", "truncated_shard")]),
-    "eintr": ("interrupted and partial reads are retried", [
+    "eintr": ("interrupted and partial reads, and interrupted opens, are "
+              "retried", [
         ("faults-io", "F3"), ("chunk-faults", "an EINTR storm"),
-        ("chunk-faults", "every pread")]),
+        ("chunk-faults", "every pread"), ("open-eintr", "")]),
+    "open-failures": ("a file that will not open is reported, no descriptor "
+                      "is kept, and a later open serves", [
+        ("open-failures", "")]),
     "io-errors": ("an I/O error publishes nothing", [
         ("faults-io", "F2"), ("faults-io", "F6 a batch")]),
     "key-bounds": ("keys outside the layout are misuse and change nothing",
@@ -90,6 +94,39 @@ REQUIRES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Checks that pin values of another contract than their own: (scenario,
+#: check name prefix) -> {contract: the values it claims}.  A failing
+#: check counts against the contracts of the values it got wrong: its own
+#: for the values none of these claims.
+VALUE_CLAIMS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
+    # the hits after a batch whose reads all failed, or some of them:
+    # prefetch accounting
+    ("faults-io", "F6 persistent"): {
+        "prefetch-not-hit": ("hits", "prefetch_first_uses")},
+    ("partial-reads", "the same experts load whole"): {
+        "prefetch-not-hit": ("hits",)},
+    # the misses after a reset: the counter window
+    ("reference", "mixed counters"): {"counter-windows": ("misses",)},
+}
+
+
+def blame(check: dict[str, Any]) -> list[str]:
+    """The contracts a failed check counts against (:data:`VALUE_CLAIMS`)."""
+    own = contract_of(check["scenario"], check["check"])
+    base = check["scenario"].split(" (")[0]
+    claims = next((c for (sc, prefix), c in VALUE_CLAIMS.items()
+                   if sc == base and check["check"].startswith(prefix)), {})
+    expected, actual = check.get("expected"), check.get("actual")
+    if not claims or not isinstance(expected, dict) or \
+            not isinstance(actual, dict):
+        return [own]
+    bad = [k for k, v in expected.items() if actual.get(k) != v]
+    out = [cid for cid, keys in claims.items() if set(keys) & set(bad)]
+    if any(all(k not in keys for keys in claims.values()) for k in bad):
+        out.insert(0, own)
+    return out or [own]
+
+
 def contract_of(scenario: str, check: str) -> str:
     """The contract a check belongs to (``other`` when none claims it)."""
     base = scenario.split(" (")[0]
@@ -116,13 +153,18 @@ def verdicts(report: Report, backend: str, caps: Any = None
     rows["other"] = {"contract": "other", "promise": "checks no contract "
                      "claims", "verdict": "N/A", "passed": 0, "failed": 0,
                      "na": 0, "first_failure": None, "missing": []}
+    first_in: dict[str, list[str]] = {}  # scenario run -> its first failure's
     for c in report.checks:
         if c["backend"] != backend:
             continue
-        row = rows[contract_of(c["scenario"], c["check"])]
         if c["passed"]:
-            row["passed"] += 1
-        else:
+            rows[contract_of(c["scenario"], c["check"])]["passed"] += 1
+            continue
+        # a failure after another in the same run is judged on a state the
+        # first already broke: it counts against the first one's contracts
+        blamed = first_in.setdefault(c["scenario"], blame(c))
+        for cid in blamed:
+            row = rows[cid]
             row["failed"] += 1
             if row["first_failure"] is None:
                 row["first_failure"] = (f"{c['scenario']}: {c['check']}: "
@@ -155,7 +197,12 @@ def verdicts(report: Report, backend: str, caps: Any = None
 
 def write_report(out: Path, name: str, rows: list[dict[str, Any]],
                  extra: dict[str, Any]) -> None:
-    """``out/conformance.md`` and ``out/conformance.json`` of ``rows``."""
+    """``out/conformance.md`` and ``out/conformance.json`` of ``rows``.
+
+    A ``programs`` row gets a section of its own below the table (the
+    steps left out, the values not compared) and, when it FAILs, its
+    shrunk program in ``out/programs-shrunk.json``.
+    """
     lines = [f"# Conformance of {name}", "",
              "| contract | promise | verdict | checks (pass/fail/N/A) | why |",
              "|---|---|---|---|---|"]
@@ -167,6 +214,23 @@ def write_report(out: Path, name: str, rows: list[dict[str, Any]],
         lines.append(f"| {r['contract']} | {r['promise']} | {r['verdict']} | "
                      f"{r['passed']}/{r['failed']}/{r['na']} | {why} |")
     lines.append("")
+    for r in rows:
+        if r["contract"] != "programs":
+            continue
+        left = ", ".join(f"{k} ({n})" for k, n in r["left_out"].items())
+        lines += ["## Programs", "",
+                  f"{r['passed']} passed, {r['failed']} failed, {r['na']} N/A"
+                  + (f" (lacks {', '.join(r['missing'])})" if r["missing"]
+                     else "") + ".",
+                  f"Steps left out, by the capability each lacks: "
+                  f"{left or 'none'}.",
+                  "Values not compared: "
+                  f"{', '.join(r['not_compared']) or 'none'}.", ""]
+        if "scenario" in r:
+            lines += ["The first failing program, shrunk, is "
+                      "`programs-shrunk.json` (pin it in gate/scenarios/).", ""]
+            (out / "programs-shrunk.json").write_text(
+                json.dumps(r["scenario"], indent=1) + "\n")
     for fname, text in (("conformance.md", "\n".join(lines)),
                         ("conformance.json", json.dumps(
                             {"cache": name, **extra, "contracts": rows},
@@ -176,13 +240,76 @@ def write_report(out: Path, name: str, rows: list[dict[str, Any]],
         os.replace(tmp, out / fname)
 
 
+def _judged(detail: str) -> str:
+    """A check line without its list of values not compared (the row has it)."""
+    head, sep, tail = detail.partition("; N/A ")
+    if not sep:
+        return detail
+    _, sep, expected = tail.partition("; expected ")
+    return head + (f"; expected {expected}" if sep else "")
+
+
+def programs_row(ffi: Any, lib: Any, caps: Any, label: str, work: Path,
+                 plan: list[dict[str, Any]], shrink_s: float = 120.0
+                 ) -> dict[str, Any]:
+    """Run the seeded programs of ``plan`` on the oracle and the cache: one row.
+
+    Each program is cut to what the cache declares
+    (:class:`gate.outside.programs.Restrict`); the first that fails is
+    shrunk (:func:`gate.programs.shrink`, ``shrink_s`` seconds at most)
+    and kept as a scenario with the oracle's values pinned.
+    """
+    from gate import programs  # noqa: PLC0415
+    from gate.containers import make_target  # noqa: PLC0415
+    from gate.outside.programs import Restrict, row  # noqa: PLC0415
+    from oracle.cache import POLICIES  # noqa: PLC0415
+
+    def backends(target: Any, opts: dict[str, Any]) -> list[Any]:
+        return [factory("oracle", None, target, opts),
+                outside_factory(ffi, lib, caps, label, target, opts)]
+
+    restrict = Restrict(caps)
+    report = programs._Quiet()
+    policies = sorted(set(caps.policies) & set(POLICIES)) or None
+    names = programs.run_programs(None, work, report, plan,
+                                  shrink_failures=False, policies=policies,
+                                  backends=backends, restrict=restrict)
+    shrunk = first = None
+    if report.failed:
+        f = report.failed[0]
+        first = f"{f['scenario']}: {_judged(f['detail'])}"
+        at = plan[names.index(f["scenario"])]
+        target = make_target(at["container"], work)
+        prog = restrict(programs.generate(at["seed"], target, at["option_set"],
+                                          length=at.get("length", 24),
+                                          policies=policies), target)
+        assert isinstance(prog, dict)
+        small = programs.shrink(None, work, prog, target, budget_s=shrink_s,
+                                log=print, backends=backends)
+        again = programs.run_one(None, work, small, target, backends=backends)
+        if again.failure is not None:
+            g = again.failure
+            first += (f"; shrunk to {len(programs.operations(small))} steps, "
+                      f"first failing there {g['check']}: "
+                      f"{_judged(g['detail'])}")
+        shrunk = programs.pinned(small, again)
+    out = row(report, restrict, shrunk, first)
+    print(f"programs: {out['passed']} passed, {out['failed']} failed, "
+          f"{out['na']} N/A of {len(plan)}")
+    return out
+
+
 def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
         extra_cflags: tuple[str, ...] = (), report: Report | None = None,
-        container: str | None = None) -> tuple[list[dict[str, Any]], Report]:
+        container: str | None = None,
+        plan: list[dict[str, Any]] | None = None,
+        scenarios: bool = True) -> tuple[list[dict[str, Any]], Report]:
     """Verify, build and judge the adapter's cache; write and return the rows.
 
     ``container``: every scenario on this container, the oracle's values
-    the expected ones (as ``replay.py --container``).
+    the expected ones (as ``replay.py --container``).  ``plan``: seeded
+    programs to run too (:func:`programs_row`: the ``programs`` row);
+    ``scenarios`` False runs them alone (the report then has that row only).
     """
     from gate.scenarios import run_scenarios  # noqa: PLC0415
 
@@ -200,10 +327,14 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
                 outside_factory(ffi, lib, caps, label, target, opts)]
 
     report = report or Report()
-    names = run_scenarios(None, work, report, only, timeout,
-                          container=container, backends=backends)
-    rows = verdicts(report, label, caps)
+    names = (run_scenarios(None, work, report, only, timeout,
+                           container=container, backends=backends)
+             if scenarios else [])
+    rows = verdicts(report, label, caps) if scenarios else []
+    if plan:
+        rows.append(programs_row(ffi, lib, caps, label, work, plan))
     write_report(out, m.name, rows, {"scenarios": names,
+                                     "programs": len(plan or []),
                                      "cflags": [*m.cflags, *extra_cflags],
                                      "container": container,
                                      "skipped": report.skipped})

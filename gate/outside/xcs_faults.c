@@ -1,10 +1,12 @@
 /*
- * xcs_faults.c -- I/O faults under an outside cache's own reads.
+ * xcs_faults.c -- I/O faults under an outside cache's own reads and opens.
  *
- * The build links the cache's objects with -Wl,--wrap=pread,--wrap=pread64,
- * --wrap=read (gate/outside/build.py, when the manifest declares fault:io),
- * so every such call the cache makes lands here first; its sources are not
- * changed.  Two injectors, the first in front of the second, follow the
+ * The build links the cache's objects with -Wl,--wrap= for pread, pread64,
+ * read, open, open64, openat, openat64, fopen, fopen64, close and fclose
+ * (gate/outside/build.py WRAPPED, when the manifest declares fault:io or
+ * fault:open), so every such call the cache makes lands here first; its
+ * sources are not changed.  Two read injectors, the first in front of the
+ * second, follow the
  * engine's injector (engine/csrc/xc_fault.c): armed with a kind, an nth and
  * a persistence, each counts the reads that reach it from its arming and
  * breaks the nth one (or the nth and every later one):
@@ -12,13 +14,28 @@
  *   3 eio: -1, errno EIO               4 eintr: -1, errno EINTR
  *   5 delay: sleeps `arg` microseconds, then reads
  * An eof, eio or eintr of the first never reaches the second.  A plain
- * read() meets the injectors as a pread does.  Arming and counting are
- * under one mutex; the read itself and a delay happen outside it.
+ * read() meets the injectors as a pread does.
+ *
+ * A third injector (which 2) stands in front of every open of a file
+ * (open, openat, fopen and their 64 forms): armed with a kind, nth and
+ * persistence like the others, the opens it breaks fail with errno
+ *   1 ENOENT   2 EACCES   3 EMFILE   4 EINTR
+ * and -1 (NULL for fopen).  Every descriptor a wrapped open hands the cache
+ * is remembered until the cache's close (or fclose) of it, so that
+ * xcs_fault_open_files() tells how many the cache holds: after a failed
+ * open of the cache, none (a leak otherwise).  Arming and counting are
+ * under one mutex; the read, the open and a delay happen outside it.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* O_TMPFILE, fileno */
+#endif
 #include "xcs_shim.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +45,22 @@ ssize_t __real_read(int fd, void *buf, size_t n);
 ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off);
 ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t off);
 ssize_t __wrap_read(int fd, void *buf, size_t n);
+int __real_open(const char *path, int flags, ...);
+int __real_open64(const char *path, int flags, ...);
+int __real_openat(int dirfd, const char *path, int flags, ...);
+int __real_openat64(int dirfd, const char *path, int flags, ...);
+FILE *__real_fopen(const char *path, const char *mode);
+FILE *__real_fopen64(const char *path, const char *mode);
+int __real_close(int fd);
+int __real_fclose(FILE *f);
+int __wrap_open(const char *path, int flags, ...);
+int __wrap_open64(const char *path, int flags, ...);
+int __wrap_openat(int dirfd, const char *path, int flags, ...);
+int __wrap_openat64(int dirfd, const char *path, int flags, ...);
+FILE *__wrap_fopen(const char *path, const char *mode);
+FILE *__wrap_fopen64(const char *path, const char *mode);
+int __wrap_close(int fd);
+int __wrap_fclose(FILE *f);
 
 typedef struct injector {
     int kind;  /* 0: disarmed */
@@ -36,15 +69,22 @@ typedef struct injector {
     int64_t arg;
 } injector;
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static injector inj[2];
+/* Descriptors below this are remembered while open (a bit each). */
+#define XCS_MAX_FD 4096
 
-/* Arms injector `which` (0 the first, 1 the second); counting starts now.
- * Returns 0, or XCS_EMISUSE for a bad which, kind or nth. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static injector inj[3];  /* two read injectors, then the open injector */
+static unsigned char held_fd[XCS_MAX_FD / 8];
+static int n_held, untracked;  /* remembered; opened at or above XCS_MAX_FD */
+
+/* Arms injector `which` (0 the first read injector, 1 the second, 2 the
+ * open injector); counting starts now.  Returns 0, or XCS_EMISUSE for a
+ * bad which, kind or nth. */
 int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
                   int64_t arg)
 {
-    if (which < 0 || which > 1 || kind < 1 || kind > 5 || nth < 1)
+    if (which < 0 || which > 2 || kind < 1 || kind > (which == 2 ? 4 : 5) ||
+        nth < 1)
         return XCS_EMISUSE;
     pthread_mutex_lock(&mu);
     injector fresh = {kind, nth, 0, 0, persistent != 0, arg};
@@ -53,11 +93,61 @@ int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
     return XCS_OK;
 }
 
-/* Disarms both injectors. */
+/* Disarms every injector. */
 void xcs_fault_disarm(void)
 {
     pthread_mutex_lock(&mu);
-    inj[0].kind = inj[1].kind = 0;
+    inj[0].kind = inj[1].kind = inj[2].kind = 0;
+    pthread_mutex_unlock(&mu);
+}
+
+/* How many descriptors a wrapped open handed out and no close took back
+ * (one opened at or above XCS_MAX_FD counts until any close of one). */
+int xcs_fault_open_files(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = n_held + untracked;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+/* 0 to open, or the errno the open injector breaks this open with. */
+static int open_fault(void)
+{
+    static const int errs[] = {0, ENOENT, EACCES, EMFILE, EINTR};
+    int e = 0;
+    pthread_mutex_lock(&mu);
+    injector *f = &inj[2];
+    if (f->kind) {
+        f->reads++;
+        if (f->reads == f->nth || (f->persistent && f->reads > f->nth)) {
+            f->fired++;
+            e = errs[f->kind];
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
+/* Remember (on) or forget (off) a descriptor the cache holds. */
+static void track(int fd, int on)
+{
+    if (fd < 0)
+        return;
+    pthread_mutex_lock(&mu);
+    if (fd >= XCS_MAX_FD) {
+        untracked += on ? 1 : (untracked > 0 ? -1 : 0);
+    } else {
+        unsigned char bit = (unsigned char)(1u << (fd % 8));
+        int was = (held_fd[fd / 8] & bit) != 0;
+        if (on && !was) {
+            held_fd[fd / 8] |= bit;
+            n_held++;
+        } else if (!on && was) {
+            held_fd[fd / 8] &= (unsigned char)~bit;
+            n_held--;
+        }
+    }
     pthread_mutex_unlock(&mu);
 }
 
@@ -141,4 +231,93 @@ ssize_t __wrap_read(int fd, void *buf, size_t n)
     if (decide(&n, &delay, &ret))
         return ret;
     return __real_read(fd, buf, n);
+}
+
+/* The mode argument an open with these flags passes, else 0. */
+#define OPEN_MODE(flags, mode)                                   \
+    do {                                                         \
+        if ((flags) & (O_CREAT | O_TMPFILE)) {                   \
+            va_list ap;                                          \
+            va_start(ap, flags);                                 \
+            mode = va_arg(ap, int);                              \
+            va_end(ap);                                          \
+        }                                                        \
+    } while (0)
+
+/* Break the open (errno set, -1) or make it and remember its descriptor. */
+#define WRAP_OPEN(call)                                          \
+    do {                                                         \
+        int e = open_fault();                                    \
+        if (e) {                                                 \
+            errno = e;                                           \
+            return -1;                                           \
+        }                                                        \
+        int fd = call;                                           \
+        track(fd, 1);                                            \
+        return fd;                                               \
+    } while (0)
+
+int __wrap_open(const char *path, int flags, ...)
+{
+    int mode = 0;
+    OPEN_MODE(flags, mode);
+    WRAP_OPEN(__real_open(path, flags, mode));
+}
+
+int __wrap_open64(const char *path, int flags, ...)
+{
+    int mode = 0;
+    OPEN_MODE(flags, mode);
+    WRAP_OPEN(__real_open64(path, flags, mode));
+}
+
+int __wrap_openat(int dirfd, const char *path, int flags, ...)
+{
+    int mode = 0;
+    OPEN_MODE(flags, mode);
+    WRAP_OPEN(__real_openat(dirfd, path, flags, mode));
+}
+
+int __wrap_openat64(int dirfd, const char *path, int flags, ...)
+{
+    int mode = 0;
+    OPEN_MODE(flags, mode);
+    WRAP_OPEN(__real_openat64(dirfd, path, flags, mode));
+}
+
+static FILE *wrap_fopen(FILE *(*real)(const char *, const char *),
+                        const char *path, const char *mode)
+{
+    int e = open_fault();
+    if (e) {
+        errno = e;
+        return NULL;
+    }
+    FILE *f = real(path, mode);
+    if (f)
+        track(fileno(f), 1);
+    return f;
+}
+
+FILE *__wrap_fopen(const char *path, const char *mode)
+{
+    return wrap_fopen(__real_fopen, path, mode);
+}
+
+FILE *__wrap_fopen64(const char *path, const char *mode)
+{
+    return wrap_fopen(__real_fopen64, path, mode);
+}
+
+int __wrap_close(int fd)
+{
+    track(fd, 0);
+    return __real_close(fd);
+}
+
+int __wrap_fclose(FILE *f)
+{
+    if (f)
+        track(fileno(f), 0);
+    return __real_fclose(f);
 }

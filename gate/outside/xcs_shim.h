@@ -92,8 +92,11 @@ typedef struct xcs_vtable {
     const char *name;   /* the cache's name, for the report */
 
     /* Required.  Opens a cache over the layout; *out is its handle.
-     * Returns 0, or a negative code (XCS_EFORMAT: the container refused)
-     * with *out untouched. */
+     * Returns 0, or a negative code with *out untouched: XCS_EFORMAT the
+     * container refused (op:reader: a cache that reads the safetensors
+     * headers itself), XCS_EIO a file that could not be opened.  A failed
+     * open closes every file it opened (fault:open counts them); an open
+     * interrupted by a signal (EINTR) is retried. */
     int (*open)(const xcs_layout *layout, void **out);
     /* Required.  Frees the cache and everything it opened; NULL ignored. */
     void (*close)(void *h);
@@ -143,13 +146,15 @@ const xcs_vtable *xcs_shim(void);
 
 /* XCS-CDEF-END */
 
-/* The gate's I/O fault injectors (gate/outside/xcs_faults.c), linked in
- * when the manifest declares fault:io; a shim never calls them.
+/* The gate's fault injectors (gate/outside/xcs_faults.c), linked in front
+ * of the cache's reads and opens when the manifest declares fault:io or
+ * fault:open; a shim never calls them.
  * XCS-FAULTS-BEGIN */
 int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
                   int64_t arg);
 void xcs_fault_disarm(void);
 uint64_t xcs_fault_fired(void);
+int xcs_fault_open_files(void);
 /* XCS-FAULTS-END */
 
 #endif

@@ -29,9 +29,9 @@ from fixtures.reader import container_spec, verify
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
-SCENARIO_RUNS = 45
+SCENARIO_RUNS = 47
 #: the scenario files those runs come from (one line each in the output)
-SCENARIOS = 27
+SCENARIOS = 29
 #: runs of the scenario that needs experts in one run each (O_DIRECT cannot
 #: pack a scattered one): a twin whose experts are scattered skips them
 DIRECT_RUNS = ("state-direct", 2)

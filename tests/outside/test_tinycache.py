@@ -1,111 +1,220 @@
-"""The tinycache adapter's conformance report and its planted defects."""
+"""The tinycache adapter's conformance report, its planted defects and its programs.
+
+``tinycache-conformance.json`` beside this file is the whole report of the
+clean build over every scenario; after a change that moves it on purpose,
+write it again with ``python -m tests.outside.test_tinycache`` and read the
+diff.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gate import CannotRun
+from gate.containers import make_target
 from gate.outside import conformance
-from gate.outside.build import load_manifest, verify_sources
+from gate.outside.backend import capabilities_of, outside_factory
+from gate.outside.build import build, load_manifest, verify_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "examples" / "tinycache"
-
-#: the scenarios the defects need (the full set runs once, for the report)
-SMALL = ("batch-residents-pins", "counter-window", "key-bounds", "state-holds",
-         "held-victim", "reset-window")
-#: the I/O fault scenario (EINTR), apart: its checks pin counters that a
-#: prefetch counted as a hit (defect 1) breaks too
-IO = ("faults-io",)
+GOLDEN = Path(__file__).with_name("tinycache-conformance.json")
 
 #: the clean tinycache's verdict of every contract over every scenario
 REPORT = {
     "serial-reads": "PASS", "batch-reads": "PASS", "batch-residents": "PASS",
     "prefetch-not-hit": "PASS", "counter-windows": "PASS",
-    "adjusted-hit-rate": "N/A",
-    "short-read": "FAIL", "eintr": "PASS", "io-errors": "FAIL",
-    "key-bounds": "PASS", "pins": "N/A", "holds": "PASS", "policies": "PASS",
-    "reader-refusals": "FAIL", "replaced-file": "PASS", "allocation": "N/A",
-    "direct-io": "N/A", "streams": "N/A", "victim-order": "FAIL",
+    "adjusted-hit-rate": "N/A", "short-read": "PASS", "eintr": "PASS",
+    "open-failures": "PASS", "io-errors": "PASS", "key-bounds": "PASS",
+    "pins": "N/A", "holds": "PASS", "policies": "PASS",
+    "reader-refusals": "N/A", "replaced-file": "PASS", "allocation": "N/A",
+    "direct-io": "N/A", "streams": "N/A", "victim-order": "PASS",
     "reads-under-way": "N/A", "trace": "N/A", "invariant-check": "N/A",
 }
 
-#: each planted defect (TC_DEFECT): the one contract it must break, and the
-#: scenarios it is judged on (the clean build is judged on the same ones).
-#: The reference scenario is left out: its "mixed counters" check, after a
-#: reset and a batch, is broken by both 1 and 7.
-DEFECTS = {1: ("prefetch-not-hit", SMALL), 2: ("batch-residents", SMALL),
-           3: ("key-bounds", SMALL), 4: ("eintr", IO), 5: ("short-read", SMALL),
-           6: ("holds", SMALL), 7: ("counter-windows", SMALL)}
+#: what each N/A row names as lacking, in the order the scenarios meet it
+NA_MISSING = {
+    "adjusted-hit-rate": ["counter:prefetch_first_uses"],
+    "pins": ["pins:count", "policy:fifo"],
+    "reader-refusals": ["op:reader"],
+    "allocation": ["fault:alloc"],
+    "direct-io": ["option:direct", "option:chunk_bytes"],
+    "streams": ["op:stream", "policy:lfu", "policy:arc", "policy:s3fifo"],
+    "reads-under-way": ["option:io_threads", "policy:fifo", "op:trace"],
+    "trace": ["op:trace"],
+    "invariant-check": ["op:break_check"],
+}
+
+#: each planted defect (TC_DEFECT) and the one contract it must break, over
+#: every scenario
+DEFECTS = {1: "prefetch-not-hit", 2: "batch-residents", 3: "key-bounds",
+           4: "eintr", 5: "short-read", 6: "holds", 7: "counter-windows"}
+
+#: programs the clean build passes (k3-mini, plain options): the defects
+#: of PROGRAM_DEFECTS fail them with no hand-written scenario run
+PROGRAMS = [{"container": "k3-mini", "option_set": "plain", "seed": s,
+             "length": 24} for s in (0, 3, 4, 5)]
+PROGRAM_DEFECTS = (1, 6, 7)
 
 
-def _run(tmp: Path, only: list[str], defect: int = 0) -> dict[str, Any]:
+def _run(tmp: Path, only: list[str], defect: int = 0,
+         plan: list[dict[str, Any]] | None = None, scenarios: bool = True
+         ) -> dict[str, Any]:
     """Rows by contract of one conformance run (the build's output hidden)."""
     flags = (f"-DTC_DEFECT={defect}",) if defect else ()
     with contextlib.redirect_stdout(io.StringIO()):
         rows, _ = conformance.run(ADAPTER, tmp, tmp / "work", only, 120.0,
-                                  extra_cflags=flags)
+                                  extra_cflags=flags, plan=plan,
+                                  scenarios=scenarios)
     return {r["contract"]: r for r in rows}
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory
-         ) -> dict[tuple[int, tuple[str, ...]], dict[str, Any]]:
-    """Rows of the clean build and of every defect on its scenarios, once each."""
-    plan = {(0, SMALL), (0, IO), *((d, sel) for d, (_, sel) in DEFECTS.items())}
-    return {(d, sel): _run(tmp_path_factory.mktemp(f"tc{d}"), list(sel), d)
-            for d, sel in sorted(plan)}
+def full(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The clean build over every scenario: its output folder and rows."""
+    out = tmp_path_factory.mktemp("tc-full")
+    return out, _run(out, [])
 
 
-def test_full_report_exactly(tmp_path: Path) -> None:
-    """Every contract's verdict over every scenario is the one pinned here."""
-    rows = _run(tmp_path, [])
-    assert {c: r["verdict"] for c, r in rows.items()} == REPORT
-    assert (tmp_path / "conformance.md").read_text().count("\n| ") == len(REPORT) + 1
-    assert '"contracts"' in (tmp_path / "conformance.json").read_text()
-    assert rows["reader-refusals"]["first_failure"].startswith(
-        "faults-corrupt: F15 a 5-byte file is too short: last_error null")
-    # tc_prefetch stops at the first failed read: the rest of the batch is lost
-    assert rows["io-errors"]["first_failure"].startswith(
-        "faults-io: F6 a batch publishes exactly the reads that succeeded: "
-        "published 1, prefetch_loads 1")
+@pytest.fixture(scope="session")
+def defects(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, Any]]:
+    """Every planted defect's rows over every scenario, once each."""
+    return {d: _run(tmp_path_factory.mktemp(f"tc{d}"), [], d) for d in DEFECTS}
 
 
-def test_na_rows_name_the_missing_capability(tmp_path: Path) -> None:
-    """The N/A rows name what tinycache lacks, and no N/A row lacks nothing."""
-    rows = _run(tmp_path, ["faults-alloc", "trace-records", "check-probe",
-                           "batch-residents-pins", "chunk-faults"])
-    assert rows["short-read"]["missing"] == ["option:chunk_bytes"]
-    assert rows["allocation"]["missing"] == ["fault:alloc"]
-    assert rows["trace"]["missing"] == ["op:trace"]
-    assert rows["invariant-check"]["missing"] == ["op:break_check"]
-    assert rows["pins"]["missing"] == ["pins:count", "policy:fifo"]
-    assert rows["adjusted-hit-rate"]["verdict"] == "N/A"
-    assert rows["adjusted-hit-rate"]["missing"][0] == "counter:prefetch_first_uses"
+def _text(rows: dict[str, Any]) -> dict[str, str]:
+    return {c: r["verdict"] for c, r in rows.items()}
 
 
-def test_clean_build_passes_the_defect_rows(runs: dict[Any, Any]) -> None:
+def test_full_report_exactly(full: tuple[Path, dict[str, Any]]) -> None:
+    """The whole conformance.json of the clean build is the pinned one."""
+    out, rows = full
+    assert _text(rows) == REPORT
+    got = json.loads((out / "conformance.json").read_text())
+    assert got == json.loads(GOLDEN.read_text())
+    md = (out / "conformance.md").read_text()
+    assert md.count("\n| ") == len(REPORT) + 1
+    assert "| open-failures | a file that will not open is reported, no " \
+           "descriptor is kept, and a later open serves | PASS | 5/0/0 |  |" in md
+
+
+def test_na_rows_name_the_missing_capability(full: tuple[Path, dict[str, Any]]
+                                             ) -> None:
+    """Each N/A row names exactly what tinycache lacks, and it does lack it."""
+    _, rows = full
+    caps = capabilities_of(load_manifest(ADAPTER))
+    na = {c: r["missing"] for c, r in rows.items() if r["verdict"] == "N/A"}
+    assert na == NA_MISSING
+    for c, missing in na.items():
+        assert rows[c]["passed"] == rows[c]["failed"] == 0, c
+        assert missing and all(not caps.has(m) for m in missing), c
+    # a PASS row's N/A checks name only capabilities it lacks, too
+    for c, r in rows.items():
+        assert all(not caps.has(m) for m in r["missing"]), c
+
+
+def test_clean_build_passes_the_defect_rows(full: tuple[Path, dict[str, Any]]
+                                            ) -> None:
     """Each contract a defect targets is PASS on the clean build."""
-    for contract, sel in DEFECTS.values():
-        assert runs[(0, sel)][contract]["verdict"] == "PASS", contract
+    _, rows = full
+    for contract in DEFECTS.values():
+        assert rows[contract]["verdict"] == "PASS", contract
 
 
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
-def test_defect_fails_its_contract_only(runs: dict[Any, Any], defect: int) -> None:
+def test_defect_fails_its_contract_only(full: tuple[Path, dict[str, Any]],
+                                        defects: dict[int, dict[str, Any]],
+                                        defect: int) -> None:
     """A planted defect turns exactly its own contract's PASS into FAIL."""
-    contract, sel = DEFECTS[defect]
-    clean = {c: r["verdict"] for c, r in runs[(0, sel)].items()}
-    bad = {c: r["verdict"] for c, r in runs[(defect, sel)].items()}
+    clean, bad = _text(full[1]), _text(defects[defect])
     assert set(bad) == set(clean)
-    assert {c for c in clean if clean[c] != bad[c]} == {contract}
-    assert bad[contract] == "FAIL"
-    assert runs[(defect, sel)][contract]["first_failure"]
+    assert {c for c in clean if clean[c] != bad[c]} == {DEFECTS[defect]}
+    assert bad[DEFECTS[defect]] == "FAIL"
+    assert defects[defect][DEFECTS[defect]]["first_failure"]
+
+
+def test_open_eintr_is_named_by_the_eintr_contract(
+        defects: dict[int, dict[str, Any]]) -> None:
+    """Without an EINTR retry (defect 4) the interrupted open fails under eintr."""
+    row = defects[4]["eintr"]
+    # F3 of faults-io, F6 after it (the key F3 lost is not resident: counted
+    # against F3's contract), and open-eintr, whose get finds no cache open
+    assert row["failed"] == 3
+    assert row["first_failure"].startswith("faults-io: F3 F5 interrupted")
+    assert defects[4]["io-errors"]["verdict"] == "PASS"
+
+
+def test_programs_alone_catch_planted_defects(tmp_path: Path) -> None:
+    """The seeded programs, with no scenario run, PASS on the clean build and
+    FAIL on defects 1, 6 and 7, shrunk to a scenario that fails the same way."""
+    clean = _run(tmp_path / "clean", [], plan=PROGRAMS, scenarios=False)
+    assert list(clean) == ["programs"]
+    row = clean["programs"]
+    assert (row["verdict"], row["passed"], row["failed"], row["na"]) == \
+        ("PASS", 4, 0, 0)
+    assert row["not_compared"][:2] == ["hit_rate (counter:hit_rate)",
+                                       "payload_bytes (counter:payload_bytes)"]
+    assert set(row["left_out"]) <= {"op:stream", "op:hold_layer", "pins:count",
+                                    "op:prefetch_speculative", "fault:alloc",
+                                    "fault:evict_first", "op:reader",
+                                    "op:drain"}
+    for d in PROGRAM_DEFECTS:
+        out = tmp_path / f"d{d}"
+        bad = _run(out, [], d, plan=PROGRAMS, scenarios=False)["programs"]
+        assert bad["verdict"] == "FAIL", d
+        assert re.search(r"; shrunk to \d+ steps, first failing there step \d+",
+                         bad["first_failure"]), bad["first_failure"]
+        shrunk = json.loads((out / "programs-shrunk.json").read_text())
+        assert shrunk == bad["scenario"]
+        n_ops = [s for s in shrunk["steps"] if s["op"] != "check"]
+        assert 1 <= len(n_ops) < 24, d
+
+
+def test_programs_a_cache_cannot_take_are_na_naming_why(tmp_path: Path) -> None:
+    """A program whose options tinycache lacks is N/A naming the option."""
+    plan = [{"container": "k3-mini", "option_set": o, "seed": 0, "length": 24}
+            for o in ("chunked", "readers", "traced")]
+    row = _run(tmp_path, [], plan=plan, scenarios=False)["programs"]
+    assert (row["verdict"], row["passed"], row["failed"], row["na"]) == \
+        ("N/A", 0, 0, 3)
+    assert row["missing"] == ["option:chunk_bytes", "option:io_threads",
+                              "op:trace"]
+    md = (tmp_path / "conformance.md").read_text()
+    assert "| programs |" in md and "lacks option:chunk_bytes" in md
+
+
+def test_open_files_counts_the_descriptors_the_cache_keeps(tmp_path: Path
+                                                          ) -> None:
+    """The open injector's descriptor count: 3 shards kept open while the
+    cache is, none after close, none after an open that failed halfway."""
+    m = load_manifest(ADAPTER)
+    caps = capabilities_of(m)
+    with contextlib.redirect_stdout(io.StringIO()):
+        ffi, lib = build(m, tmp_path / "build")
+    target = make_target("mixtral-mini", tmp_path)
+    folder = tmp_path / "copy"
+    target.populate(folder)
+    make = outside_factory(ffi, lib, caps, m.name, target,
+                           {"n_slots": 4, "policy": "lru"})
+    parts = len(target.pieces(*target.keys[0]))
+    backend = make(folder)
+    assert make.open_files() == 3 * parts  # each tinycache opens each shard
+    backend.close()
+    assert make.open_files() == 0
+    make.inject_open({"fault": "emfile", "nth": 2})
+    with pytest.raises(Exception, match="shim code -3"):
+        make(folder)
+    make.clear_open()
+    assert make.open_files() == 0
 
 
 def test_digest_mismatch_names_the_file(tmp_path: Path) -> None:
@@ -121,17 +230,33 @@ def test_digest_mismatch_names_the_file(tmp_path: Path) -> None:
 
 def test_cli_exits_as_the_report_says(tmp_path: Path) -> None:
     """``replay.py --cache`` exits 0 on a report without FAIL, 1 with one."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    bad = tmp_path / "adapter"
+    bad.mkdir()
+    for name in ("tinycache.c", "tinycache.h", "shim.c"):
+        (bad / name).write_bytes((ADAPTER / name).read_bytes())
+    toml = (ADAPTER / "xcs.toml").read_text().replace(
+        '"-pthread"]', '"-pthread", "-DTC_DEFECT=3"]')
+    (bad / "xcs.toml").write_text(toml)
 
-    def cli(out: Path, scenario: str) -> int:
+    def cli(adapter: Path, out: Path, scenario: str) -> int:
         return subprocess.run(
-            [sys.executable, str(ROOT / "replay.py"), "--cache", str(ADAPTER),
+            [sys.executable, str(ROOT / "replay.py"), "--cache", str(adapter),
              str(out), "--scenario", scenario],
             capture_output=True, text=True, cwd=ROOT).returncode
 
-    assert cli(tmp_path / "ok", "key-bounds") == 0
+    assert cli(ADAPTER, tmp_path / "ok", "key-bounds") == 0
     assert (tmp_path / "ok" / "conformance.md").is_file()
-    assert cli(tmp_path / "bad", "reader-overlap") == 1
-    assert json.loads((tmp_path / "bad" / "conformance.json").read_text())[
-        "contracts"][0]["contract"] == "serial-reads"
+    assert cli(bad, tmp_path / "bad", "key-bounds") == 1
+    rows = json.loads((tmp_path / "bad" / "conformance.json").read_text())[
+        "contracts"]
+    assert [r["contract"] for r in rows if r["verdict"] == "FAIL"] == [
+        "key-bounds"]
+
+
+if __name__ == "__main__":  # write the golden report again
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _run(Path(tmp), [])
+        GOLDEN.write_text((Path(tmp) / "conformance.json").read_text())
+    print(f"wrote {GOLDEN}")

@@ -91,9 +91,12 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 45 scenarios, 392 checks, all pinned, none skipped."""
+    """On their home containers: 47 scenarios, 392 checks, all pinned, none
+    skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 45 and len(report.checks) == 392
+    assert len(names) == 47 and len(report.checks) == 392
+    assert {n["scenario"] for n in report.not_applicable} == {
+        "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
     assert "reference (4 KiB chunks)" in names
     assert "policies (arc)" in names
@@ -106,7 +109,7 @@ def test_container_folder_runs_the_whole_set(tmp_path, folders, preset):
     assert not report.failed, [c["detail"] for c in report.failed]
     # O_DIRECT cannot pack an expert scattered over its file (the presets')
     assert [s["scenario"] for s in report.skipped] == ["state-direct"]
-    assert len(names) == 43
+    assert len(names) == 45
     assert {c["backend"] for c in report.checks} == {"engine", "oracle"}
     reads = [c for c in report.checks if c["check"].startswith(
         "routed reads are byte-exact") and c["backend"] == "engine"]
@@ -191,6 +194,7 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
     assert not report.failed
     ran = {n.split(" (")[0] for n in names}
     assert ran | set(skipped) == {"counter-window", "faults-alloc",
+                                  "open-failures", "open-eintr",
                                   "faults-corrupt", "faults-files",
                                   "faults-io", "policies", "reference",
                                   "batch-residents-pins", "key-bounds",
@@ -309,10 +313,10 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 27 scenarios (43 variants), 376 checks, 1 skipped on {where} "
+        f"PASS: 29 scenarios (45 variants), 376 checks, 1 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 27
+    assert len(scenario_lines) == 29
     assert all(ln[23:].startswith(f"on {where}  ") for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")

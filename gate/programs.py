@@ -70,6 +70,8 @@ COMPARED: tuple[str, ...] = (
     *(c for c in COUNTERS if c not in _UNMODELLED),
     *(f.value for f in Fact),
     "reads", "errors", "published", "last_error",
+    # each failure's layer, expert and offset (gate.error_fields)
+    "error_fields",
 )
 
 #: Corruptions a program's last step may make of its container.

@@ -164,3 +164,22 @@ def test_a_stuck_differential_check_fails_at_the_cap(monkeypatch: pytest.MonkeyP
     assert names == ["reader-diff"]
     assert [(c["check"], c["passed"]) for c in report.checks] == [
         ("reader-diff ran to completion", False)]
+
+
+def test_error_fields_hold_what_both_backends_can_state() -> None:
+    """An I/O failure keeps its key, a not-found its (absent) offset; a not-found
+    from the engine with a byte offset differs from the oracle's."""
+    from gate.error_fields import project
+    from oracle import errors as oerr
+
+    eng = engine.errors.EngineIOError("x", kind="io", offset=4096, layer=2,
+                                      expert=5)
+    assert project(eng, "io") == ["io", 2, 5, None]
+    assert project(oerr.IOFailure("x", 2, 5), "io") == ["io", 2, 5, None]
+    right = engine.errors.NotFoundError("x", kind="not_found", layer=1, expert=3)
+    wrong = engine.errors.NotFoundError("x", kind="not_found", offset=1, layer=1,
+                                        expert=3)
+    oracle_says = project(oerr.NotFound("x"), "not_found")
+    assert project(right, "not_found") == oracle_says == ["not_found", None, None,
+                                                          None]
+    assert project(wrong, "not_found") != oracle_says

@@ -60,8 +60,12 @@ KIND_DIFFERENCES: dict[tuple[str, str], str] = {
 }
 
 INDEX_NAME = "model.safetensors.index.json"
-_BITS = {"F32": 32, "BF16": 16, "F16": 16, "I8": 8, "U8": 8, "F4": 4,
-         "F6_E2M3": 6, "I64": 64, "BOOL": 8, "F8_E4M3": 8, "I32": 32}
+#: Bits of every dtype of docs/DESIGN.md §3 (as the oracle's DTYPE_BITS).
+_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "BOOL": 8, "U8": 8, "I8": 8,
+         "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8,
+         "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+         "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
+         "C64": 64}
 
 
 # -- a JSON document written with every position recorded ---------------------
@@ -191,6 +195,11 @@ SINGLE: tuple[list[tuple[str, str, list[int]]], ...] = (
      ("layers.0.z", "I64", [2]), ("e", "F32", [0, 3]),
      ("layers.1.q", "F6_E2M3", [4]), ("layers.1.r", "BOOL", [7]),
      ("layers.1.s", "F8_E4M3", [1, 1, 3])],
+    # every dtype once, in the table's order: a wrong width anywhere is a
+    # wrong size (the 4- and 6-bit ones with element counts that end on a
+    # byte)
+    [(f"t.{d.lower()}", d, {4: [2, 3], 6: [2, 2]}.get(_BITS[d], [3]))
+     for d in _BITS],
 )
 
 

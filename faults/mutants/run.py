@@ -104,7 +104,9 @@ FILE_TESTS: dict[str, tuple[str, ...]] = {
     "xc_alloc.c": ("tests/faults/test_alloc_countdowns.py",
                    "tests/faults/test_alloc_every_entry_point.py",
                    "tests/boundary/test_alloc_seam_and_error_record.py"),
-    "xc_err.c": ("tests/boundary", "tests/faults/test_failure_kinds.py"),
+    "xc_err.c": ("tests/boundary/test_status_families.py",
+                 "tests/boundary/test_alloc_seam_and_error_record.py",
+                 "tests/faults/test_failure_kinds.py", *_READER_TESTS),
     "xc_load.c": ("tests/cache/test_fused_experts.py",
                   "tests/cache/test_scattered_experts.py",
                   "tests/cache/test_reads_match_oracle.py",
@@ -139,6 +141,8 @@ NO_COMPILE = "did-not-compile"
 NOT_APPLICABLE = "not-applicable"
 CRASHED = "crashed"
 ERROR = "error"
+#: The replay stage's verdict under ``--pytest-only``.
+SKIPPED = "skipped"
 #: Verdicts in which the gate (or the tests) failed the mutant.
 KILLED = (CAUGHT, CRASHED, TIMED_OUT)
 
@@ -291,8 +295,8 @@ def _pytest(scratch: Path, selection: str, timeout: float) -> Stage:
 
 def run_one(m: Mutant, root: Path, timeout: float = DEFAULT_TIMEOUT_S,
             replay_timeout: float = DEFAULT_REPLAY_TIMEOUT_S,
-            pytest_sel: str | None = None, pytest_missed: bool = False
-            ) -> Result:
+            pytest_sel: str | None = None, pytest_missed: bool = False,
+            pytest_only: bool = False) -> Result:
     """Plant ``m`` in a scratch copy of ``root``, replay it (and pytest).
 
     ``pytest_sel`` "targeted" is :func:`targeted_tests` of the mutant's
@@ -313,11 +317,19 @@ def run_one(m: Mutant, root: Path, timeout: float = DEFAULT_TIMEOUT_S,
         except NotApplicable as e:
             res.replay = Stage(NOT_APPLICABLE, detail=str(e))
             return res
-        res.replay = _replay(root, scratch, timeout, replay_timeout,
-                             keep=pytest_sel is not None)
+        if pytest_only:  # the mutant's pytest verdict alone (pins current)
+            rc, out, err = _run([sys.executable, "replay.py", "--engine-src",
+                                 str(scratch), "--repin"], root, timeout)
+            res.replay = Stage(SKIPPED if rc == 0 else ERROR, rc,
+                               detail="--pytest-only" if rc == 0 else
+                               "re-pin failed: " + _tail(err or out))
+        else:
+            res.replay = _replay(root, scratch, timeout, replay_timeout,
+                                 keep=pytest_sel is not None)
         if pytest_sel is not None and res.replay.verdict not in (
                 NO_COMPILE, ERROR) and (not pytest_missed
-                                        or res.replay.verdict == MISSED):
+                                        or res.replay.verdict in (MISSED,
+                                                                  SKIPPED)):
             res.pytest = _pytest(scratch, pytest_sel, timeout)
         return res
     finally:
@@ -330,7 +342,8 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
             replay_timeout: float = DEFAULT_REPLAY_TIMEOUT_S,
             pytest_sel: str | None = None,
             on_result: Callable[[Result], None] | None = None,
-            pytest_missed: bool = False) -> list[Result]:
+            pytest_missed: bool = False,
+            pytest_only: bool = False) -> list[Result]:
     """Run every mutant, ``jobs`` at a time; results in catalogue order.
 
     The builds share one object cache (``XC_OBJ_CACHE``, engine/_build.py)
@@ -338,7 +351,8 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
     it changed.
     """
     def one(m: Mutant) -> Result:
-        r = run_one(m, root, timeout, replay_timeout, pytest_sel, pytest_missed)
+        r = run_one(m, root, timeout, replay_timeout, pytest_sel, pytest_missed,
+                    pytest_only)
         if on_result is not None:
             on_result(r)
         return r
@@ -443,6 +457,9 @@ def parser() -> argparse.ArgumentParser:
                          '"targeted" the tests of the mutated file (FILE_TESTS)')
     ap.add_argument("--pytest-missed", action="store_true",
                     help="run --pytest only for the mutants replay missed")
+    ap.add_argument("--pytest-only", action="store_true",
+                    help="run --pytest without replay (for mutants whose "
+                         "replay verdict is known)")
     ap.add_argument("--json", dest="json_path", metavar="FILE",
                     help="write the report as JSON")
     ap.add_argument("--catalogue", metavar="FILE",
@@ -530,8 +547,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {r.id} {r.replay.verdict}{extra} ({r.seconds:.0f} s)",
               flush=True)
 
+    if ns.pytest_only and ns.pytest is None:
+        print("faults.mutants: --pytest-only needs --pytest", file=sys.stderr)
+        return 2
     results = run_all(mutants, root, ns.jobs, ns.timeout, ns.replay_timeout,
-                      ns.pytest, progress, ns.pytest_missed)
+                      ns.pytest, progress, ns.pytest_missed, ns.pytest_only)
     total = time.perf_counter() - t0
     print(table(results))
     counts: dict[str, int] = {}

@@ -610,6 +610,7 @@ class Verdict:
     detail: str = ""
     table: list[tuple[Any, ...]] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    key: tuple[int | None, int | None] = (None, None)  #: layer, expert
 
 
 def engine_verdict(engine: Any, path: Path) -> Verdict:
@@ -621,7 +622,8 @@ def engine_verdict(engine: Any, path: Path) -> Verdict:
                            t.offset, t.nbytes) for t in c.tensors())
             return Verdict(table=rows, metadata=dict(c.metadata))
     except engine.EngineError as e:
-        return Verdict(e.kind, e.offset, str(e))
+        return Verdict(e.kind, e.offset, str(e),
+                       key=(getattr(e, "layer", None), getattr(e, "expert", None)))
 
 
 def oracle_verdict(path: Path) -> Verdict:
@@ -683,6 +685,9 @@ def compare(mine: Verdict, theirs: Verdict, expected_offset: int | None
         if (mine.kind, theirs.kind) in KIND_DIFFERENCES:
             return None
         return f"kind: engine {mine.kind} ({mine.message}), oracle {theirs.kind}"
+    if mine.key != (None, None):  # a format error concerns no key
+        return (f"{mine.kind}: the error names layer {mine.key[0]} expert "
+                f"{mine.key[1]} ({mine.message})")
     if expected_offset is not None and mine.offset != expected_offset:
         return (f"{mine.kind} offset: engine {mine.offset}, expected "
                 f"{expected_offset} ({mine.message})")

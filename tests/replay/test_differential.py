@@ -183,3 +183,16 @@ def test_error_fields_hold_what_both_backends_can_state() -> None:
     assert project(right, "not_found") == oracle_says == ["not_found", None, None,
                                                           None]
     assert project(wrong, "not_found") != oracle_says
+
+
+def test_a_stream_whose_open_failed_keeps_its_label() -> None:
+    """A failed stream_open still takes its label: the next and rest steps on it
+    do nothing instead of stopping the run as CANNOT RUN."""
+    from gate import state_ops
+
+    run = types.SimpleNamespace(backend=types.SimpleNamespace(stream_open=None),
+                                _attempt=lambda call, *args: (False, None))
+    state_ops.stream_open(run, {"keys": [(0, 1)], "get_first": [], "label": "s"})
+    state_ops.stream_next(run, {"label": "s", "count": 2})
+    state_ops.stream_rest(run, {"label": "s"})
+    assert run.open_streams == {}

@@ -663,7 +663,7 @@ NAME_COMPARED = frozenset({"dtype", "duplicate", "offsets", "overflow", "bits",
 #: Oracle kinds whose detail's integers the engine's message must all hold
 #: (sizes, bits, ends: the same facts in other words).
 NUMBERS_COMPARED = frozenset({"size", "bits", "length", "offsets",
-                              "header_past_end"})
+                              "header_past_end", "index"})
 
 
 def compare(mine: Verdict, theirs: Verdict, expected_offset: int | None
@@ -825,7 +825,8 @@ class Sharded:
         for name, h in self.shards.items():
             h.write(folder / name)
         doc = render(self.index, self.sep)
-        (folder / INDEX_NAME).write_bytes(doc.text)
+        if self.index.pairs:  # (an empty index: the folder has none)
+            (folder / INDEX_NAME).write_bytes(doc.text)
         return doc
 
 
@@ -930,11 +931,27 @@ def x_schema(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
 
 
 def x_ok(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
-    """Accepted: entries reordered, metadata null or without total_size."""
+    """Accepted: entries reordered, metadata null, or with unknown nested fields."""
     s.wmap().pairs.reverse()
-    if rng.random() < 0.5:
+    choice = rng.randrange(3)
+    if choice == 0:
         s.index.pairs[s.index.index("metadata")] = ("metadata", None)
+    elif choice == 1:
+        meta = s.index.get("metadata")
+        meta.pairs.insert(rng.randrange(len(meta.pairs) + 1), (
+            "extra", rng.choice([Obj([("a", [1, Obj([("b", None)])])]),
+                                 [[[]]], "x", -1.5, Raw("1e-999")])))
+    else:
+        s.index.pairs.insert(rng.randrange(3), ("note", Obj([("k", [True])])))
     return "ok", None
+
+
+def x_no_index(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
+    """No index, and 2 to 12 .safetensors files: which container is meant?"""
+    first = next(iter(s.shards.values()))
+    s.index = Obj([])
+    s.shards = {f"part-{i}.safetensors": first for i in range(rng.randrange(2, 13))}
+    return "none", None
 
 
 def x_shard_broken(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
@@ -949,7 +966,8 @@ def x_shard_broken(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
 
 INDEX_RULES: tuple[tuple[Callable[..., tuple[str, Path_ | None]], int], ...] = (
     (x_stray, 2), (x_missing, 2), (x_wrong_shard, 2), (x_no_shard, 2),
-    (x_total, 2), (x_schema, 3), (x_ok, 1), (x_shard_broken, 2),
+    (x_total, 2), (x_schema, 3), (x_ok, 2), (x_shard_broken, 2),
+    (x_no_index, 1),
 )
 
 

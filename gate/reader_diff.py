@@ -514,12 +514,15 @@ def r_number_range(rng: random.Random, h: Header) -> Expect:
                            "-0.0e5", "1E+2", "2.5e-3", "1" * 25 + ".5e280",
                            "0." + "0" * 30 + "1e330", "1e-2147483649",
                            "1e2147483648", "0e2147483648"])
-    else:  # near the top of the range: every power of ten from 1e270 is used
-        digits = "".join(rng.choice("0123456789") for _ in range(rng.randrange(
-            1, 21))).lstrip("0") or "1"
+    else:  # at the top of the range: a power of ten 10^a from 1e286 on
+        # times a significand of the digits that put the product within a
+        # factor of ten of the largest double, on either side of it
+        a = rng.randrange(286, 310)
+        n_digits = max(1, min(20, 309 - a + rng.randrange(-1, 2)))
+        digits = str(rng.randrange(10 ** (n_digits - 1), 10 ** n_digits))
         cut = rng.randrange(len(digits) + 1)
         sig = digits[:cut] + ("." + digits[cut:] if digits[cut:] else "")
-        exp = 308 - cut - rng.randrange(-2, 40) + (len(digits) - 1)
+        exp = a + (len(digits) - cut)  # the written exponent
         text = (sig if not sig.startswith(".") else "0" + sig) + f"e{exp}"
     j = rng.randrange(len(entry.pairs) + 1)
     entry.pairs.insert(j, ("n", Raw(text)))
@@ -592,7 +595,7 @@ HEADER_RULES: tuple[tuple[Rule, int], ...] = (
     (r_offsets_bad, 3), (r_offsets_move, 5), (r_field_missing, 2),
     (r_field_twice, 2), (r_field_extra, 2), (r_entry_not_object, 2),
     (r_duplicate, 2), (r_name_nul, 1), (r_meta_bad, 4), (r_meta_ok, 1),
-    (r_top_not_object, 1), (r_number_range, 2), (r_prefix, 3), (r_length, 2),
+    (r_top_not_object, 1), (r_number_range, 4), (r_prefix, 3), (r_length, 2),
     (r_not_utf8, 2), (r_text_edit, 10),
 )
 

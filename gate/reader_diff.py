@@ -365,6 +365,24 @@ def r_shape_dim(rng: random.Random, h: Header) -> Expect:
     return Expect(named=True)
 
 
+def r_long_integer(rng: random.Random, h: Header) -> Expect:
+    """A dimension or offset past 19 digits in the writers' exact spelling.
+
+    Compact separators put the entry on the reader's fast path, which reads
+    at most 19 digits; 2^64 + k would wrap to k in 64 bits.
+    """
+    h.sep = (",", ":")
+    i = _tensor_index(rng, h)
+    name = rng.choice(["shape", "data_offsets"])
+    j = _field(h, i, name)
+    values = list(h.top.pairs[i][1].pairs[j][1]) or [1]
+    m = rng.randrange(len(values))
+    values[m] = Raw(rng.choice([str(2**64 + rng.randrange(2**16)),
+                                "1" + "0" * rng.randrange(20, 25)]))
+    _set_field(h, i, name, values)
+    return Expect("schema", value=(i, j, m))
+
+
 def r_overflow(rng: random.Random, h: Header) -> Expect:
     """Dimensions of 48 bits or more, or whose product passes 64 bits."""
     i = _tensor_index(rng, h)
@@ -592,6 +610,7 @@ def r_text_edit(rng: random.Random, h: Header) -> Expect:
 HEADER_RULES: tuple[tuple[Rule, int], ...] = (
     (r_dtype_not_string, 2), (r_dtype_unknown, 2), (r_dtype_other, 3),
     (r_shape_bad, 3), (r_shape_nine, 1), (r_shape_dim, 4), (r_overflow, 2),
+    (r_long_integer, 2),
     (r_offsets_bad, 3), (r_offsets_move, 5), (r_field_missing, 2),
     (r_field_twice, 2), (r_field_extra, 2), (r_entry_not_object, 2),
     (r_duplicate, 2), (r_name_nul, 1), (r_meta_bad, 4), (r_meta_ok, 1),

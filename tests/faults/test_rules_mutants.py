@@ -136,7 +136,6 @@ def test_every_listed_survivor_has_a_reason_and_a_rule_id() -> None:
     assert listed
     for mid, reason in listed.items():
         assert mid.startswith("G") and len(mid) == 8, mid
-        assert reason.split(":")[0].split(" (")[0] in (
-            "equivalent", "equivalent in behaviour", "equivalent in practice",
-            "equivalent at the Python boundary", "unreachable", "unreachable here",
-            "gap", "gap closed since", "not shown equivalent"), (mid, reason)
+        assert reason.startswith(("equivalent", "unreachable", "gap",
+                                  "not shown equivalent")), (mid, reason)
+        assert not reason.startswith("gap closed"), (mid, reason)

@@ -339,7 +339,7 @@ OPS: dict[str, OpSpec] = {
 VALUE_NEEDS: dict[str, tuple[str, ...]] = {
     "reads": (), "wrong_reads": (), "published": (), "last_error": (),
     "errors": (),
-    "error_offset": ("errors:typed",),
+    "error_offset": ("errors:typed",), "error_fields": ("errors:typed",),
     "offset_as_claimed": ("errors:typed",),
     "invariants": ("op:check",),
     "pinned": ("fact:pinned", "pins:count"),

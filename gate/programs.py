@@ -42,7 +42,7 @@ from gate.backend import COUNTERS, Fact, option_needs
 from gate.backends import factory
 from gate.containers import Target, make_target
 from gate.report import Report
-from gate.scenarios import ScenarioRun, run_bounded
+from gate.scenarios import WATCHDOG, ScenarioRun, run_bounded
 from gate.steps import NotApplicable, cache_options, compile_steps
 
 #: The programs file every replay runs (a JSON object, see docs/SCENARIOS.md).
@@ -70,6 +70,8 @@ COMPARED: tuple[str, ...] = (
     *(c for c in COUNTERS if c not in _UNMODELLED),
     *(f.value for f in Fact),
     "reads", "errors", "published", "last_error",
+    # each failure's layer, expert and offset (gate.error_fields)
+    "error_fields",
 )
 
 #: Corruptions a program's last step may make of its container.
@@ -687,6 +689,8 @@ def run_programs(engine: Any, work: Path, report: Report,
                        f["actual"])
             if shrink_failures and shrunk:
                 print("  not shrunk: one failing program is shrunk a run")
+            elif shrink_failures and WATCHDOG.is_stuck():
+                print("  not shrunk: the engine is stuck (a run timed out)")
             elif shrink_failures:
                 shrunk = True
                 try:

@@ -23,7 +23,8 @@ ids (``G`` and 7 hex digits of that hash).
 
 **The filter.**  Taken in that order, each mutant is compiled (every unit
 that includes a mutated header) with the engine's own flags but no debug
-information.  One that does not compile is dropped (*did-not-compile*); one
+information, a call of an undeclared function an error (it would not
+link).  One that does not compile is dropped (*did-not-compile*); one
 whose object code is byte-identical to the original's is dropped as
 *equivalent* (trivial compiler equivalence): it cannot change behaviour, so
 no test could kill it.  The first ``n`` left are the sample.
@@ -210,7 +211,10 @@ def population(engine_dir: Path) -> list[RuleMutant]:
 def _cflags() -> list[str]:
     from engine._build import CFLAGS  # noqa: PLC0415  (the recipe, not the lib)
 
-    return [f for f in CFLAGS if f != "-g"] + ["-g0", "-UNDEBUG", "-c"]
+    # a call of an undeclared name compiles (with a warning) but cannot
+    # link: such a mutant does not build
+    return [f for f in CFLAGS if f != "-g"] + [
+        "-g0", "-UNDEBUG", "-Werror=implicit-function-declaration", "-c"]
 
 
 def _units(csrc: Path, name: str) -> list[str]:

@@ -63,6 +63,73 @@ BEHAVIOUR_TESTS: tuple[str, ...] = (
     "tests/lab/test_c_simulator.py",
     "tests/cache/test_engine_vs_oracle_stateful.py",
 )
+_READER_TESTS = ("tests/reader", "tests/faults/test_corruptions.py",
+                 "tests/faults/test_index_corruptions.py")
+_CACHE_TESTS = ("tests/cache/test_behaviour_twins.py",
+                "tests/cache/test_hold_layer.py",
+                "tests/cache/test_dropped_holds.py",
+                "tests/cache/test_k3_mini_bytes_and_counters.py",
+                "tests/cache/test_engine_vs_oracle_stateful.py",
+                "tests/faults/test_state_twins.py",
+                "tests/faults/test_reads_under_way_twins.py",
+                "tests/async")
+_POLICY_TESTS = ("tests/policies", "tests/lab/test_c_simulator.py",
+                 "tests/lab/test_live_equals_simulator.py")
+#: ``--pytest targeted``: the test files of each engine source (the rest:
+#: BEHAVIOUR_TESTS).  Each is the suite that states that file's contract.
+FILE_TESTS: dict[str, tuple[str, ...]] = {
+    **{f: _READER_TESTS for f in ("xc_json.c", "xc_header.c", "xc_names.c",
+                                  "xc_index.c", "xc_st.c", "xc_st_mem.c",
+                                  "xc_st_impl.h", "xc_json.h")},
+    **{f: _POLICY_TESTS for f in (
+        "xc_policy.c", "xc_policy_arc.c", "xc_policy_fifo.c",
+        "xc_policy_hotness.c", "xc_policy_lfru.c", "xc_policy_lfu.c",
+        "xc_policy_lru.c", "xc_policy_s3fifo.c", "xc_order_buckets.c",
+        "xc_order_heaps.c", "xc_order_list.c", "xc_order.h", "xc_policy.h")},
+    "xc_sim.c": ("tests/lab/test_c_simulator.py", "tests/lab/test_sim_progress.py",
+                 "tests/lab/test_simulator_limits.py",
+                 "tests/lab/test_live_equals_simulator.py"),
+    "xc_trace.c": ("tests/cache/test_recorded_trace.py",
+                   "tests/cache/test_trace_file.py",
+                   "tests/cache/test_trace_path_ownership.py",
+                   "tests/boundary/test_trace_vocabulary.py"),
+    "xc_check.c": ("tests/cache/test_check_names_broken_invariants.py",
+                   "tests/replay/test_probe_steps.py", *_CACHE_TESTS),
+    "xc_io.c": ("tests/faults/test_io_faults_on_every_read_path.py",
+                "tests/faults/test_partial_reads.py",
+                "tests/faults/test_io_countdowns.py",
+                "tests/faults/test_only_regular_files.py",
+                "tests/faults/test_files_changed_while_open.py",
+                "tests/cache/test_io_settings_agree.py"),
+    "xc_alloc.c": ("tests/faults/test_alloc_countdowns.py",
+                   "tests/faults/test_alloc_every_entry_point.py",
+                   "tests/boundary/test_alloc_seam_and_error_record.py"),
+    "xc_err.c": ("tests/boundary/test_status_families.py",
+                 "tests/boundary/test_alloc_seam_and_error_record.py",
+                 "tests/faults/test_failure_kinds.py", *_READER_TESTS),
+    "xc_load.c": ("tests/cache/test_fused_experts.py",
+                  "tests/cache/test_scattered_experts.py",
+                  "tests/cache/test_reads_match_oracle.py",
+                  "tests/faults/test_loader_nomem_message.py",
+                  "tests/boundary/test_getmany_key_paths.py",
+                  "tests/faults/test_files_changed_while_open.py",
+                  *_CACHE_TESTS),
+    **{f: (*_CACHE_TESTS, "tests/cache/test_cache_face.py",
+           "tests/cache/test_threads.py", "tests/cache/test_lifetimes.py",
+           "tests/boundary/test_getmany_key_paths.py",
+           "tests/boundary/test_null_and_range_checks.py",
+           "tests/faults/test_alloc_every_entry_point.py",
+           "tests/faults/test_thread_start_failures.py")
+       for f in ("xc_cache.c", "xc_batch.c", "xc_slot.c", "xc_stream.c",
+                 "xc_cache_impl.h", "xc.h")},
+}
+
+
+def targeted_tests(file: str) -> str:
+    """The ``--pytest targeted`` selection for a mutant of ``file``."""
+    return " ".join(FILE_TESTS.get(file, BEHAVIOUR_TESTS))
+
+
 #: The engine build's object-cache switch (engine/_build.py; faults never
 #: imports engine, so the name is repeated here).
 OBJ_CACHE_ENV = "XC_OBJ_CACHE"
@@ -74,6 +141,8 @@ NO_COMPILE = "did-not-compile"
 NOT_APPLICABLE = "not-applicable"
 CRASHED = "crashed"
 ERROR = "error"
+#: The replay stage's verdict under ``--pytest-only``.
+SKIPPED = "skipped"
 #: Verdicts in which the gate (or the tests) failed the mutant.
 KILLED = (CAUGHT, CRASHED, TIMED_OUT)
 
@@ -226,8 +295,15 @@ def _pytest(scratch: Path, selection: str, timeout: float) -> Stage:
 
 def run_one(m: Mutant, root: Path, timeout: float = DEFAULT_TIMEOUT_S,
             replay_timeout: float = DEFAULT_REPLAY_TIMEOUT_S,
-            pytest_sel: str | None = None) -> Result:
-    """Plant ``m`` in a scratch copy of ``root``, replay it (and pytest)."""
+            pytest_sel: str | None = None, pytest_missed: bool = False,
+            pytest_only: bool = False) -> Result:
+    """Plant ``m`` in a scratch copy of ``root``, replay it (and pytest).
+
+    ``pytest_sel`` "targeted" is :func:`targeted_tests` of the mutant's
+    file; with ``pytest_missed`` pytest runs only when replay missed it.
+    """
+    if pytest_sel == "targeted":
+        pytest_sel = targeted_tests(m.file)
     t0 = time.perf_counter()
     res = Result(m.id, m.contract, m.file, m.description, Stage(ERROR))
     scratch = Path(tempfile.mkdtemp(prefix=f"xc-mutant-{m.id}-"))
@@ -241,10 +317,19 @@ def run_one(m: Mutant, root: Path, timeout: float = DEFAULT_TIMEOUT_S,
         except NotApplicable as e:
             res.replay = Stage(NOT_APPLICABLE, detail=str(e))
             return res
-        res.replay = _replay(root, scratch, timeout, replay_timeout,
-                             keep=pytest_sel is not None)
+        if pytest_only:  # the mutant's pytest verdict alone (pins current)
+            rc, out, err = _run([sys.executable, "replay.py", "--engine-src",
+                                 str(scratch), "--repin"], root, timeout)
+            res.replay = Stage(SKIPPED if rc == 0 else ERROR, rc,
+                               detail="--pytest-only" if rc == 0 else
+                               "re-pin failed: " + _tail(err or out))
+        else:
+            res.replay = _replay(root, scratch, timeout, replay_timeout,
+                                 keep=pytest_sel is not None)
         if pytest_sel is not None and res.replay.verdict not in (
-                NO_COMPILE, ERROR):
+                NO_COMPILE, ERROR) and (not pytest_missed
+                                        or res.replay.verdict in (MISSED,
+                                                                  SKIPPED)):
             res.pytest = _pytest(scratch, pytest_sel, timeout)
         return res
     finally:
@@ -256,7 +341,9 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
             timeout: float = DEFAULT_TIMEOUT_S,
             replay_timeout: float = DEFAULT_REPLAY_TIMEOUT_S,
             pytest_sel: str | None = None,
-            on_result: Callable[[Result], None] | None = None) -> list[Result]:
+            on_result: Callable[[Result], None] | None = None,
+            pytest_missed: bool = False,
+            pytest_only: bool = False) -> list[Result]:
     """Run every mutant, ``jobs`` at a time; results in catalogue order.
 
     The builds share one object cache (``XC_OBJ_CACHE``, engine/_build.py)
@@ -264,7 +351,8 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
     it changed.
     """
     def one(m: Mutant) -> Result:
-        r = run_one(m, root, timeout, replay_timeout, pytest_sel)
+        r = run_one(m, root, timeout, replay_timeout, pytest_sel, pytest_missed,
+                    pytest_only)
         if on_result is not None:
             on_result(r)
         return r
@@ -365,7 +453,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--pytest", metavar="SELECTION",
                     help='also run this pytest selection against each mutant, '
                          'e.g. "tests/ -m \'not slow\'"; "behaviour" names '
-                         'the behaviour selection (BEHAVIOUR_TESTS)')
+                         'the behaviour selection (BEHAVIOUR_TESTS), '
+                         '"targeted" the tests of the mutated file (FILE_TESTS)')
+    ap.add_argument("--pytest-missed", action="store_true",
+                    help="run --pytest only for the mutants replay missed")
+    ap.add_argument("--pytest-only", action="store_true",
+                    help="run --pytest without replay (for mutants whose "
+                         "replay verdict is known)")
     ap.add_argument("--json", dest="json_path", metavar="FILE",
                     help="write the report as JSON")
     ap.add_argument("--catalogue", metavar="FILE",
@@ -453,8 +547,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {r.id} {r.replay.verdict}{extra} ({r.seconds:.0f} s)",
               flush=True)
 
+    if ns.pytest_only and ns.pytest is None:
+        print("faults.mutants: --pytest-only needs --pytest", file=sys.stderr)
+        return 2
     results = run_all(mutants, root, ns.jobs, ns.timeout, ns.replay_timeout,
-                      ns.pytest, progress)
+                      ns.pytest, progress, ns.pytest_missed, ns.pytest_only)
     total = time.perf_counter() - t0
     print(table(results))
     counts: dict[str, int] = {}
@@ -468,7 +565,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             of = [r for r in results if classes.get(r.id) == c]
             if of:
                 killed = sum(r.replay.verdict != MISSED for r in of)
-                print(f"  {c}: replay killed {killed} of {len(of)}")
+                both = sum(r.replay.verdict != MISSED or (
+                    r.pytest is not None and r.pytest.verdict in KILLED)
+                    for r in of)
+                extra = (f", replay or pytest {both}" if ns.pytest is not None
+                         else "")
+                print(f"  {c}: replay killed {killed} of {len(of)}{extra}")
     else:
         unexpected = [i for i in surv if i not in KNOWN_SURVIVORS or
                       ns.catalogue is not None]

@@ -115,3 +115,27 @@ def test_a_draw_of_nothing_is_refused(engine_dir: Path) -> None:
     """Asking for no mutants is an error naming the option."""
     with pytest.raises(rules.RulesError, match="--generated 0"):
         rules.draw(engine_dir, 0)
+
+
+def test_every_targeted_test_path_exists_and_a_file_without_one_gets_all() -> None:
+    """--pytest targeted names only test paths that exist; an engine file with no
+    entry gets the behaviour selection."""
+    from faults.mutants import run
+
+    root = Path(__file__).resolve().parents[2]
+    named = {p for paths in run.FILE_TESTS.values() for p in paths}
+    assert sorted(p for p in named if not (root / p).exists()) == []
+    assert run.targeted_tests("xc_json.c").split() == list(run.FILE_TESTS["xc_json.c"])
+    assert run.targeted_tests("no_such.c").split() == list(run.BEHAVIOUR_TESTS)
+
+
+def test_every_listed_survivor_has_a_reason_and_a_rule_id() -> None:
+    """generated_survivors.json: each entry a G-id with a reason that says whether
+    it is equivalent, unreachable or a gap."""
+    listed = rules.listed_survivors()
+    assert listed
+    for mid, reason in listed.items():
+        assert mid.startswith("G") and len(mid) == 8, mid
+        assert reason.startswith(("equivalent", "unreachable", "gap",
+                                  "not shown equivalent")), (mid, reason)
+        assert not reason.startswith("gap closed"), (mid, reason)

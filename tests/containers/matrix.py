@@ -15,7 +15,11 @@ experts, then ``from-header`` writes the twin, optionally with its own
   MoE layers apart in the middle and at the end, ``--experts 16`` (or all);
 * ``wide``: the last two MoE layers with up to 64 experts;
 * ``mtp`` (models with multi-token-prediction layers): the last decoder
-  layer and the MTP layer, 8 experts.
+  layer and the MTP layer, 8 experts.  DeepSeek-V3 numbers its MTP layer
+  after the decoder's (layer 61, in the decoder's expert group); Qwen3-Next
+  keeps it outside the decoder (``mtp.layers.0.mlp.experts.*``), so its twin
+  is made with ``from-header --group mtp`` and its experts are the MTP
+  block's.
 
 The huge-sparse preset (about 162 GB of holes, 44 MB experts) is a cell only
 with ``huge=True`` (``--huge``): the scenario set does not yet run on it within
@@ -61,6 +65,7 @@ class Cell:
     expand_experts: int | None = None
     layers: tuple[int, ...] | None = None  # from-header --layers / --experts
     experts: int | None = None
+    group: str | None = None  # from-header --group
 
     def make(self, work: Path) -> str:
         """The ``--container`` argument of this cell, writing its twin under work."""
@@ -79,8 +84,16 @@ class Cell:
         with contextlib.redirect_stdout(io.StringIO()):
             from_header(ckpt, twin, scale=self.scale,
                         layers=None if self.layers is None else list(self.layers),
-                        experts=self.experts)
+                        experts=self.experts, group=self.group)
         return str(twin)
+
+
+def mtp_block(model: str) -> bool:
+    """Whether a description has a multi-token-prediction block outside the
+    decoder's layers with experts of its own (``mtp.layers.0...{E}...``)."""
+    desc = json.loads((DATA / f"{model}.json").read_text("utf-8"))
+    return any(p["name"].startswith("mtp.") and "{E}" in p["name"]
+               for p in desc["tensors"])
 
 
 def _model_facts(model: str) -> tuple[list[int], int, int]:
@@ -113,6 +126,9 @@ def model_cells(model: str) -> list[Cell]:
     if n_layers < max(moe) + 1:  # multi-token-prediction layers follow
         sels.append(("mtp", {"expand_layers": (n_layers - 1, n_layers),
                              "expand_experts": 8}))
+    elif mtp_block(model):  # the block's own expert group
+        sels.append(("mtp", {"expand_layers": (n_layers - 1,),
+                             "expand_experts": 8, "group": "mtp"}))
     return [Cell(f"{model}@{scale}:{sel}", model=model, scale=scale, **kw)
             for scale in SCALES for sel, kw in sels]
 

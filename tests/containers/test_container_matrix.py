@@ -11,8 +11,9 @@ CI whole, so by default a seeded sample of cells runs:
 * ``XC_MATRIX_CELLS`` (comma-separated cell names) runs those cells instead;
 * ``XC_MATRIX=all`` runs the whole matrix.
 
-The huge-sparse preset is not a cell yet (tests/containers/matrix.py says
-why).
+The huge-sparse preset is a cell only with ``--huge`` (for time:
+tests/containers/matrix.py says why; tests/containers/test_huge_sparse.py
+holds what made it fail).
 
 The seed and the chosen cells are printed at collection (``pytest -s``) and
 named in every failure, so a failing cell reruns alone with

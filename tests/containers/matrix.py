@@ -15,7 +15,8 @@ experts, then ``from-header`` writes the twin, optionally with its own
   MoE layers apart in the middle and at the end, ``--experts 16`` (or all);
 * ``wide``: the last two MoE layers with up to 64 experts;
 * ``mtp`` (models with multi-token-prediction layers): the last decoder
-  layer and the MTP layer, 8 experts.  DeepSeek-V3 numbers its MTP layer
+  layer and the MTP layer, 8 experts (Qwen3-Next: 64, its MTP group being
+  one layer).  DeepSeek-V3 numbers its MTP layer
   after the decoder's (layer 61, in the decoder's expert group); Qwen3-Next
   keeps it outside the decoder (``mtp.layers.0.mlp.experts.*``), so its twin
   is made with ``from-header --group mtp`` and its experts are the MTP
@@ -129,9 +130,10 @@ def model_cells(model: str) -> list[Cell]:
     if n_layers < max(moe) + 1:  # multi-token-prediction layers follow
         sels.append(("mtp", {"expand_layers": (n_layers - 1, n_layers),
                              "expand_experts": 8}))
-    elif mtp_block(model):  # the block's own expert group
+    elif mtp_block(model):  # the block's own group: one layer, so more
+        # experts (8 would be fewer keys than the scenarios' 2 * top-k)
         sels.append(("mtp", {"expand_layers": (n_layers - 1,),
-                             "expand_experts": 8, "group": "mtp"}))
+                             "expand_experts": min(n_exp, 64), "group": "mtp"}))
     return [Cell(f"{model}@{scale}:{sel}", model=model, scale=scale, **kw)
             for scale in SCALES for sel, kw in sels]
 

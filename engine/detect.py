@@ -63,6 +63,13 @@ FUSED_MODULES = ("input_linear", "output_linear")
 #: and their score biases.
 NOT_ROUTED = ("shared_expert", "shared_experts", "shared_mlp", "router", "gate",
               "e_score_correction_bias")
+#: The module name that marks a multi-token-prediction block kept outside
+#: the decoder's layers (Qwen3-Next's ``mtp.layers.0.mlp.experts.*``): a
+#: component of a group's template before ``layers.{layer}``.
+MTP_MODULE = "mtp"
+#: The expert groups :func:`detect` can be asked for: the decoder's routed
+#: experts (the default) or the multi-token-prediction block's.
+GROUPS = ("decoder", "mtp")
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,51 @@ def _classify(name: str) -> _Hit | None:
             return _Hit(".".join(head + comps[i + 2:k] + ["{tensor}"]), FUSED,
                         layer, -1, ".".join(comps[k:]))
     return None
+
+
+def _head(template: str) -> str:
+    """The part of a template before ``{layer}``: ``model.layers.``."""
+    return template.split("{layer}")[0]
+
+
+def is_mtp(template: str) -> bool:
+    """Whether a group's template is a multi-token-prediction block's.
+
+    That is, whether :data:`MTP_MODULE` is a component of the name before
+    ``layers.{layer}`` (``mtp.layers.{layer}...``), so the layer numbers
+    count the block's own layers, not the decoder's.
+    """
+    return MTP_MODULE in _head(template).split(".")
+
+
+def _choose(p: Path, groups: dict[str, list[tuple[_Hit, TensorInfo]]],
+            group: str | None) -> str:
+    """The template of the expert group to use (docs/LAYOUT.md "Detection").
+
+    The decoder's group when it is the only group outside a
+    multi-token-prediction block (``group`` None or ``"decoder"``), the
+    block's when ``group`` is ``"mtp"`` and there is exactly one; else a
+    LayoutError naming every candidate.
+    """
+    if group is not None and group not in GROUPS:
+        raise LayoutError(f"expert group {group!r}: one of "
+                          f"{', '.join(map(repr, GROUPS))}")
+    want = group or "decoder"
+    fits = [t for t in groups if is_mtp(t) == (want == "mtp")]
+    if len(fits) == 1 and (len(groups) > 1 or group is not None):
+        return fits[0]
+    if len(groups) == 1 and group is None:
+        return next(iter(groups))
+    lines = []
+    for tmpl, hits in groups.items():
+        kind = "multi-token prediction, " if is_mtp(tmpl) else ""
+        lines.append(f"{tmpl} ({kind}{hits[0][0].family}, {len(hits)} tensors, "
+                     f"layers {ranges(h.layer for h, _ in hits)})")
+    said = ("several candidate expert layouts" if len(fits) > 1 else
+            f"no {'multi-token-prediction' if want == 'mtp' else 'decoder'} "
+            "expert group among the candidates" if fits == [] else "")
+    raise LayoutError(f"{p}: {said}; give a layout file ({LAYOUT_FILE}) to "
+                      "choose: " + "; ".join(lines))
 
 
 def _generic(name: str) -> str:
@@ -204,16 +256,21 @@ class _Config:
 
 
 def detect(path: str | os.PathLike[str], *,
-           container: Container | None = None) -> Layout:
-    """Detect the layout from ``config.json`` and the tensor names (docs/LAYOUT.md)."""
+           container: Container | None = None, group: str | None = None
+           ) -> Layout:
+    """Detect the layout from ``config.json`` and the tensor names (docs/LAYOUT.md).
+
+    ``group`` is one of :data:`GROUPS` (None: the decoder's, when the names
+    hold a multi-token-prediction group beside it).
+    """
     p = Path(os.fsdecode(path))
     if container is None:
         with Container(p) as c:
-            return _detect(p, c)
-    return _detect(p, container)
+            return _detect(p, c, group)
+    return _detect(p, container, group)
 
 
-def _detect(p: Path, c: Container) -> Layout:
+def _detect(p: Path, c: Container, group: str | None = None) -> Layout:
     folder = folder_of(p)
     cfg = _Config(folder)
     infos = c.tensors()
@@ -228,21 +285,19 @@ def _detect(p: Path, c: Container) -> Layout:
         groups.setdefault(hit.template, []).append((hit, info))
     if not groups:
         raise LayoutError(_no_experts(p, infos, list(near)))
-    if len(groups) > 1:
-        lines = []
-        for tmpl, hits in groups.items():
-            lines.append(f"{tmpl} ({hits[0][0].family}, {len(hits)} tensors, layers "
-                         f"{ranges(h.layer for h, _ in hits)})")
-        raise LayoutError(f"{p}: several candidate expert layouts; give a "
-                          f"layout file ({LAYOUT_FILE}) to choose: "
-                          + "; ".join(lines))
-    template, hits = next(iter(groups.items()))
+    template = _choose(p, groups, group)
+    hits = groups[template]
     family = hits[0][0].family
     names_layers = sorted({h.layer for h, _ in hits})
     # a layer with no tensor at all is not in this container (a twin keeps
-    # some layers); every layer that is must agree with the config
-    present = {la for info in infos if (la := _layer_of(info.name)) is not None}
-    cfg_layers = cfg.moe_layers(present)
+    # some layers); every layer that is must agree with the config.  The
+    # layers are those under the group's own head: a multi-token-prediction
+    # block's mtp.layers.0 is not decoder layer 0, and the config's MoE
+    # rule is about the decoder's layers only
+    head = _head(template)
+    present = {la for info in infos if info.name.startswith(head)
+               and (la := _layer_of(info.name)) is not None}
+    cfg_layers = None if is_mtp(template) else cfg.moe_layers(present)
     if cfg_layers is not None:
         want = cfg_layers[0]
         if want != names_layers:
@@ -296,10 +351,13 @@ def _detect(p: Path, c: Container) -> Layout:
     if top[0] > n_experts:
         raise LayoutError(f"{cfg.path}: {top[1]} {top[0]} is more than the "
                           f"{n_experts} experts per layer")
+    source = ("detected (config.json and tensor names" if cfg.data is not None
+              else "detected (tensor names")
+    if len(groups) > 1 or group is not None:
+        source += (", the multi-token-prediction expert group" if
+                   is_mtp(template) else ", the decoder's expert group")
     layout = Layout(template, tensors, tuple(names_layers), n_experts, top[0],
-                    "detected (config.json and tensor names)"
-                    if cfg.data is not None else "detected (tensor names)",
-                    family=family)
+                    source + ")", family=family)
     _check_detected(layout, by_key, c.shards)
     return layout
 

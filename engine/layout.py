@@ -223,13 +223,15 @@ def _spec_from(path: Path, container: Container) -> Layout | None:
 
 
 def resolve(path: str | os.PathLike[str], layout: Any = None, *,
-            container: Container | None = None) -> Layout:
+            container: Container | None = None, group: str | None = None
+            ) -> Layout:
     """The expert layout of the container at ``path`` (docs/LAYOUT.md).
 
     ``layout`` is a :class:`Layout`, a mapping of the five keys, a path to a
     TOML layout file, or None to look for ``xcache-layout.toml``, then a
     fixture spec, then detect.  ``container`` is an already open
     :class:`Container` over ``path`` (else one is opened and closed here).
+    ``group`` is the expert group detection takes (``engine.detect.detect``).
     Raises LayoutError; a container that fails validation raises the C
     reader's own error.
     """
@@ -237,9 +239,9 @@ def resolve(path: str | os.PathLike[str], layout: Any = None, *,
         return resolve_given(layout)
     p = Path(os.fsdecode(path))
     if container is not None:
-        return _resolve_in(p, container)
+        return _resolve_in(p, container, group)
     with Container(p) as c:
-        return _resolve_in(p, c)
+        return _resolve_in(p, c, group)
 
 
 def has_layout(path: str | os.PathLike[str], container: Container) -> bool:
@@ -313,14 +315,14 @@ def cache_keywords(layout: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     return dict(given)
 
 
-def _resolve_in(p: Path, c: Container) -> Layout:
+def _resolve_in(p: Path, c: Container, group: str | None = None) -> Layout:
     explicit = folder_of(p) / LAYOUT_FILE
     if explicit.exists():  # a FIFO or folder is refused by load_file
         return load_file(explicit)
     spec = _spec_from(p, c)
     if spec is not None:
         return spec
-    return detect(p, container=c)
+    return detect(p, container=c, group=group)
 
 
 # -- pieces -------------------------------------------------------------------------

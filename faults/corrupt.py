@@ -12,6 +12,11 @@ entry's name (its opening quote) for ``duplicate`` (the second one),
 data and file disagree for ``length``.  The oracle (``oracle.safetensors``)
 must agree on the kind; its offsets follow its own documented convention.
 
+None reads a file's data buffer into memory or fills its holes: the header
+is read alone and the data copied extent by extent (:func:`_write`), so a
+sparse shard of huge-sparse (20 GB, nearly all holes) costs its few MB, as
+it does for ``gate.containers.copy_sparse``.
+
 The others act on a file in place: :func:`truncate_at`, :func:`flip_byte`,
 :func:`append_trailing`, and for files open in a container
 :func:`shrink_in_place` (ftruncate: the open descriptor sees it) and
@@ -22,6 +27,7 @@ from a sharded container's index.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -30,6 +36,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 HEADER_START = 8
+#: the largest header length N a reader accepts (DESIGN §3)
+HEADER_CAP = 100_000_000
 
 
 class Corruption(NamedTuple):
@@ -51,6 +59,73 @@ def _join(header: str, data: bytes, pad: bool = True) -> bytes:
     if pad:
         h += b" " * (-len(h) % 8)
     return struct.pack("<Q", len(h)) + h + data
+
+
+def read_head(src: Path) -> tuple[bytes, int]:
+    """(the first 8 + N bytes, the file's length) of a valid safetensors file."""
+    with open(src, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        (n,) = struct.unpack("<Q", f.read(HEADER_START))
+        return struct.pack("<Q", n) + f.read(n), size
+
+
+def _extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The (begin, end) byte runs of ``[start, end)`` that hold data, not holes."""
+    out = []
+    at = start
+    while at < end:
+        try:
+            at = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole remains
+                break
+            raise
+        if at >= end:
+            break
+        stop = min(os.lseek(fd, at, os.SEEK_HOLE), end)
+        out.append((at, stop))
+        at = stop
+    return out
+
+
+def _write(dst: Path, head: bytes, src: Path, start: int, end: int,
+           tail: bytes = b"", data: Callable[[bytes], bytes] | None = None
+           ) -> None:
+    """Write ``head``, then ``src``'s bytes ``[start, end)``, then ``tail``, to dst.
+
+    The middle is copied extent by extent, a hole of ``src`` staying a hole
+    (it reads as zeros either way); ``data``, if given, maps each copied
+    block (a hole is never handed to it).
+    """
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        fd, out = fi.fileno(), fo.fileno()
+        os.pwrite(out, head, 0)
+        shift = len(head) - start
+        for begin, stop in _extents(fd, start, end):
+            while begin < stop:
+                block = os.pread(fd, min(stop - begin, 1 << 20), begin)
+                if not block:
+                    raise OSError(f"{src}: ends at byte {begin}")
+                os.pwrite(out, data(block) if data else block, begin + shift)
+                begin += len(block)
+        os.ftruncate(out, len(head) + max(0, end - start))
+        if tail:
+            os.pwrite(out, tail, len(head) + max(0, end - start))
+
+
+def _header_of(head: bytes) -> tuple[int, str]:
+    """(N, header text) of the first 8 + N bytes of a safetensors file."""
+    (n,) = struct.unpack_from("<Q", head, 0)
+    return n, head[HEADER_START:HEADER_START + n].decode()
+
+
+def write_with_header(src: Path, dst: Path, text: str, pad: bool = True) -> None:
+    """dst: src with its header replaced by ``text`` (padded unless not ``pad``)."""
+    head, size = read_head(src)
+    h = text.encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    _write(dst, struct.pack("<Q", len(h)) + h, src, len(head), size)
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -84,11 +159,11 @@ def _rewrite(src: Path, dst: Path,
 
     Returns the new header text; the data buffer is copied unchanged.
     """
-    _, header, data = _split(Path(src).read_bytes())
+    _, header = _header_of(read_head(src)[0])
     doc = json.loads(header)
     edit(doc, _names(header))
     text = _dump(doc)
-    Path(dst).write_bytes(_join(text, data))
+    write_with_header(src, dst, text)
     return text
 
 
@@ -96,45 +171,55 @@ def _rewrite(src: Path, dst: Path,
 
 def make_too_short(src: Path, dst: Path) -> Corruption:
     """Five bytes: shorter than the 8-byte length field."""
-    Path(dst).write_bytes(Path(src).read_bytes()[:5])
+    with open(src, "rb") as f:
+        Path(dst).write_bytes(f.read(5))
     return Corruption("too_short", 5)
 
 
 def make_header_too_large(src: Path, dst: Path) -> Corruption:
     """N = 100,000,001: above the cap, whatever follows."""
-    raw = bytearray(Path(src).read_bytes())
-    raw[:8] = struct.pack("<Q", 100_000_001)
-    Path(dst).write_bytes(raw)
+    size = os.path.getsize(src)
+    _write(dst, struct.pack("<Q", 100_000_001), src, HEADER_START, size)
     return Corruption("header_too_large", 0)
 
 
 def make_header_past_end(src: Path, dst: Path) -> Corruption:
-    """N = the file's length, so 8 + N passes the end."""
-    raw = bytearray(Path(src).read_bytes())
-    raw[:8] = struct.pack("<Q", len(raw))
-    Path(dst).write_bytes(raw)
-    return Corruption("header_past_end", len(raw))
+    """N = the file's length, so 8 + N passes the end.
+
+    A file longer than the header cap (N at most 100,000,000, DESIGN §3)
+    would then break the cap first: its copy is cut one byte into its
+    header instead, the same check broken at the copy's length.
+    """
+    size = os.path.getsize(src)
+    if size <= HEADER_CAP:
+        _write(dst, struct.pack("<Q", size), src, HEADER_START, size)
+        return Corruption("header_past_end", size)
+    head, _ = read_head(src)
+    Path(dst).write_bytes(head[:-1])
+    return Corruption("header_past_end", len(head) - 1)
 
 
 def make_not_utf8(src: Path, dst: Path) -> Corruption:
     """Byte 0xFF inside the first tensor name."""
-    raw = bytearray(Path(src).read_bytes())
-    _, header, _ = _split(bytes(raw))
+    head, size = read_head(src)
+    _, header = _header_of(head)
+    raw = bytearray(head)
     at = _name_at(header, _names(header)[0]) + 2
     raw[at] = 0xFF
-    Path(dst).write_bytes(raw)
+    _write(dst, bytes(raw), src, len(head), size)
     return Corruption("not_utf8", at)
 
 
 def make_json(src: Path, dst: Path) -> Corruption:
     """The first entry's ':' becomes ';' (same length): not JSON there."""
-    raw = bytearray(Path(src).read_bytes())
-    _, header, _ = _split(bytes(raw))
+    head, size = read_head(src)
+    _, header = _header_of(head)
+    raw = bytearray(head)
     name = _names(header)[0]
     at = _name_at(header, name) + len(json.dumps(name).encode())
     assert raw[at] == ord(":")
     raw[at] = ord(";")
-    Path(dst).write_bytes(raw)
+    _write(dst, bytes(raw), src, len(head), size)
     return Corruption("json", at)
 
 
@@ -156,12 +241,11 @@ def make_dtype(src: Path, dst: Path) -> Corruption:
 
 def make_duplicate(src: Path, dst: Path) -> Corruption:
     """The second entry renamed to the first's name (same text, same length)."""
-    raw = Path(src).read_bytes()
-    _, header, data = _split(raw)
+    _, header = _header_of(read_head(src)[0])
     first, second = _names(header)[:2]
     at = header.index(json.dumps(second) + ": {")
     text = header[:at] + json.dumps(first) + header[at + len(json.dumps(second)):]
-    Path(dst).write_bytes(_join(text, data, pad=False))
+    write_with_header(src, dst, text, pad=False)
     return Corruption("duplicate", _name_at(text, first, nth=1))
 
 
@@ -201,16 +285,16 @@ def make_size(src: Path, dst: Path) -> Corruption:
 
 def make_length(src: Path, dst: Path) -> Corruption:
     """The last 100 data bytes are gone: data ends past the file."""
-    raw = Path(src).read_bytes()
-    Path(dst).write_bytes(raw[:-100])
-    return Corruption("length", len(raw) - 100)
+    size = os.path.getsize(src)
+    _write(dst, b"", src, 0, size - 100)
+    return Corruption("length", size - 100)
 
 
 def make_trailing(src: Path, dst: Path) -> Corruption:
     """Three stray bytes after the data buffer."""
-    raw = Path(src).read_bytes()
-    Path(dst).write_bytes(raw + b"\0\0\0")
-    return Corruption("length", len(raw))
+    size = os.path.getsize(src)
+    _write(dst, b"", src, 0, size, tail=b"\0\0\0")
+    return Corruption("length", size)
 
 
 #: Every single-file corruptor by the kind it produces (``length`` twice).
@@ -263,24 +347,30 @@ def append_trailing(path: Path, extra: bytes = b"\0\0\0") -> int:
     return size
 
 
-def replace_same_size(path: Path, content: bytes | None = None) -> bytes:
-    """Atomically rename a new file of the same size over ``path``; return its bytes.
+#: every byte inverted (``bytes.translate``)
+_INVERT = bytes(b ^ 0xFF for b in range(256))
 
-    Without ``content`` the new file is the old one with every data byte
-    inverted (the header kept, so it is still valid and the same size): a
-    reader that silently followed the path would serve different bytes.
+
+def replace_same_size(path: Path, content: bytes | None = None) -> None:
+    """Atomically rename a new file of the same size over ``path``.
+
+    Without ``content`` the new file is the old one with every stored data
+    byte inverted (the header kept, so it is still valid and the same size;
+    a sparse file's holes stay holes, reading as zeros): a reader that
+    silently followed the path would serve different bytes.
     """
     p = Path(path)
-    old = p.read_bytes()
-    if content is None:
-        n, _, data = _split(old)
-        content = old[:HEADER_START + n] + bytes(b ^ 0xFF for b in data)
-    if len(content) != len(old):
-        raise ValueError(f"replacement is {len(content)} bytes, not {len(old)}")
     tmp = p.with_name(p.name + ".replacing")
-    tmp.write_bytes(content)
+    size = os.path.getsize(p)
+    if content is not None:
+        if len(content) != size:
+            raise ValueError(f"replacement is {len(content)} bytes, not {size}")
+        tmp.write_bytes(content)
+    else:
+        head, _ = read_head(p)
+        _write(tmp, head, p, len(head), size,
+               data=lambda block: block.translate(_INVERT))
     os.replace(tmp, p)
-    return content
 
 
 def drop_from_index(folder: Path, name: str | None = None) -> str:

@@ -33,8 +33,9 @@ MODEL_FAMILY = {"deepseek-v3": "per-expert", "gpt-oss-20b": "fused",
                 "olmoe-1b-7b": "per-expert", "qwen2-moe-lm": "per-expert",
                 "qwen3-next-80b-a3b": "per-expert", "deepseek-v2-lite": "per-expert"}
 #: descriptions with a second expert group outside the decoder (Qwen3-Next's
-#: mtp.layers.0.mlp.experts.*): both detectors refuse to choose, naming both;
-#: the twin is made with an xcache-layout.toml and the engine uses its spec
+#: mtp.layers.0.mlp.experts.*): (the decoder's template, the block's); both
+#: detectors take the decoder's by the rule of docs/LAYOUT.md "Detection",
+#: and the block's when asked for group "mtp"
 TWO_GROUPS = {"qwen3-next-80b-a3b": ("model.layers.{layer}.mlp.experts.{expert}"
                                      ".{tensor}",
                                      "mtp.layers.{layer}.mlp.experts.{expert}"
@@ -120,13 +121,6 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         assert moe, f"{path.name}: the config names no MoE layers"
         src = realistic.expand(desc, root / path.stem / "src", form="index",
                                layers=moe[:2], experts=4)
-        if path.stem in TWO_GROUPS:
-            top_k = min(4, text_config(desc["config"])["num_experts_per_tok"])
-            (src / "xcache-layout.toml").write_text(
-                f"expert_template = {json.dumps(TWO_GROUPS[path.stem][0])}\n"
-                'tensors = ["down_proj.weight", "gate_proj.weight", '
-                '"up_proj.weight"]\n'
-                f"layers = {moe[:2]}\nn_experts = 4\ntop_k = {top_k}\n")
         twin = root / path.stem / "twin"
         from_header(src, twin, scale=0.01)
         out[path.stem] = (src, twin)
@@ -137,15 +131,6 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 def test_both_detectors_agree_on_every_real_model(twins, model):
     """On each description's twin both detectors say the same six keys."""
     src, twin = twins[model]
-    if model in TWO_GROUPS:
-        for refuse in (lambda: detect(twin), lambda: detect_dir(twin),
-                       lambda: detect_dir(src)):
-            with pytest.raises((engine.LayoutError, DetectError)) as e:
-                refuse()
-            assert all(t in str(e.value) for t in TWO_GROUPS[model])
-        assert container_spec(twin).family == MODEL_FAMILY[model]
-        assert resolve(twin).family == MODEL_FAMILY[model]
-        return
     engine_view = _engine_view(twin)
     assert detect_dir(twin) == engine_view
     assert engine_view["family"] == MODEL_FAMILY[model]
@@ -156,3 +141,46 @@ def test_both_detectors_agree_on_every_real_model(twins, model):
         k: engine_view[k] for k in ("expert_template", "layers")}
     assert container_spec(twin).family == MODEL_FAMILY[model]
     assert resolve(twin).family == MODEL_FAMILY[model]
+
+
+@pytest.mark.parametrize("model", sorted(TWO_GROUPS))
+def test_both_detectors_choose_the_decoder_group_and_the_mtp_one_when_asked(
+        twins, model):
+    """Beside an MTP block's experts both take the decoder's, or the block's."""
+    src, twin = twins[model]
+    decoder, mtp = TWO_GROUPS[model]
+    moe = config_moe_layers(text_config(realistic.load(DATA / f"{model}.json")
+                                        ["config"]))
+    for path in (src, twin):
+        assert detect_dir(path)["expert_template"] == decoder
+    assert detect(twin).expert_template == decoder
+    assert detect(twin).layers == tuple(moe[:2])  # not the block's layer 0
+    assert "the decoder's expert group" in detect(twin).source
+    asked = _engine_view_of(detect(twin, group="mtp"))
+    assert asked == detect_dir(twin, group="mtp")
+    assert {k: asked[k] for k in ("expert_template", "layers", "n_experts")} == {
+        "expert_template": mtp, "layers": [0], "n_experts": 4}
+    assert "the multi-token-prediction expert group" in detect(
+        twin, group="mtp").source
+    for ask in (lambda: detect(twin, group="both"),
+                lambda: detect_dir(twin, group="both")):
+        with pytest.raises((engine.LayoutError, DetectError)) as e:
+            ask()
+        assert "'both'" in str(e.value) and "mtp" in str(e.value)
+
+
+def test_both_detectors_refuse_an_mtp_group_the_names_lack(twins):
+    """Asked for the MTP group of a model without one, both say there is none."""
+    _, twin = twins["mixtral-8x7b"]
+    with pytest.raises(engine.LayoutError) as e:
+        detect(twin, group="mtp")
+    assert "no multi-token-prediction expert group among the candidates" in str(
+        e.value)
+    with pytest.raises(DetectError) as f:
+        detect_dir(twin, group="mtp")
+    assert "no mtp expert group among 1" in str(f.value)
+
+
+def _engine_view_of(lay) -> dict:
+    """A Layout as fixtures.detect spells it (six keys, lists)."""
+    return {**lay.cache_kwargs(), "family": lay.family}

@@ -15,15 +15,23 @@ experts, then ``from-header`` writes the twin, optionally with its own
   MoE layers apart in the middle and at the end, ``--experts 16`` (or all);
 * ``wide``: the last two MoE layers with up to 64 experts;
 * ``mtp`` (models with multi-token-prediction layers): the last decoder
-  layer and the MTP layer, 8 experts.
+  layer and the MTP layer, 8 experts (Qwen3-Next: 64, its MTP group being
+  one layer).  DeepSeek-V3 numbers its MTP layer
+  after the decoder's (layer 61, in the decoder's expert group); Qwen3-Next
+  keeps it outside the decoder (``mtp.layers.0.mlp.experts.*``), so its twin
+  is made with ``from-header --group mtp`` and its experts are the MTP
+  block's.
 
 The huge-sparse preset (about 162 GB of holes, 44 MB experts) is a cell only
-with ``huge=True`` (``--huge``): the scenario set does not yet run on it within
-its timeouts (chunk-faults read 6.3 M preads per load; faults-corrupt opens
-the oracle's reader, about 10 s a parse of its 21,504-tensor headers, many
-times), and runs left behind by a timeout keep their caches (one such run
-grew to 23 GB and was killed for memory).
+with ``huge=True`` (``--huge``), for time alone: its scenario set reads
+gigabytes (each load is 44 MB, each scratch copy and corruption 8 sparse
+shards), far more than CI's budget for a sample.  What made it fail
+(tests/containers/test_huge_sparse.py): the oracle backend and the target
+kept the bytes of every key ever loaded or compared, every corruption read
+a whole 20 GB shard and wrote it back dense, chunk-faults made 6.3 M preads
+a load, and the home container's short ``timeout_s`` bounded runs on it.
 
+Each twin is also inspected (``python -m engine.inspect TWIN`` must exit 0).
 ``python -m tests.containers.matrix [--all | CELL ...]`` runs cells and
 prints one line each; tests/containers/test_container_matrix.py samples them.
 """
@@ -61,6 +69,7 @@ class Cell:
     expand_experts: int | None = None
     layers: tuple[int, ...] | None = None  # from-header --layers / --experts
     experts: int | None = None
+    group: str | None = None  # from-header --group
 
     def make(self, work: Path) -> str:
         """The ``--container`` argument of this cell, writing its twin under work."""
@@ -79,8 +88,16 @@ class Cell:
         with contextlib.redirect_stdout(io.StringIO()):
             from_header(ckpt, twin, scale=self.scale,
                         layers=None if self.layers is None else list(self.layers),
-                        experts=self.experts)
+                        experts=self.experts, group=self.group)
         return str(twin)
+
+
+def mtp_block(model: str) -> bool:
+    """Whether a description has a multi-token-prediction block outside the
+    decoder's layers with experts of its own (``mtp.layers.0...{E}...``)."""
+    desc = json.loads((DATA / f"{model}.json").read_text("utf-8"))
+    return any(p["name"].startswith("mtp.") and "{E}" in p["name"]
+               for p in desc["tensors"])
 
 
 def _model_facts(model: str) -> tuple[list[int], int, int]:
@@ -113,6 +130,10 @@ def model_cells(model: str) -> list[Cell]:
     if n_layers < max(moe) + 1:  # multi-token-prediction layers follow
         sels.append(("mtp", {"expand_layers": (n_layers - 1, n_layers),
                              "expand_experts": 8}))
+    elif mtp_block(model):  # the block's own group: one layer, so more
+        # experts (8 would be fewer keys than the scenarios' 2 * top-k)
+        sels.append(("mtp", {"expand_layers": (n_layers - 1,),
+                             "expand_experts": min(n_exp, 64), "group": "mtp"}))
     return [Cell(f"{model}@{scale}:{sel}", model=model, scale=scale, **kw)
             for scale in SCALES for sel, kw in sels]
 
@@ -142,18 +163,21 @@ class Outcome:
     failed: list[str]
     skipped: list[tuple[str, str]]
     seconds: float
+    inspect: str = "OK"  # what engine.inspect said of a twin, when not OK
 
     @property
     def ok(self) -> bool:
-        """Whether no check failed and every skip names its reason."""
-        return not self.failed and all(reason for _, reason in self.skipped)
+        """Whether inspect passed, no check failed and every skip names its reason."""
+        return (self.inspect == "OK" and not self.failed
+                and all(reason for _, reason in self.skipped))
 
     def line(self) -> str:
         """One line for a person: PASS/FAIL, the cell, its counts."""
         skips = ", ".join(sorted({s for s, _ in self.skipped})) or "none"
         head = "PASS" if self.ok else "FAIL"
+        said = "" if self.inspect == "OK" else f"; inspect: {self.inspect}"
         return (f"{head}  {self.cell}: {self.runs} scenario runs, {self.checks} "
-                f"checks, {len(self.failed)} failed, skipped: {skips} "
+                f"checks, {len(self.failed)} failed, skipped: {skips}{said} "
                 f"({self.seconds:.1f} s)")
 
 
@@ -166,6 +190,7 @@ def run_cell(cell: Cell, work: Path) -> Outcome:
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     container = cell.make(work)
+    inspected = "OK" if cell.preset is not None else inspect(container)
     report = Report()
     with contextlib.redirect_stdout(io.StringIO()):
         names = run_scenarios(engine, work / "gate", report, [], container=container)
@@ -173,7 +198,22 @@ def run_cell(cell: Cell, work: Path) -> Outcome:
               for c in report.failed]
     skipped = [(s["scenario"], s["reason"]) for s in report.skipped]
     return Outcome(cell.name, len(names), len(report.checks), failed, skipped,
-                   time.monotonic() - t0)
+                   time.monotonic() - t0, inspected)
+
+
+def inspect(container: str) -> str:
+    """``python -m engine.inspect CONTAINER``: "OK", else its exit status and
+    first FAIL line."""
+    from engine.inspect import main as inspect_main  # noqa: PLC0415
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = inspect_main([container])
+    if rc == 0:
+        return "OK"
+    lines = [ln for ln in (out.getvalue() + err.getvalue()).splitlines()
+             if ln.startswith("FAIL") or ln.startswith("error")] or ["(no line)"]
+    return f"exit {rc}: {lines[0]}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,9 @@ CI whole, so by default a seeded sample of cells runs:
 * ``XC_MATRIX_CELLS`` (comma-separated cell names) runs those cells instead;
 * ``XC_MATRIX=all`` runs the whole matrix.
 
-The huge-sparse preset is not a cell yet (tests/containers/matrix.py says
-why).
+The huge-sparse preset is a cell only with ``--huge`` (for time:
+tests/containers/matrix.py says why; tests/containers/test_huge_sparse.py
+holds what made it fail).
 
 The seed and the chosen cells are printed at collection (``pytest -s``) and
 named in every failure, so a failing cell reruns alone with
@@ -76,8 +77,11 @@ def test_matrix_covers_every_preset_model_scale_and_selection():
         assert first.expand_layers == (2, 3, 4)
         mtp = next(c for c in cells if c.name == f"deepseek-v3@{s}:mtp")
         assert mtp.expand_layers == (60, 61)
+    for s in SCALES:  # Qwen3-Next: the MTP block's own expert group
+        mtp = next(c for c in cells if c.name == f"qwen3-next-80b-a3b@{s}:mtp")
+        assert (mtp.expand_layers, mtp.group) == ((47,), "mtp")
     assert not any(c.name.endswith(":mtp") for c in cells
-                   if c.model and c.model != "deepseek-v3")
+                   if c.model not in (None, "deepseek-v3", "qwen3-next-80b-a3b"))
 
 
 @pytest.mark.nosan  # runs the gate's scenario set in process

@@ -176,3 +176,56 @@ def test_header_byte_flips_agree_with_the_oracle(k3_shard, tmp_path):
                 assert (ekind, okind) in KNOWN, (off, mask, ekind, okind)
             verdicts[ekind] += 1
     assert verdicts[None] > 0 and verdicts["json"] > 0
+
+
+@pytest.fixture(scope="module")
+def sparse_shard(tmp_path_factory):
+    """A 2 GiB safetensors file of one U8 tensor, nearly all holes, and its header."""
+    from fixtures.layout import build_header
+
+    path = tmp_path_factory.mktemp("sparse") / "sparse.safetensors"
+    size = 2 << 30
+    entries = [("a", "U8", (64,), 0, 64), ("b", "U8", (64,), 64, 128),
+               ("c", "U8", (size - 128,), 128, size)]
+    head = build_header(entries, {"format": "pt"}, 8)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.write(b"\x11" * 128)
+        f.seek(len(head) + size - 64)
+        f.write(b"\x22" * 64)
+    if os.stat(path).st_blocks * 512 > 64 << 20:
+        pytest.skip("the file system keeps no holes")
+    return path, len(head)
+
+
+@pytest.mark.parametrize("maker", sorted(corrupt.MAKERS))
+def test_each_kind_keeps_a_sparse_shard_sparse(sparse_shard, tmp_path, maker):
+    """A corrupted copy of a 2 GiB sparse shard is written without its holes
+    (huge-sparse's 20 GB shards were read whole and written dense), and the
+    engine and the oracle give the kind."""
+    src, data_start = sparse_shard
+    dst = tmp_path / "bad.safetensors"
+    want = corrupt.MAKERS[maker](src, dst)
+    assert os.stat(dst).st_blocks * 512 < 64 << 20
+    assert _engine_kind(dst) == tuple(want)
+    assert _oracle_kind(dst) == want.kind
+    if maker in ("length", "trailing", "header_too_large"):
+        with open(src, "rb") as a, open(dst, "rb") as b:  # the data moved unchanged
+            a.seek(data_start)
+            b.seek(data_start)
+            assert a.read(128) == b.read(128) == b"\x11" * 128
+
+
+def test_replace_same_size_keeps_a_sparse_shard_sparse(sparse_shard, tmp_path):
+    """The replacement inverts the stored data bytes; the holes stay holes."""
+    src, data_start = sparse_shard
+    copy = tmp_path / "copy.safetensors"
+    corrupt._write(copy, b"", src, 0, os.path.getsize(src))  # a sparse copy
+    corrupt.replace_same_size(copy)
+    assert os.path.getsize(copy) == os.path.getsize(src)
+    assert os.stat(copy).st_blocks * 512 < 64 << 20
+    with open(src, "rb") as a, open(copy, "rb") as b:
+        assert a.read(data_start) == b.read(data_start)
+        assert b.read(128) == b"\xee" * 128
+        b.seek(os.path.getsize(src) - 64)
+        assert b.read() == b"\xdd" * 64

@@ -97,7 +97,12 @@ def test_replaced_file_keeps_serving_the_old_inode(k3_copy):
     with engine.Container(str(k3_copy)) as c:
         cache = engine.ExpertCache(c, **K3_LAYOUT, n_slots=8, top_k=4)
         c.verify_unchanged()
-        new = corrupt.replace_same_size(k3_copy)
+        old = k3_copy.read_bytes()
+        corrupt.replace_same_size(k3_copy)
+        new = k3_copy.read_bytes()  # every data byte inverted, the header kept
+        assert new[:DATA_START] == old[:DATA_START] and len(new) == len(old)
+        assert all(a ^ b == 0xFF for a, b in zip(old[DATA_START:],
+                                                 new[DATA_START:], strict=True))
         at = DATA_START + 6 * EXPERT_BYTES
         assert new[at:at + EXPERT_BYTES] != k3_expected(6)  # the path's bytes
         with cache.get(0, 6) as x:

@@ -63,6 +63,9 @@ ADDRESS_BYTES = 2 << 30
 CPU_SECONDS = 10
 #: Largest file one case may write (a twin of a trusted size ends here).
 FILE_BYTES = 64 << 20
+#: The write limit the tools are given (``XC_MAX_WRITE_BYTES``): below
+#: :data:`FILE_BYTES`, so a size check that works refuses first.
+WRITE_LIMIT_BYTES = 32 << 20
 #: Wall-clock seconds of one case (a blocked open ends here).
 WALL_SECONDS = 30.0
 
@@ -349,7 +352,10 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XC_")
            and k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     env.update(PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONHASHSEED="0")
+               OMP_NUM_THREADS="1", MPLBACKEND="Agg", PYTHONHASHSEED="0",
+               # the tools' own write limit, under the case's file limit: a
+               # container past it is refused before a byte is written
+               XC_MAX_WRITE_BYTES=str(WRITE_LIMIT_BYTES))
     return env
 
 

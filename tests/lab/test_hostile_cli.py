@@ -65,6 +65,11 @@ def _matrix(tmp: Path) -> dict[str, tuple[list[str], str]]:
                         "--experts: 0 is outside 1..524288"),
         "--layers 99999": ([MIXTRAL, out, "--layers", "99999"],
                            "--layers: 99999 is outside 1..4096"),
+        # issue 25: a count past what the simulator's integers hold
+        "--slots 10**20": ([MIXTRAL, out, "--slots", str(10**20)],
+                           "--slots: 100000000000000000000 is past the limit of "
+                           "2147483648 slots (more than every key a trace can "
+                           "have)"),
     }
     for name, expert in (("2**70", 2**70), ("10**12", 10**12)):
         for ext in ("jsonl", "txt", "csv"):
@@ -83,7 +88,7 @@ def _matrix(tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 CASES = ["--fractions inf", "--fractions 0", "--fractions -0.5", "--fractions ,",
          "--slots 0", "--slots x", "--workers 0", "--policies ,", "--top-k 0",
-         "--top-k 9", "--experts 0", "--layers 99999",
+         "--top-k 9", "--experts 0", "--layers 99999", "--slots 10**20",
          *(f"expert id {n} in {e}" for n in ("2**70", "10**12")
            for e in ("jsonl", "txt", "csv")),
          "unwritable OUTDIR"]
@@ -186,3 +191,11 @@ def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
                  str(export), "--quiet", "--executor", "thread"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_huge_worker_count_is_a_usage_error(capsys):
+    """--workers 10**20 is argparse's one line naming the option (was a traceback)."""
+    assert main(["lab", MIXTRAL, "out", "--workers", str(10**20)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "replay.py lab: error: argument --workers: 100000000000000000000 is past "
+        "the limit of 1024")

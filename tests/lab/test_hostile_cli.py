@@ -199,3 +199,26 @@ def test_a_huge_worker_count_is_a_usage_error(capsys):
     assert capsys.readouterr().err.splitlines()[-1] == (
         "replay.py lab: error: argument --workers: 100000000000000000000 is past "
         "the limit of 1024")
+
+
+@pytest.mark.parametrize("option", ["--export-csv", "--export-jsonl",
+                                    "--export-oracle-general"])
+def test_an_export_never_replaces_the_input_or_a_users_file(option, tmp_path, capsys):
+    """--export-* naming the input trace, or any file there, is refused; both kept."""
+    trace = tmp_path / "recorded.jsonl"
+    trace.write_bytes(Path(MIXTRAL).read_bytes())
+    notes = tmp_path / "notes.csv"
+    notes.write_text("my numbers\n")
+    out = str(tmp_path / "out")
+    opts = ["--quiet", "--executor", "thread", "--policies", "lru"]
+    assert main(["lab", str(trace), out, option, str(trace), *opts]) == 2
+    assert capsys.readouterr().err == (
+        f"replay.py lab: {option} {trace}: refusing to write over an input "
+        f"({trace} is it)\n")
+    assert main(["lab", str(trace), out, option, str(notes), *opts]) == 2
+    assert capsys.readouterr().err == (
+        f"replay.py lab: {option} {notes}: exists; an export is written only as a "
+        "new file (remove it, or name another)\n")
+    assert trace.read_bytes() == Path(MIXTRAL).read_bytes()
+    assert notes.read_text() == "my numbers\n"
+    assert not (tmp_path / "out").exists()

@@ -36,7 +36,8 @@ MAX_JSON_BYTES = 256 << 20
 #: Largest integer an option or a field takes unless it states its own limit.
 MAX_INT = 2**63 - 1
 #: The most layers and experts per layer any tool takes (a trace, a config, a
-#: selection): every key ``layer * n_experts + expert`` fits 32 bits.
+#: selection): every key ``layer * n_experts + expert`` fits 32 bits.  The
+#: trace readers' limits (``oracle.traces``) are the same numbers.
 MAX_LAYERS = 1 << 12
 MAX_EXPERTS = 1 << 19
 #: The most cache slots any tool takes: no cache needs more than every key.

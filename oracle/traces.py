@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from oracle.bounded import MAX_EXPERTS, MAX_LAYERS  # every tool's limits
 from oracle.regular import open_regular
 
 __all__ = [
@@ -60,6 +59,10 @@ __all__ = [
 ]
 
 
+#: The largest layer count and experts per layer a trace may have: every key
+#: ``layer * n_experts + expert`` then fits the simulator's 32-bit keys.
+MAX_LAYERS = 1 << 12
+MAX_EXPERTS = 1 << 19
 _I64_MAX = (1 << 63) - 1
 
 

@@ -65,6 +65,11 @@ def _matrix(tmp: Path) -> dict[str, tuple[list[str], str]]:
                         "--experts: 0 is outside 1..524288"),
         "--layers 99999": ([MIXTRAL, out, "--layers", "99999"],
                            "--layers: 99999 is outside 1..4096"),
+        # issue 25: a count past what the simulator's integers hold
+        "--slots 10**20": ([MIXTRAL, out, "--slots", str(10**20)],
+                           "--slots: 100000000000000000000 is past the limit of "
+                           "2147483648 slots (more than every key a trace can "
+                           "have)"),
     }
     for name, expert in (("2**70", 2**70), ("10**12", 10**12)):
         for ext in ("jsonl", "txt", "csv"):
@@ -83,7 +88,7 @@ def _matrix(tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 CASES = ["--fractions inf", "--fractions 0", "--fractions -0.5", "--fractions ,",
          "--slots 0", "--slots x", "--workers 0", "--policies ,", "--top-k 0",
-         "--top-k 9", "--experts 0", "--layers 99999",
+         "--top-k 9", "--experts 0", "--layers 99999", "--slots 10**20",
          *(f"expert id {n} in {e}" for n in ("2**70", "10**12")
            for e in ("jsonl", "txt", "csv")),
          "unwritable OUTDIR"]
@@ -186,3 +191,34 @@ def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
                  str(export), "--quiet", "--executor", "thread"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_huge_worker_count_is_a_usage_error(capsys):
+    """--workers 10**20 is argparse's one line naming the option (was a traceback)."""
+    assert main(["lab", MIXTRAL, "out", "--workers", str(10**20)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "replay.py lab: error: argument --workers: 100000000000000000000 is past "
+        "the limit of 1024")
+
+
+@pytest.mark.parametrize("option", ["--export-csv", "--export-jsonl",
+                                    "--export-oracle-general"])
+def test_an_export_never_replaces_the_input_or_a_users_file(option, tmp_path, capsys):
+    """--export-* naming the input trace, or any file there, is refused; both kept."""
+    trace = tmp_path / "recorded.jsonl"
+    trace.write_bytes(Path(MIXTRAL).read_bytes())
+    notes = tmp_path / "notes.csv"
+    notes.write_text("my numbers\n")
+    out = str(tmp_path / "out")
+    opts = ["--quiet", "--executor", "thread", "--policies", "lru"]
+    assert main(["lab", str(trace), out, option, str(trace), *opts]) == 2
+    assert capsys.readouterr().err == (
+        f"replay.py lab: {option} {trace}: refusing to write over an input "
+        f"({trace} is it)\n")
+    assert main(["lab", str(trace), out, option, str(notes), *opts]) == 2
+    assert capsys.readouterr().err == (
+        f"replay.py lab: {option} {notes}: exists; an export is written only as a "
+        "new file (remove it, or name another)\n")
+    assert trace.read_bytes() == Path(MIXTRAL).read_bytes()
+    assert notes.read_text() == "my numbers\n"
+    assert not (tmp_path / "out").exists()

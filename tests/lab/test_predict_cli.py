@@ -38,8 +38,14 @@ def errors(capsys, argv: list[str]) -> tuple[int, str]:
 
 @pytest.mark.parametrize("options, message", [
     (["--slots", "x"], "--slots: 'x' is not a whole number"),
-    (["--slots", "2"], "--slots: 2 is out of range (at least 3; the cache "
+    (["--slots", "2"], "--slots: 2 is out of range (3..2147483648; the cache "
                        "needs top-k + 1 = 3 slots)"),
+    # issue 25: a count past every limit, and a cache model past the table limit
+    (["--slots", str(10**20)], "--slots: 100000000000000000000 is out of range "
+     "(3..2147483648; the cache needs top-k + 1 = 3 slots)"),
+    (["--slots", "100000000"], "--slots: a cache model of 100,000,000 slots would "
+     "take 8,000,000,000 bytes (100,000,000 x 10 x 8), over the limit of "
+     "1,073,741,824 bytes"),
     (["--policy", "belady"], "--policy: belady is not a cache policy (it is the "
                              "bound every run is compared with)"),
     (["--policy", "nope"], "--policy: unknown policy 'nope'; valid: arc, fifo, "
@@ -202,3 +208,12 @@ def test_front_door_lists_and_helps_predict():
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0
     assert done.stdout.startswith("usage: replay.py predict")
+
+
+def test_a_one_token_trace_is_named_not_split(tmp_path, capsys):
+    """A trace of one token cannot be split: the line names the trace, not --split."""
+    trace = tiny_file(tmp_path, routes=ROUTES[:1])
+    rc, err = errors(capsys, [trace, str(tmp_path / "out")])
+    assert (rc, err) == (2, f"replay.py predict: TRACE {trace}: 1 token(s); predict "
+                            "trains on the first tokens and tests on the rest, so "
+                            "it needs at least 2 (or --train OTHER)")

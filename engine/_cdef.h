@@ -185,7 +185,7 @@ const uint8_t *xc_arena_data(const xc_arena *a);
 uint64_t xc_arena_bytes(const xc_arena *a);
 void xc_arena_release(xc_arena *a);
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
-int xc_cache_release(xc_cache *c, const xc_ref *ref);
+int xc_cache_release(xc_cache *c, xc_ref *ref);
 
 /* the handle face of get / release: the fast path for bindings */
 int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);

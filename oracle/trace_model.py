@@ -21,8 +21,11 @@ The rules, from the format's description:
 The model reaches every decision through the same few steps (``_count_demand``
 for demand, ``_touch`` and ``_victim`` inside a batch's reserve pass), so the
 records are taken there and cannot drift from the model's own choices.
-Nothing is ever in flight in the model, so ``wait_hit`` and ``inflight``
-never occur.
+Nothing is ever in flight in the model, so ``inflight`` never occurs, and
+``wait_hit`` only when the caller says so: a get that, in the engine,
+claims a stream's reservation nobody has read yet reads it and then hits as
+after a wait (docs/CACHE.md "Claiming"); the caller sets ``wait_next``
+before that get.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
 # format's description, never read from the engine: the gate compares them
 # with the engine's own, which come from csrc/xc_kinds.h).
 GET, PREFETCH, SPECULATIVE, STREAM = ENGINE_TRACE_KINDS
-HIT, MISS, _WAIT_HIT, RESIDENT, _INFLIGHT, ISSUED, NO_SLOT, DUPLICATE = (
+HIT, MISS, WAIT_HIT, RESIDENT, _INFLIGHT, ISSUED, NO_SLOT, DUPLICATE = (
     ENGINE_TRACE_OUTCOMES)
 
 __all__ = ["TracingCacheModel", "TraceRecord"]
@@ -54,6 +57,8 @@ class TracingCacheModel(CacheModel):
         #: every record so far, in the order the engine must write them
         self.records: list[TraceRecord] = []
         self._demand_kind = GET
+        #: the next demand hit is one after a wait (set by the caller)
+        self.wait_next = False
         #: inside a batch's reserve pass: its decisions (None outside)
         self._decisions: list[str] | None = None
 
@@ -65,7 +70,9 @@ class TracingCacheModel(CacheModel):
     def _count_demand(self, key: int) -> None:
         slot = self._index.get(key)
         hit = slot is not None and self._state[slot] == READY
-        self._record(key, self._demand_kind, HIT if hit else MISS)
+        waited, self.wait_next = self.wait_next, False
+        self._record(key, self._demand_kind,
+                     (WAIT_HIT if waited else HIT) if hit else MISS)
         super()._count_demand(key)
 
     def _touch(self, slot: int) -> None:

@@ -534,10 +534,14 @@ void xc_arena_release(xc_arena *a);
  * faults/README.md).  *out is written only on success. */
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 
-/* Gives back one hold taken by xc_cache_get.  XC_E_MISUSE (nothing changed)
- * for a reference of another cache, a slot republished since, or a slot
- * with no hold left (a double release).  Does not touch the clock. */
-int xc_cache_release(xc_cache *c, const xc_ref *ref);
+/* Gives back one hold taken by xc_cache_get and marks *ref spent (its data
+ * becomes NULL).  XC_E_MISUSE (nothing changed) for a reference of another
+ * cache, a slot republished since, a slot with no hold left, or a spent
+ * reference: so *ref given back twice is refused even while another hold
+ * of the same publish keeps the slot held (a copy of *ref made before the
+ * release is not spent: it is refused only as the slot allows).  Does not
+ * touch the clock. */
+int xc_cache_release(xc_cache *c, xc_ref *ref);
 
 /* The handle face of xc_cache_get: does exactly what xc_cache_get does --
  * hit, wait or load, with the same counters, clock, policy events and

@@ -346,9 +346,7 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         getattr(gen, "op_" + rng.choices(names, weights)[0])()
     gen.op_stream_rest()
     tail = rng.random()
-    if tail < 0.25 and not opts.get("verify"):
-        # (verify and a truncated shard: the engine reports a short read
-        # where the oracle reports a changed file; not compared here)
+    if tail < 0.25:
         gen.op_truncate()
     elif tail < 0.35 and opts.get("verify"):
         gen.op_replace()

@@ -298,10 +298,16 @@ class CacheModel:
 
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
-                speculative: bool = False) -> int:
+                speculative: bool = False,
+                read: Callable[[tuple[int, int]], str | None] | None = None
+                ) -> int:
         """Batch prefetch: reserve serially, read, publish in reservation order.
 
-        ``failures`` maps keys to "short" or "io" to fail their reads. Returns
+        ``failures`` maps keys to "short" or "io" to fail their reads; or
+        ``read`` is called once for each key reserved, in reservation order
+        after every reservation, and returns its read's failure (None, "short"
+        or "io") -- so a key resident at the call but evicted by an earlier
+        key's reservation, then reserved again, is read too. Returns
         how many were published; fails only with ``Misuse`` (nothing changed).
         ``speculative`` counts the loads as speculative (see :meth:`prefetch`).
         """
@@ -331,8 +337,11 @@ class CacheModel:
             self.spec_counters["spec_issued"] += len(reserved)
         published = 0
         for slot, key in reserved:  # (2) read, (3) publish in order
+            kind = (failures.get(self.key_of(key)) if read is None
+                    else read(self.key_of(key)))
+            if kind not in (None, "short", "io"):
+                raise ValueError("failure kinds are 'short' or 'io'")
             self.counters["io_bytes"] += self._io_bytes(key)
-            kind = failures.get(self.key_of(key))
             if kind is not None:
                 self._fail(slot, kind)
                 continue

@@ -30,7 +30,8 @@ before that get.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from oracle.cache import READY, CacheModel, Ref
@@ -87,6 +88,15 @@ class TracingCacheModel(CacheModel):
         return slot
 
     # -- calls --------------------------------------------------------------
+    @contextmanager
+    def as_stream(self) -> Iterator[None]:
+        """Demand records made inside are of kind ``stream`` (a plain stream's gets)."""
+        self._demand_kind = STREAM
+        try:
+            yield
+        finally:
+            self._demand_kind = GET
+
     def stream(self, keys: Iterable[tuple[int, int]],
                split_min_misses: int = 1) -> list[Ref]:
         """As the model's stream; every demand record is of kind ``stream``."""
@@ -98,7 +108,9 @@ class TracingCacheModel(CacheModel):
 
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
-                speculative: bool = False) -> int:
+                speculative: bool = False,
+                read: Callable[[tuple[int, int]], str | None] | None = None
+                ) -> int:
         """As the model's getmany, recording one batch record per key named."""
         keys = list(keys)
         ids = [self.key_id(layer, expert) for layer, expert in keys]
@@ -106,7 +118,7 @@ class TracingCacheModel(CacheModel):
         # touch (resident) or a victim choice; publishing comes after all
         self._decisions = []
         try:
-            n = super().getmany(keys, failures, speculative)
+            n = super().getmany(keys, failures, speculative, read)
             decisions = self._decisions
         finally:
             self._decisions = None

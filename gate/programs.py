@@ -199,6 +199,13 @@ class _Gen:
                    [["layer_first", i % self.E] for i in range(self.n_slots + 1)])
             self.add({"op": "hold_layer", "raw": raw, "label": self.label("m")})
             return
+        if rng.random() < 0.2:  # perhaps too few slots: refused all or none
+            n = rng.randint(1, min(self.E, self.n_slots))
+            label = self.label("L")
+            self.layer_holds[label] = n  # (an upper bound: it may hold none)
+            self.add({"op": "hold_layer", "label": label, "keys": [
+                base + e for e in rng.sample(range(self.E), n)]})
+            return None
         # every expert may miss: hits and misses alike need a slot of their own
         most = min(self.k + 1, self.E, self.room() - 1)
         if most < 1:
@@ -287,8 +294,18 @@ class _Gen:
                 step.update(arg=rng.choice([1, 7, 100]),
                             persistent=rng.random() < 0.5)
             self.add(step)
-        if self.opts.get("batch_threads", 2) == 1 and not self.readers \
-                and not self.opts.get("direct") and rng.random() < 0.5:
+        serial = (self.opts.get("batch_threads", 2) == 1 and not self.readers
+                  and not self.opts.get("direct"))
+        most = min(self.k, self.E, self.room() - 1)
+        if serial and self.steps[-1]["op"] == "inject" and most >= 1 \
+                and rng.random() < 0.3:  # a read of the layer's fails: none held
+            li = rng.randrange(len(self.layers))
+            label = self.label("L")
+            self.layer_holds[label] = most
+            self.add({"op": "hold_layer", "label": label, "keys": [
+                li * self.E + e for e in rng.sample(range(self.E),
+                                                    rng.randint(1, most))]})
+        elif serial and rng.random() < 0.5:
             self.add({"op": "getmany", "keys": self.keys(self.k)})
         else:
             self.add({"op": "get", "keys": self.keys(2)})
@@ -511,11 +528,16 @@ def _rebuild(program: dict[str, Any], ops: list[dict[str, Any]]
     """The program with ``ops`` as its steps, or None if it would not run.
 
     Labels must be taken before they are given back or read on; a step
-    joined (``"then"``) to a step no longer after it is checked alone.
+    joined (``"then"``) to a step no longer after it is checked alone; a
+    stream's ``get_first`` keeps only keys the stream still names (as
+    generated: a get of a key outside it is another program).
     """
     ops = [{k: v for k, v in s.items() if k != "then"}
            if s.get("then") and (i + 1 == len(ops) or ops[i + 1]["op"] != s["then"])
            else s for i, s in enumerate(ops)]
+    ops = [{**s, "get_first": [k for k in s["get_first"] if k in s["keys"]]}
+           if "get_first" in s and isinstance(s.get("keys"), list) else s
+           for s in ops]
     taken: set[str] = set()
     for s in ops:
         op = s["op"]

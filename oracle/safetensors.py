@@ -101,7 +101,18 @@ def _reject_constant(token: str) -> object:
 
 
 def _has_surrogate(text: str) -> bool:
-    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+    """Whether ``text`` holds a code point U+D800..U+DFFF (a lone surrogate).
+
+    Strict UTF-8 encoding refuses exactly those code points, so the check
+    runs at C speed (a header holds thousands of names).
+    """
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _pairs(pairs: list[tuple[str, object]]) -> dict:
@@ -230,6 +241,28 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
         raise OracleFormatError("header_past_end", 0, path,
                                 f"8 + N = {data_start} > {file_bytes} bytes")
     raw = bytes(prefix[_HEADER_START:data_start])
+    memo = (raw, file_bytes, path)
+    if memo in _PARSED:  # the same header bytes judged before: the same verdict
+        tensors, metadata = _PARSED[memo]
+        return list(tensors), dict(metadata)
+    tensors, metadata = _parse_header(raw, data_start, file_bytes, path)
+    if len(_PARSED) >= _PARSED_MAX:
+        del _PARSED[next(iter(_PARSED))]
+    _PARSED[memo] = (tuple(tensors), dict(metadata))
+    return tensors, metadata
+
+
+#: Valid headers parsed so far, by (header bytes, file length, path): a
+#: replay opens the same containers hundreds of times.  Only successes are
+#: kept (a refusal is judged again), the oldest dropped past the bound.
+_PARSED: dict[tuple[bytes, int, str],
+              tuple[tuple[TensorInfo, ...], dict[str, str]]] = {}
+_PARSED_MAX = 64
+
+
+def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
+                  ) -> tuple[list[TensorInfo], dict[str, str]]:
+    """Steps 4-8 of :func:`parse_buffer` on the header bytes ``raw``."""
     # 4: UTF-8.
     try:
         text = raw.decode("utf-8")

@@ -193,7 +193,7 @@ int xc_cache_unhold(xc_cache *c, int64_t handle);
 const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
 int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
                         size_t n, int64_t *handles, uint64_t *offsets);
-int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n);
+int xc_cache_unhold_many(xc_cache *c, int64_t *handles, size_t n);
 int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published);
 int xc_cache_prefetch(xc_cache *c, const int32_t *layers,

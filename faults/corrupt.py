@@ -263,6 +263,10 @@ def append_trailing(path: Path, extra: bytes = b"\0\0\0") -> int:
     return size
 
 
+#: Every byte to its bitwise inverse (``bytes.translate``).
+_INVERT = bytes(b ^ 0xFF for b in range(256))
+
+
 def replace_same_size(path: Path, content: bytes | None = None) -> bytes:
     """Atomically rename a new file of the same size over ``path``; return its bytes.
 
@@ -274,7 +278,7 @@ def replace_same_size(path: Path, content: bytes | None = None) -> bytes:
     old = p.read_bytes()
     if content is None:
         n, _, data = _split(old)
-        content = old[:HEADER_START + n] + bytes(b ^ 0xFF for b in data)
+        content = old[:HEADER_START + n] + bytes(data).translate(_INVERT)
     if len(content) != len(old):
         raise ValueError(f"replacement is {len(content)} bytes, not {len(old)}")
     tmp = p.with_name(p.name + ".replacing")

@@ -241,22 +241,28 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
         raise OracleFormatError("header_past_end", 0, path,
                                 f"8 + N = {data_start} > {file_bytes} bytes")
     raw = bytes(prefix[_HEADER_START:data_start])
-    memo = (raw, file_bytes, path)
+    memo = (raw, file_bytes)
     if memo in _PARSED:  # the same header bytes judged before: the same verdict
-        tensors, metadata = _PARSED[memo]
-        return list(tensors), dict(metadata)
-    tensors, metadata = _parse_header(raw, data_start, file_bytes, path)
-    if len(_PARSED) >= _PARSED_MAX:
-        del _PARSED[next(iter(_PARSED))]
-    _PARSED[memo] = (tuple(tensors), dict(metadata))
-    return tensors, metadata
+        entries, metadata = _PARSED[memo]
+    else:
+        tensors, metadata = _parse_header(raw, data_start, file_bytes, path)
+        entries = tuple((ti.name, ti.dtype, ti.shape, ti.offset, ti.nbytes)
+                        for ti in tensors)
+        if len(_PARSED) >= _PARSED_MAX:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[memo] = (entries, dict(metadata))
+    return ([TensorInfo(name, dtype, shape, path, offset, nbytes)
+             for name, dtype, shape, offset, nbytes in entries], dict(metadata))
 
 
-#: Valid headers parsed so far, by (header bytes, file length, path): a
-#: replay opens the same containers hundreds of times.  Only successes are
-#: kept (a refusal is judged again), the oldest dropped past the bound.
-_PARSED: dict[tuple[bytes, int, str],
-              tuple[tuple[TensorInfo, ...], dict[str, str]]] = {}
+#: Valid headers parsed so far, by (header bytes, file length): a replay
+#: opens copies of the same containers hundreds of times.  The verdict does
+#: not depend on the path, which only names the shard in the result (and in
+#: errors: only successes are kept, a refusal is judged again); the oldest
+#: is dropped past the bound.
+_PARSED: dict[tuple[bytes, int],
+              tuple[tuple[tuple[str, str, tuple[int, ...], int, int], ...],
+                    dict[str, str]]] = {}
 _PARSED_MAX = 64
 
 

@@ -584,8 +584,10 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
 
 /* Gives back one hold of each of handles[0..n-1] (xc_cache_unhold's
  * rules), all or none: XC_E_MISUSE, nothing changed, when any handle holds
- * nothing now.  Does not touch the clock. */
-int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n);
+ * nothing now.  On success every handles[i] becomes -1 (spent), so the same
+ * array given back twice is refused even while other holds of the same
+ * publishes keep the slots held.  Does not touch the clock. */
+int xc_cache_unhold_many(xc_cache *c, int64_t *handles, size_t n);
 
 /* Batch prefetch (docs/CACHE.md getmany steps 1-3): reserves slots for the
  * missing keys serially, reads them in parallel on the cache's readers and

@@ -18,8 +18,10 @@ ones (a derived variant of :mod:`gate.scenarios`), the engine must match.
 Generation is deterministic from (seed, container, option set) and never
 depends on timing: with read-ahead threads every prefetch is followed by a
 drain, faults are armed only around calls whose reads meet them in a fixed
-order, and a ``hold_layer`` or labelled stream is made only when its misses
-surely find a slot (tracked conservatively from the holds and pins taken).
+order, and a labelled stream is made only when its misses surely find a
+slot (tracked conservatively from the holds and pins taken); a
+``hold_layer`` is made so too, or with more experts than surely free
+slots, or under an armed fault, where it may be refused all or none.
 
 :func:`shrink` reduces a failing program by delta debugging over its steps,
 then over the keys of each step, and :func:`pinned` turns the result into a

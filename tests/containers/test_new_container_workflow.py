@@ -212,7 +212,9 @@ def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
     assert not report.failed, [c["detail"] for c in report.failed][:5]
     # a twin with few keys may skip a scenario that needs more, saying why
     skipped = [s["scenario"] for s in report.skipped]
-    assert len([s for s in skipped if s != DIRECT_RUNS[0]]) <= 1
+    # (the programs' shrunk findings name their home container's keys)
+    assert len([s for s in skipped if s != DIRECT_RUNS[0] and
+                not s.startswith(("found-", "hold-layer-refused"))]) <= 1
     assert all(s["reason"] for s in report.skipped)
     assert len(names) >= SCENARIO_RUNS - 2 - DIRECT_RUNS[1]
     engine_reads = [c for c in report.checks if c["backend"] == "engine" and

@@ -34,6 +34,9 @@ REPORT = {
     "reader-refusals": "FAIL", "replaced-file": "PASS", "allocation": "N/A",
     "direct-io": "N/A", "streams": "N/A", "victim-order": "FAIL",
     "reads-under-way": "N/A", "trace": "N/A", "invariant-check": "N/A",
+    # the programs' shrunk findings (found-*, hold-layer-refused) judge no
+    # contract of their own; what tinycache can run of them passes
+    "other": "PASS",
 }
 
 #: each planted defect (TC_DEFECT): the one contract it must break, and the

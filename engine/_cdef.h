@@ -185,7 +185,7 @@ const uint8_t *xc_arena_data(const xc_arena *a);
 uint64_t xc_arena_bytes(const xc_arena *a);
 void xc_arena_release(xc_arena *a);
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
-int xc_cache_release(xc_cache *c, const xc_ref *ref);
+int xc_cache_release(xc_cache *c, xc_ref *ref);
 
 /* the handle face of get / release: the fast path for bindings */
 int64_t xc_cache_hold(xc_cache *c, int32_t layer, int32_t expert);
@@ -193,7 +193,7 @@ int xc_cache_unhold(xc_cache *c, int64_t handle);
 const uint8_t *xc_cache_hold_data(xc_cache *c, int64_t handle);
 int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
                         size_t n, int64_t *handles, uint64_t *offsets);
-int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n);
+int xc_cache_unhold_many(xc_cache *c, int64_t *handles, size_t n);
 int xc_cache_getmany(xc_cache *c, const int32_t *layers,
                      const int32_t *experts, size_t n, size_t *published);
 int xc_cache_prefetch(xc_cache *c, const int32_t *layers,

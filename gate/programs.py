@@ -18,8 +18,10 @@ ones (a derived variant of :mod:`gate.scenarios`), the engine must match.
 Generation is deterministic from (seed, container, option set) and never
 depends on timing: with read-ahead threads every prefetch is followed by a
 drain, faults are armed only around calls whose reads meet them in a fixed
-order, and a ``hold_layer`` or labelled stream is made only when its misses
-surely find a slot (tracked conservatively from the holds and pins taken).
+order, and a labelled stream is made only when its misses surely find a
+slot (tracked conservatively from the holds and pins taken); a
+``hold_layer`` is made so too, or with more experts than surely free
+slots, or under an armed fault, where it may be refused all or none.
 
 :func:`shrink` reduces a failing program by delta debugging over its steps,
 then over the keys of each step, and :func:`pinned` turns the result into a
@@ -201,6 +203,13 @@ class _Gen:
                    [["layer_first", i % self.E] for i in range(self.n_slots + 1)])
             self.add({"op": "hold_layer", "raw": raw, "label": self.label("m")})
             return
+        if rng.random() < 0.2:  # perhaps too few slots: refused all or none
+            n = rng.randint(1, min(self.E, self.n_slots))
+            label = self.label("L")
+            self.layer_holds[label] = n  # (an upper bound: it may hold none)
+            self.add({"op": "hold_layer", "label": label, "keys": [
+                base + e for e in rng.sample(range(self.E), n)]})
+            return None
         # every expert may miss: hits and misses alike need a slot of their own
         most = min(self.k + 1, self.E, self.room() - 1)
         if most < 1:
@@ -289,8 +298,18 @@ class _Gen:
                 step.update(arg=rng.choice([1, 7, 100]),
                             persistent=rng.random() < 0.5)
             self.add(step)
-        if self.opts.get("batch_threads", 2) == 1 and not self.readers \
-                and not self.opts.get("direct") and rng.random() < 0.5:
+        serial = (self.opts.get("batch_threads", 2) == 1 and not self.readers
+                  and not self.opts.get("direct"))
+        most = min(self.k, self.E, self.room() - 1)
+        if serial and self.steps[-1]["op"] == "inject" and most >= 1 \
+                and rng.random() < 0.3:  # a read of the layer's fails: none held
+            li = rng.randrange(len(self.layers))
+            label = self.label("L")
+            self.layer_holds[label] = most
+            self.add({"op": "hold_layer", "label": label, "keys": [
+                li * self.E + e for e in rng.sample(range(self.E),
+                                                    rng.randint(1, most))]})
+        elif serial and rng.random() < 0.5:
             self.add({"op": "getmany", "keys": self.keys(self.k)})
         else:
             self.add({"op": "get", "keys": self.keys(2)})
@@ -348,9 +367,7 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         getattr(gen, "op_" + rng.choices(names, weights)[0])()
     gen.op_stream_rest()
     tail = rng.random()
-    if tail < 0.25 and not opts.get("verify"):
-        # (verify and a truncated shard: the engine reports a short read
-        # where the oracle reports a changed file; not compared here)
+    if tail < 0.25:
         gen.op_truncate()
     elif tail < 0.35 and opts.get("verify"):
         gen.op_replace()
@@ -524,11 +541,16 @@ def _rebuild(program: dict[str, Any], ops: list[dict[str, Any]]
     """The program with ``ops`` as its steps, or None if it would not run.
 
     Labels must be taken before they are given back or read on; a step
-    joined (``"then"``) to a step no longer after it is checked alone.
+    joined (``"then"``) to a step no longer after it is checked alone; a
+    stream's ``get_first`` keeps only keys the stream still names (as
+    generated: a get of a key outside it is another program).
     """
     ops = [{k: v for k, v in s.items() if k != "then"}
            if s.get("then") and (i + 1 == len(ops) or ops[i + 1]["op"] != s["then"])
            else s for i, s in enumerate(ops)]
+    ops = [{**s, "get_first": [k for k in s["get_first"] if k in s["keys"]]}
+           if "get_first" in s and isinstance(s.get("keys"), list) else s
+           for s in ops]
     taken: set[str] = set()
     for s in ops:
         op = s["op"]

@@ -298,10 +298,16 @@ class CacheModel:
 
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
-                speculative: bool = False) -> int:
+                speculative: bool = False,
+                read: Callable[[tuple[int, int]], str | None] | None = None
+                ) -> int:
         """Batch prefetch: reserve serially, read, publish in reservation order.
 
-        ``failures`` maps keys to "short" or "io" to fail their reads. Returns
+        ``failures`` maps keys to "short" or "io" to fail their reads; or
+        ``read`` is called once for each key reserved, in reservation order
+        after every reservation, and returns its read's failure (None, "short"
+        or "io") -- so a key resident at the call but evicted by an earlier
+        key's reservation, then reserved again, is read too. Returns
         how many were published; fails only with ``Misuse`` (nothing changed).
         ``speculative`` counts the loads as speculative (see :meth:`prefetch`).
         """
@@ -331,8 +337,11 @@ class CacheModel:
             self.spec_counters["spec_issued"] += len(reserved)
         published = 0
         for slot, key in reserved:  # (2) read, (3) publish in order
+            kind = (failures.get(self.key_of(key)) if read is None
+                    else read(self.key_of(key)))
+            if kind not in (None, "short", "io"):
+                raise ValueError("failure kinds are 'short' or 'io'")
             self.counters["io_bytes"] += self._io_bytes(key)
-            kind = failures.get(self.key_of(key))
             if kind is not None:
                 self._fail(slot, kind)
                 continue
@@ -399,6 +408,76 @@ class CacheModel:
             self.counters["payload_bytes"] += self.expert_bytes
             refs.append(self._hold(slot, layer, expert))
         return refs + [self.get(*k) for k in deferred]
+
+    def hold_layer(self, keys: Iterable[tuple[int, int]],
+                   read: Callable[[tuple[int, int]], str | None] | None = None
+                   ) -> list[Ref]:
+        """docs/CACHE.md "hold_layer": the keys held in one call, all or none.
+
+        Validation as the engine's (``Misuse``, nothing changed: a bad key,
+        a key twice, more keys than slots).  Counted in the order given as a
+        stream with ``split_min_misses`` 1 (hits now, misses reserved and
+        stamped now); a key that finds no slot ends the counting (it and
+        the keys after it are not counted).  The reserved misses are read
+        in the order given (``read`` gives each one's failure: None,
+        "short" or "io") and published as stream misses.  A failed read or
+        a key without a slot gives back every hold the call took and raises
+        the first failed read (``ShortRead`` / ``IOFailure``), else
+        ``AllPinned``; the counters, clock and loaded experts stay as the
+        gets that ran left them.  Returns the refs in the order given.
+        """
+        keys = list(keys)
+        ids = [self.key_id(layer, expert) for layer, expert in keys]
+        if len(set(ids)) != len(ids):
+            raise Misuse("hold_layer: a key is named twice")
+        if len(ids) > self.n_slots:
+            raise Misuse(f"hold_layer: {len(ids)} experts cannot be held at "
+                         f"once in {self.n_slots} slots")
+        held: dict[tuple[int, int], Ref] = {}
+        reads: list[tuple[int, int, int]] = []
+        stopped: tuple[int, int] | None = None
+        for (layer, expert), key in zip(keys, ids, strict=True):
+            if key in self._index:  # READY: nothing is in flight here
+                held[(layer, expert)] = self.get(layer, expert)
+                continue
+            self._want(key)
+            slot = self._victim()
+            if slot is None:
+                self._want(None)
+                stopped = (layer, expert)
+                break
+            self._count_demand(key)
+            self.counters["misses"] += 1
+            self._evict_into(slot, key)
+            self._want(None)
+            self._touch(slot)  # the stamp its publish keeps
+            reads.append((slot, layer, expert))
+        failed: tuple[int, int, str] | None = None
+        for slot, layer, expert in reads:
+            kind = read((layer, expert)) if read is not None else None
+            if kind not in (None, "short", "io"):
+                raise ValueError("failure kinds are 'short' or 'io'")
+            self.counters["io_bytes"] += self._io_bytes(self._key[slot])
+            if kind is not None:
+                self._fail(slot, kind)
+                failed = failed or (layer, expert, kind)
+                continue
+            self._publish(slot, 1)
+            self.counters["payload_bytes"] += self.expert_bytes
+            held[(layer, expert)] = self._hold(slot, layer, expert)
+        if failed is None and stopped is None:
+            return [held[k] for k in keys]
+        for ref in held.values():
+            self.release(ref)
+        if failed is not None:
+            layer, expert, kind = failed
+            cls = ShortRead if kind == "short" else IOFailure
+            raise cls(f"hold_layer: load of (layer {layer}, expert {expert}) "
+                      f"failed: {kind}", layer, expert)
+        assert stopped is not None
+        raise AllPinned(f"hold_layer: layer {stopped[0]} expert {stopped[1]}: "
+                        f"all {self.n_slots} slots are held, pinned or in "
+                        "flight")
 
     def release(self, ref: Ref) -> None:
         """Drop one hold; releasing twice or another cache's ref is ``Misuse``."""

@@ -21,13 +21,17 @@ The rules, from the format's description:
 The model reaches every decision through the same few steps (``_count_demand``
 for demand, ``_touch`` and ``_victim`` inside a batch's reserve pass), so the
 records are taken there and cannot drift from the model's own choices.
-Nothing is ever in flight in the model, so ``wait_hit`` and ``inflight``
-never occur.
+Nothing is ever in flight in the model, so ``inflight`` never occurs, and
+``wait_hit`` only when the caller says so: a get that, in the engine,
+claims a stream's reservation nobody has read yet reads it and then hits as
+after a wait (docs/CACHE.md "Claiming"); the caller sets ``wait_next``
+before that get.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from oracle.cache import READY, CacheModel, Ref
@@ -37,7 +41,7 @@ from oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
 # format's description, never read from the engine: the gate compares them
 # with the engine's own, which come from csrc/xc_kinds.h).
 GET, PREFETCH, SPECULATIVE, STREAM = ENGINE_TRACE_KINDS
-HIT, MISS, _WAIT_HIT, RESIDENT, _INFLIGHT, ISSUED, NO_SLOT, DUPLICATE = (
+HIT, MISS, WAIT_HIT, RESIDENT, _INFLIGHT, ISSUED, NO_SLOT, DUPLICATE = (
     ENGINE_TRACE_OUTCOMES)
 
 __all__ = ["TracingCacheModel", "TraceRecord"]
@@ -54,6 +58,8 @@ class TracingCacheModel(CacheModel):
         #: every record so far, in the order the engine must write them
         self.records: list[TraceRecord] = []
         self._demand_kind = GET
+        #: the next demand hit is one after a wait (set by the caller)
+        self.wait_next = False
         #: inside a batch's reserve pass: its decisions (None outside)
         self._decisions: list[str] | None = None
 
@@ -65,7 +71,9 @@ class TracingCacheModel(CacheModel):
     def _count_demand(self, key: int) -> None:
         slot = self._index.get(key)
         hit = slot is not None and self._state[slot] == READY
-        self._record(key, self._demand_kind, HIT if hit else MISS)
+        waited, self.wait_next = self.wait_next, False
+        self._record(key, self._demand_kind,
+                     (WAIT_HIT if waited else HIT) if hit else MISS)
         super()._count_demand(key)
 
     def _touch(self, slot: int) -> None:
@@ -80,6 +88,15 @@ class TracingCacheModel(CacheModel):
         return slot
 
     # -- calls --------------------------------------------------------------
+    @contextmanager
+    def as_stream(self) -> Iterator[None]:
+        """Demand records made inside are of kind ``stream`` (a plain stream's gets)."""
+        self._demand_kind = STREAM
+        try:
+            yield
+        finally:
+            self._demand_kind = GET
+
     def stream(self, keys: Iterable[tuple[int, int]],
                split_min_misses: int = 1) -> list[Ref]:
         """As the model's stream; every demand record is of kind ``stream``."""
@@ -91,7 +108,9 @@ class TracingCacheModel(CacheModel):
 
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
-                speculative: bool = False) -> int:
+                speculative: bool = False,
+                read: Callable[[tuple[int, int]], str | None] | None = None
+                ) -> int:
         """As the model's getmany, recording one batch record per key named."""
         keys = list(keys)
         ids = [self.key_id(layer, expert) for layer, expert in keys]
@@ -99,7 +118,7 @@ class TracingCacheModel(CacheModel):
         # touch (resident) or a victim choice; publishing comes after all
         self._decisions = []
         try:
-            n = super().getmany(keys, failures, speculative)
+            n = super().getmany(keys, failures, speculative, read)
             decisions = self._decisions
         finally:
             self._decisions = None

@@ -534,10 +534,14 @@ void xc_arena_release(xc_arena *a);
  * faults/README.md).  *out is written only on success. */
 int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out);
 
-/* Gives back one hold taken by xc_cache_get.  XC_E_MISUSE (nothing changed)
- * for a reference of another cache, a slot republished since, or a slot
- * with no hold left (a double release).  Does not touch the clock. */
-int xc_cache_release(xc_cache *c, const xc_ref *ref);
+/* Gives back one hold taken by xc_cache_get and marks *ref spent (its data
+ * becomes NULL).  XC_E_MISUSE (nothing changed) for a reference of another
+ * cache, a slot republished since, a slot with no hold left, or a spent
+ * reference: so *ref given back twice is refused even while another hold
+ * of the same publish keeps the slot held (a copy of *ref made before the
+ * release is not spent: it is refused only as the slot allows).  Does not
+ * touch the clock. */
+int xc_cache_release(xc_cache *c, xc_ref *ref);
 
 /* The handle face of xc_cache_get: does exactly what xc_cache_get does --
  * hit, wait or load, with the same counters, clock, policy events and
@@ -580,8 +584,10 @@ int xc_cache_hold_layer(xc_cache *c, int32_t layer, const int32_t *experts,
 
 /* Gives back one hold of each of handles[0..n-1] (xc_cache_unhold's
  * rules), all or none: XC_E_MISUSE, nothing changed, when any handle holds
- * nothing now.  Does not touch the clock. */
-int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n);
+ * nothing now.  On success every handles[i] becomes -1 (spent), so the same
+ * array given back twice is refused even while other holds of the same
+ * publishes keep the slots held.  Does not touch the clock. */
+int xc_cache_unhold_many(xc_cache *c, int64_t *handles, size_t n);
 
 /* Batch prefetch (docs/CACHE.md getmany steps 1-3): reserves slots for the
  * missing keys serially, reads them in parallel on the cache's readers and

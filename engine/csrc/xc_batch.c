@@ -599,7 +599,7 @@ out:
     return rc;
 }
 
-int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n)
+int xc_cache_unhold_many(xc_cache *c, int64_t *handles, size_t n)
 {
     size_t i;
     if (n > 0 && handles == NULL)
@@ -621,5 +621,9 @@ int xc_cache_unhold_many(xc_cache *c, const int64_t *handles, size_t n)
         s->holds--;
     }
     pthread_mutex_unlock(&c->mu);
+    /* spent: the same array given back again is MISUSE even while other
+     * holds of the same publishes keep the slots held */
+    for (i = 0; i < n; i++)
+        handles[i] = -1;
     return XC_OK;
 }

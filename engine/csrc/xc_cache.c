@@ -126,7 +126,7 @@ int xc_cache_get(xc_cache *c, int32_t layer, int32_t expert, xc_ref *out)
     return rc;
 }
 
-int xc_cache_release(xc_cache *c, const xc_ref *ref)
+int xc_cache_release(xc_cache *c, xc_ref *ref)
 {
     slot *s;
     if (ref == NULL || ref->slot < 0 || (size_t)ref->slot >= c->n_slots)
@@ -146,6 +146,9 @@ int xc_cache_release(xc_cache *c, const xc_ref *ref)
     }
     s->holds--;
     pthread_mutex_unlock(&c->mu);
+    /* spent: this reference given back again is MISUSE even while another
+     * hold of the same publish keeps the slot held */
+    ref->data = NULL;
     return XC_OK;
 }
 

@@ -87,6 +87,9 @@ int xc_cache_stream_begin(xc_cache *c, const int32_t *layers,
     stream->next_open = c->streams;
     c->streams = stream;
     if (n_missing < (size_t)c->split_min) {
+        /* every item a plain get in next(): nothing is held for it now, so
+         * an early end has nothing of it to give back */
+        memset(stream->state, STREAM_ITEM_DEFER, n);
         stream->plain = 1;
         pthread_mutex_unlock(&c->mu);
         *out = stream;

@@ -291,6 +291,26 @@ def test_get_of_a_read_ahead_key_in_flight_is_one_load(k3_shard):
 
 # -- stream reservations claimed by another reader -------------------------------
 
+def test_a_stream_of_residents_ended_early_gives_back_no_hold(k3):
+    """A stream whose keys are all resident (plain gets in next()) holds
+    nothing for its items: ending it early, or closing the cache with it
+    open, gives back no hold (it gave back holds of slots it never took)."""
+    c, _ = k3(n_slots=4)
+    fill(c, [0, 5])
+    before = table(c)
+    it = c.stream([(0, 5), (0, 0)])
+    assert table(c) == before  # the plain mode counts and holds at next()
+    first = next(it)
+    assert first.key == (0, 5)
+    it.close()
+    assert [h for _, _, h, _ in table(c)] == [0, 1, 0, 0]
+    first.release()
+    c.check()
+    c.stream([(0, 0)])  # left open: the cache's close ends it
+    assert table(c) == before
+    c.close()
+
+
 def test_get_claims_a_stream_reservation_once(k3_shard):
     """get of a stream's unread miss reads it once; the stream then yields it unread."""
     f = IOFaults()

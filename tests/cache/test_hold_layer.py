@@ -277,6 +277,23 @@ def test_after_close_hold_and_release_are_misuse(k3_shard):
     assert payload(view) == expert_bytes(k3_shard, 3)
 
 
+def test_unhold_many_twice_takes_no_other_holders_hold(k3_shard):
+    """The same handles given back twice are refused while a get holds the
+    same publish (the second unhold_many took that get's hold)."""
+    from engine import _lib
+    ffi, lib = _lib.ffi(), _lib.lib()
+    c = make(k3_shard)
+    hs, offs = ffi.new("int64_t[1]"), ffi.new("uint64_t[1]")
+    assert lib.xc_cache_hold_layer(c._ptr, 0, [1], 1, hs, offs) == 0
+    h = lib.xc_cache_hold(c._ptr, 0, 1)  # a hit: the same slot and publish
+    assert holds(c)[0] == 2
+    assert lib.xc_cache_unhold_many(c._ptr, hs, 1) == 0
+    assert lib.xc_cache_unhold_many(c._ptr, hs, 1) == lib.XC_E_MISUSE
+    assert holds(c)[0] == 1 and list(hs) == [-1]
+    assert lib.xc_cache_unhold(c._ptr, h) == 0
+    c.check()
+
+
 def test_unhold_many_is_all_or_none(k3_shard):
     """A batch release with one stale handle gives nothing back (C boundary)."""
     from engine import _lib

@@ -135,6 +135,25 @@ def test_release_gives_the_hold_back_and_a_stale_reference_takes_none(
         cache.close()
 
 
+def test_a_spent_reference_takes_no_other_holders_hold(k3_shard: Path) -> None:
+    """A reference given back twice is refused while another hold of the same
+    publish keeps the slot held (a second release never takes that hold)."""
+    with engine.Container(str(k3_shard)) as c:
+        cache = _cache(c, n_slots=5)
+        a = _ref_get(cache, 0)
+        _ref_release(cache, a)
+        b = _ref_get(cache, 0)  # a hit: the same slot and generation as a
+        assert (b.slot, b.generation) == (a.slot, a.generation)
+        with pytest.raises(engine.MisuseError, match="released twice"):
+            _ref_release(cache, a)
+        assert _holds(cache) == [(0, 1)]
+        assert a.data == _lib.ffi().NULL  # spent by its release
+        _ref_release(cache, b)
+        assert _holds(cache) == []
+        cache.check()
+        cache.close()
+
+
 def test_a_key_named_twice_in_a_batch_is_touched_once(k3_shard: Path) -> None:
     """Batch [0, 1, 0] over residents: expert 0 stays older than 1 (M30)."""
     with engine.Container(str(k3_shard)) as c:

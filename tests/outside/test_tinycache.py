@@ -39,6 +39,9 @@ REPORT = {
     "reader-refusals": "N/A", "replaced-file": "PASS", "allocation": "N/A",
     "direct-io": "N/A", "streams": "N/A", "victim-order": "PASS",
     "reads-under-way": "N/A", "trace": "N/A", "invariant-check": "N/A",
+    # the programs' shrunk findings (found-*, hold-layer-refused) judge no
+    # contract of their own; what tinycache can run of them passes
+    "other": "PASS",
 }
 
 #: what each N/A row names as lacking, in the order the scenarios meet it

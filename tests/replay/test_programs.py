@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,9 +91,21 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
         assert opt in opts, f"no program sets the cache option {opt!r}"
     faults = {s.get("fault") for p in progs for s in p["steps"]}
     assert {"eof", "eio", "eintr", "partial"} <= faults
+    # hold_layer's all-or-none refusals are drawn: more experts than the
+    # slots surely free, and a hold_layer meeting an armed fault
+    import fixtures
+    top_k = {p["container"]: fixtures.preset(p["container"]).top_k
+             for p in progs}
+    assert any(s.get("op") == "hold_layer"
+               and len(s.get("keys", [])) > top_k[p["container"]] + 1
+               for p in progs for s in p["steps"])
+    assert any(a.get("op") == "inject" and a.get("then") == "hold_layer"
+               for p in progs for a in p["steps"])
+    # truncation is drawn under verify too
+    assert any(p["cache"].get("verify") and s.get("op") == "truncate"
+               for p in progs for s in p["steps"])
     assert {"inject_alloc", "truncate", "corrupt", "trace", "replace"} <= ops
     containers = {p["container"] for p in progs}
-    import fixtures
     assert containers == {p for p in fixtures.PRESETS if p.endswith("-mini")}
 
 
@@ -187,3 +201,32 @@ def test_ddmin_finds_a_one_minimal_failing_subset() -> None:
     items = list(range(20))
     assert _ddmin(items, lambda xs: 3 in xs and 17 in xs) == [3, 17]
     assert _ddmin(items, lambda xs: 11 in xs) == [11]
+
+
+def test_a_long_search_prints_progress_and_stops_at_ctrl_c(tmp_path: Path) -> None:
+    """--programs N with a large N prints progress and ends at Ctrl-C: exit
+    130 within seconds, one line, nothing of the run left."""
+    out = tmp_path / "out.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(out, "wb") as f:
+        p = subprocess.Popen(
+            [sys.executable, "replay.py", "--programs-only", "--no-programs",
+             "--programs", "1000000", "--seed", "5", str(tmp_path / "run")],
+            cwd=ROOT, env=env, stdout=f, stderr=subprocess.PIPE,
+            start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while (b"programs: 10 of 1000000 run" not in out.read_bytes()
+                   and p.poll() is None and time.monotonic() < deadline):
+                time.sleep(0.1)
+            assert b"programs: 10 of 1000000 run" in out.read_bytes()
+            os.killpg(p.pid, signal.SIGINT)
+            rc = p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert rc == 130
+    assert p.stderr is not None
+    assert p.stderr.read().decode().strip().splitlines()[-1] == (
+        "replay.py: interrupted; nothing of this run is left")
+    assert list((tmp_path / "run").iterdir()) == []

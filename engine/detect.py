@@ -64,7 +64,7 @@ FUSED_MODULES = ("input_linear", "output_linear")
 NOT_ROUTED = ("shared_expert", "shared_experts", "shared_mlp", "router", "gate",
               "e_score_correction_bias")
 #: The module name that marks a multi-token-prediction block kept outside
-#: the decoder's layers (Qwen3-Next's ``mtp.layers.0.mlp.experts.*``): a
+#: the decoder's layers (``mtp.layers.0.mlp.experts.*`` in one real checkpoint): a
 #: component of a group's template before ``layers.{layer}``.
 MTP_MODULE = "mtp"
 #: The expert groups :func:`detect` can be asked for: the decoder's routed

@@ -303,11 +303,12 @@ class CacheModel:
                 ) -> int:
         """Batch prefetch: reserve serially, read, publish in reservation order.
 
+        Every key resident at the call is protected before the first
+        reservation, so no miss of the batch evicts a resident it names.
         ``failures`` maps keys to "short" or "io" to fail their reads; or
         ``read`` is called once for each key reserved, in reservation order
         after every reservation, and returns its read's failure (None, "short"
-        or "io") -- so a key resident at the call but evicted by an earlier
-        key's reservation, then reserved again, is read too. Returns
+        or "io"). Returns
         how many were published; fails only with ``Misuse`` (nothing changed).
         ``speculative`` counts the loads as speculative (see :meth:`prefetch`).
         """
@@ -318,6 +319,10 @@ class CacheModel:
             raise ValueError("failure kinds are 'short' or 'io'")
         seen: set[int] = set()
         reserved: list[tuple[int, int]] = []  # (slot, key id)
+        for key in ids:  # (1) every key resident at the call is protected
+            slot = self._index.get(key)
+            if slot is not None and self._state[slot] == READY:
+                self._batch_protected.add(slot)
         for key in ids:  # (1) reserve
             if key in seen:
                 continue

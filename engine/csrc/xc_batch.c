@@ -260,8 +260,8 @@ void *xc_readahead_main(void *arg)
 }
 
 /*
- * getmany and prefetch: (1) validate every key, then reserve serially in
- * the order given, (2) read -- in parallel on the batch pool, or, for an
+ * getmany and prefetch: (1) validate every key, protect every key resident
+ * at the call, then reserve serially in the order given, (2) read -- in parallel on the batch pool, or, for an
  * asynchronous prefetch, on the read-ahead readers (what the ring cannot
  * take, on the batch pool here and now), (3) publish serially in
  * reservation order (the readers publish as they complete, with the ticks
@@ -297,8 +297,23 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
             XC_OK)
             goto out;
 
-    /* (1) reserve, serially, in the order given */
     pthread_mutex_lock(&c->mu);
+    /* (1) protect every key resident at the call first, so that no miss of
+     * this batch can evict a resident the same batch names (it would be read
+     * again: one eviction and one read wasted); they are touched below, in
+     * the order given */
+    seq = ++c->batch_seq;
+    for (i = 0; i < n; i++) {
+        int32_t si = c->index[keys[i]];
+        if (c->seen[keys[i]] == seq || si < 0 ||
+            c->slots[si].state != XC_SLOT_READY)
+            continue;
+        c->seen[keys[i]] = seq;
+        c->slots[si].holds++; /* protected for the rest of this call */
+        xc_slot_note(c, &c->slots[si]); /* no longer a policy candidate */
+        prot[n_prot++] = si;
+    }
+    /* (1) reserve, serially, in the order given */
     seq = ++c->batch_seq;
     for (i = 0; i < n; i++) {
         uint32_t key = keys[i];
@@ -309,9 +324,7 @@ static int batch(xc_cache *c, const int32_t *layers, const int32_t *experts,
         }
         c->seen[key] = seq;
         if (si >= 0 && c->slots[si].state == XC_SLOT_READY) {
-            c->slots[si].holds++; /* protected for the rest of this call */
-            xc_slot_touch(c, &c->slots[si]);
-            prot[n_prot++] = si;
+            xc_slot_touch(c, &c->slots[si]); /* protected above */
             xc_trace_put(c, kind, XC_OUT_RESIDENT, key);
             continue;
         }

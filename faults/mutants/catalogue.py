@@ -206,10 +206,10 @@ CATALOGUE: tuple[Mutant, ...] = (
        "release does not drop the hold", "holds-pins"),
     # -- getmany -----------------------------------------------------------
     _m("M28", "xc_batch.c",
-       "            c->slots[si].holds++; /* protected for the rest of this call */\n"
-       "            xc_slot_touch(c, &c->slots[si]);\n"
-       "            prot[n_prot++] = si;\n",
-       "            xc_slot_touch(c, &c->slots[si]);\n",
+       "        c->slots[si].holds++; /* protected for the rest of this call */\n"
+       "        xc_slot_note(c, &c->slots[si]); /* no longer a policy candidate */\n"
+       "        prot[n_prot++] = si;\n",
+       "        xc_slot_note(c, &c->slots[si]); /* no longer a policy candidate */\n",
        "getmany does not protect the batch's own resident keys", "getmany"),
     _m("M29", "xc_batch.c",
        "        *out_count = async ? n_resv : n_pub;",

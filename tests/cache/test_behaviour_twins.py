@@ -127,6 +127,32 @@ def test_getmany_evicts_only_residents_the_batch_does_not_name(k3):
         assert x.data.tobytes() == k3_expected(5)
 
 
+def test_getmany_protects_a_resident_named_after_a_miss(k3):
+    """A resident named later than a miss is protected from the call's start:
+    the miss takes another victim, and the resident is not read again."""
+    c, f = k3()
+    fill(c, [0, 1, 2])  # LRU order: (0, 0) oldest
+    counting(f)
+    assert c.getmany([(0, 5), (0, 0)]) == 1  # (0, 0) is not the miss's victim
+    assert f.reads == 1
+    assert table(c) == [("ready", (0, 0), 0, 0), ("ready", (0, 5), 0, 0),
+                        ("ready", (0, 2), 0, 0)]
+    assert c.stats()["evictions"] == 1
+    c.check()
+
+
+def test_oracle_getmany_protects_a_resident_named_after_a_miss():
+    """The oracle's model of the same call: one eviction, (0, 1) the victim."""
+    from oracle.cache import CacheModel
+
+    m = CacheModel([0], 8, 2, expert_bytes=16, n_slots=3)
+    for e in (0, 1, 2):
+        m.release(m.get(0, e))
+    assert m.getmany([(0, 5), (0, 0)]) == 1
+    assert m.counters["evictions"] == 1
+    assert sorted(m.resident()) == [(0, 0), (0, 2), (0, 5)]
+
+
 # -- key bounds on every entry point ------------------------------------------
 
 def bad_keys(layers: tuple[int, ...], n_experts: int) -> list[Key]:

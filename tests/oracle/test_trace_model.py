@@ -65,14 +65,16 @@ def test_batch_outcomes_in_the_order_named():
     m.release(held)
 
 
-def test_a_resident_key_evicted_earlier_in_the_batch_is_issued():
-    """A key resident at the start but evicted by an earlier key is read again."""
+def test_a_resident_key_named_after_a_miss_stays_resident():
+    """A key resident at the call is protected before the miss takes a victim."""
     m = model()
     for e in range(5):
         m.release(m.get(0, e))
     m.records.clear()
-    m.getmany([(0, 7), (0, 0)])  # 7 evicts the LRU key 0; 0 then needs a slot
-    assert m.records == [(0, 7, "prefetch", "issued"), (0, 0, "prefetch", "issued")]
+    m.getmany([(0, 7), (0, 0)])  # 7 cannot evict 0, the LRU key: 1 goes
+    assert m.records == [(0, 7, "prefetch", "issued"),
+                         (0, 0, "prefetch", "resident")]
+    assert sorted(m.resident()) == [(0, 0), (0, 2), (0, 3), (0, 4), (0, 7)]
 
 
 def test_speculative_prefetch_kind():

@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.util import Finalize
@@ -52,6 +53,8 @@ MAX_KEYS = 1 << 18
 
 _containers: dict[tuple[int, int], Any] = {}
 _folder: list[Path] = []
+#: One maker at a time: the thread executor's cells share the process.
+_making = threading.Lock()
 
 
 class OutcomeMismatch(AssertionError):
@@ -86,6 +89,12 @@ def _container(n_layers: int, n_experts: int) -> Any:
     from engine import Container  # noqa: PLC0415
 
     check_keys(n_layers, n_experts)
+    with _making:
+        return _make_container(n_layers, n_experts, Container)
+
+
+def _make_container(n_layers: int, n_experts: int, Container: Any) -> Any:  # noqa: N803
+    """:func:`_container`'s body, under its lock."""
     key = (n_layers, n_experts)
     if key in _containers:
         return _containers[key]

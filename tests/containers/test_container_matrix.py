@@ -40,7 +40,7 @@ ALLOWED_SKIPS = {DIRECT_ONLY, "batch-residents-pins", "key-bounds",
                  "found-fused-chunked-eio", "found-release-twice",
                  "found-stream-of-residents-open", "found-unhold-twice",
                  "found-verify-replaced", "found-verify-truncated",
-                 "hold-layer-refused"}
+                 "hold-layer-refused", "hold-layer-refusal"}
 
 
 def _choose() -> tuple[str, list[Cell]]:

@@ -89,7 +89,8 @@ def test_corrupt_replace_and_partial_reads_pass_on_huge_sparse(tmp_path):
         names = run_scenarios(engine, tmp_path, report,
                               ["faults-corrupt", "faults-files", "chunk-faults"],
                               container="huge-sparse")
-    assert names == ["chunk-faults", "faults-corrupt", "faults-files"]
+    assert names == ["chunk-faults", "faults-corrupt", "faults-files (no verify)",
+                     "faults-files (verify)"]
     failed = [f"{c['scenario']} [{c['backend']}] {c['check']}: {c['detail']}"
               for c in report.failed]
     assert not failed, "\n".join(failed[:10])

@@ -73,18 +73,28 @@ def test_pinned_tree_passes_every_scenario(tmp_path):
     def passed(name: str) -> int:
         return sum(c["scenario"].split(" (")[0] == name for c in data["checks"])
 
+    def na(name: str) -> int:
+        return sum(c["scenario"].split(" (")[0] == name
+                   for c in data["not_applicable"])
+
+    differential = ("reader-diff-headers", "reader-diff-indexes", "sim-counts")
     lines = p.stdout.splitlines()
     assert lines[2:-1] == [
         f"{sc['name']:<22} on {sc['container']:<14}  PASS "
-        f"{passed(sc['name']):>3}  FAIL 0  N/A 0" for sc in scenarios
+        f"{passed(sc['name']):>3}  FAIL 0  N/A {na(sc['name'])}"
+        for sc in scenarios
     ] + [f"{'programs':<22} on {f'{len(on)} containers':<14}  PASS "
-         f"{len(plan):>3}  FAIL 0  N/A 0"]
+         f"{len(plan):>3}  FAIL 0  N/A 0",
+         f"{'differential':<22} on {'own inputs':<14}  PASS "
+         f"{sum(passed(d) for d in differential):>3}  FAIL 0  N/A 0"]
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     n_variants = len(data["scenarios"]) - len(plan)
     assert lines[-1].startswith(
         f"PASS: {len(scenarios)} scenarios ({n_variants} variants), "
-        f"{len(plan)} programs, {len(data['checks'])} checks on their home "
-        f"containers ({homes}), engine build {build_id(pins)}; scenarios ")
+        f"{len(plan)} programs, {len(differential)} differential runs, "
+        f"{len(data['checks'])} checks, {len(data['not_applicable'])} N/A on "
+        f"their home containers ({homes}), engine build {build_id(pins)}; "
+        "scenarios ")
     assert lines[0] == (f"Verified {n_pins} pinned source digests (engine "
                         f"build {build_id(pins)})")
     assert not (tmp_path / "out" / "replay-work").exists()  # cleaned up

@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 #: The shipped trace the check replays, and how many of its tokens.
 TRACE = ROOT / "fixtures" / "traces" / "olmoe_299.jsonl"
-TOKENS = 24
+TOKENS = 60
 #: The pinned oracle counts.
 COUNTS_FILE = Path(__file__).with_name("sim_counts.json")
 COUNTS = ("requests", "hits", "misses", "compulsory", "reloads", "evictions")

@@ -7,7 +7,7 @@ simulator (``oracle.sim``) gives: requests, hits, misses, compulsory
 misses, reloads and evictions.  The oracle is pure Python, so its counts
 for the slice of the trace the gate replays are pinned in
 ``gate/sim_counts.json`` (written by ``python -m gate.sim_check
---repin``; ``tests/replay/test_sim_check.py`` recomputes them from the
+--repin``; ``tests/replay/test_differential.py`` recomputes them from the
 oracle, so the pin cannot drift from it).  The gate runs only the C side.
 """
 

@@ -69,7 +69,7 @@ def read_head(src: Path) -> tuple[bytes, int]:
         return struct.pack("<Q", n) + f.read(n), size
 
 
-def _extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
+def data_extents(fd: int, start: int, end: int) -> list[tuple[int, int]]:
     """The (begin, end) byte runs of ``[start, end)`` that hold data, not holes."""
     out = []
     at = start
@@ -101,7 +101,7 @@ def _write(dst: Path, head: bytes, src: Path, start: int, end: int,
         fd, out = fi.fileno(), fo.fileno()
         os.pwrite(out, head, 0)
         shift = len(head) - start
-        for begin, stop in _extents(fd, start, end):
+        for begin, stop in data_extents(fd, start, end):
             while begin < stop:
                 block = os.pread(fd, min(stop - begin, 1 << 20), begin)
                 if not block:

@@ -276,16 +276,10 @@ class CacheModel:
             if self.queue is not None:
                 self.queue.hit(key)
             return self._hold(slot, layer, expert)
-        self._want(key)
-        slot = self._victim()  # (4) miss: choose a victim
+        slot = self._reserve_miss(key)  # (4) miss: choose a victim
         if slot is None:
-            self._want(None)
             raise AllPinned(f"no slot for (layer {layer}, expert {expert}): all "
                             f"{self.n_slots} are held, pinned or in flight")
-        self._count_demand(key)
-        self.counters["misses"] += 1
-        self._evict_into(slot, key)
-        self._want(None)
         self.counters["io_bytes"] += self._io_bytes(key)  # (5) read
         if fail is not None:
             self._fail(slot, fail)
@@ -295,6 +289,18 @@ class CacheModel:
         self._publish(slot, 1)  # (6) publish
         self.counters["payload_bytes"] += self.expert_bytes
         return self._hold(slot, layer, expert)
+
+    def _reserve_miss(self, key: int) -> int | None:
+        """A demand miss of ``key``: choose a victim and reserve it (counted
+        as a demand and a miss), or None, changing nothing, when no slot is free."""
+        self._want(key)
+        slot = self._victim()
+        if slot is not None:
+            self._count_demand(key)
+            self.counters["misses"] += 1
+            self._evict_into(slot, key)
+        self._want(None)
+        return slot
 
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
@@ -395,16 +401,10 @@ class CacheModel:
             if key in self._index:  # READY: nothing is in flight here
                 refs.append(self.get(layer, expert))
                 continue
-            self._want(key)
-            slot = self._victim()
+            slot = self._reserve_miss(key)
             if slot is None:
-                self._want(None)
                 deferred.append((layer, expert))
                 continue
-            self._count_demand(key)
-            self.counters["misses"] += 1
-            self._evict_into(slot, key)
-            self._want(None)
             self._touch(slot)  # the stamp its publish keeps
             reads.append((slot, layer, expert))
         for slot, layer, expert in reads:
@@ -445,16 +445,10 @@ class CacheModel:
             if key in self._index:  # READY: nothing is in flight here
                 held[(layer, expert)] = self.get(layer, expert)
                 continue
-            self._want(key)
-            slot = self._victim()
+            slot = self._reserve_miss(key)
             if slot is None:
-                self._want(None)
                 stopped = (layer, expert)
                 break
-            self._count_demand(key)
-            self.counters["misses"] += 1
-            self._evict_into(slot, key)
-            self._want(None)
             self._touch(slot)  # the stamp its publish keeps
             reads.append((slot, layer, expert))
         failed: tuple[int, int, str] | None = None

@@ -322,6 +322,7 @@ OPS: dict[str, OpSpec] = {
     "join": OpSpec(race_ops.join, None, ("op:concurrent",)),
     "hold": OpSpec(state_ops.hold, _keys_repeat, ("op:hold",)),
     "release": OpSpec(state_ops.release, None, ("op:hold",)),
+    "release_copy": OpSpec(state_ops.release_copy, None, ("op:hold_copy",)),
     "stream_open": OpSpec(state_ops.stream_open, _stream_keys, ("op:stream",),
                           _GET_FIRST),
     "stream_next": OpSpec(state_ops.stream_next, None, ("op:stream",)),

@@ -2,35 +2,58 @@
 
 The disk model is measured through the engine's own reads, so it includes
 what a miss costs the cache beyond the bytes (its slot, its publish).  A
-container of experts is written in ``TMPDIR`` (one layer, each expert one
-contiguous 4 KiB-aligned run), and for each queue depth ``q`` of
+container of ``2 n`` experts is written in ``TMPDIR`` (one layer, each
+expert one contiguous 4 KiB-aligned run), and for each queue depth ``q`` of
 :data:`DEPTHS` an :class:`engine.ExpertCache` with ``q`` readers (and a
-queue deep enough for every key) prefetches every expert once and drains:
-with ``q`` reads always in flight, one request takes ``tau = q T / n``
-seconds.  That at two request sizes -- 4 KiB and the expert size --
-gives each depth's latency and bandwidth (``tau = latency + q s /
-bandwidth``, two equations).  The device tier is read with O_DIRECT (the
-container opened ``direct=True``; if the file system refuses it, the
-pages are dropped with ``posix_fadvise`` before every round instead, and
-the model file says so); the page-cache tier from a container read once
-before.  Best of :data:`ROUNDS` rounds each, every round visiting every
-depth in a rotating order; a throughput that falls with depth is taken for
-a disturbed round and raised to the shallower depth's (:func:`envelope`).
+queue deep enough for every key) holds ``n`` slots: the steady state a
+decoding engine runs in.  A warm-up prefetch of the first half touches
+every slot (first-touch page faults and zeroing are paid there, never in a
+timed round), and each round then prefetches the other half and drains:
+every read evicts a key of the half before and lands in a slot used
+before (:class:`Warm`), in a shuffled order (seeded): a decode's reads land
+at scattered offsets, and reads in file order would let the layers under
+the cache (a drive's or a virtual disk's host read-ahead) serve them
+faster than a decode ever sees.  With ``q`` reads always in flight, one request
+takes ``tau = q T / n`` seconds.  That at two request sizes -- 4 KiB and
+the expert size -- gives each depth's latency and bandwidth (``tau =
+latency + q s / bandwidth``, two equations).  The device tier is read with
+O_DIRECT (the container opened ``direct=True``; if the file system refuses
+it, the pages are dropped with ``posix_fadvise`` before every round
+instead, and the model file says so); the page-cache tier from a
+container read once before.  Best of :data:`ROUNDS` rounds each, every
+round visiting every depth in a rotating order; a throughput that falls
+with depth is taken for a disturbed round and raised to the shallower
+depth's (:func:`envelope`).
+
+Each tier's ``own_read_factor``: a synchronous miss (``get`` and
+``release`` in a cache with no readers, the same ``n`` slots over ``2 n``
+experts, warmed the same way) less a hit, over the readers' ``tau`` at
+depth 1 (:func:`own_read_cost`).
 
 The compute model: ``access_s`` is timed as a loop of hits (``get`` and
-``release`` of a resident expert); ``expert_s`` is what the busy-loop
-kernel of :func:`spin` really takes for the nominal seconds asked
-(``--expert-s``, default 100 us), measured; ``layer_s`` is what
-``--layer-s`` gives (default 0).  ``page_cache_share`` is 0 (every miss a
-device read); pass ``--page-cache-share`` to the lab to change it.
+``release`` of a resident expert); the calls' costs on a warm cache with
+two readers (:func:`call_costs`): ``stream_s`` and ``stream_key_s`` from
+streams of 1 and 8 resident keys, ``prefetch_s`` from prefetches of one
+resident key, ``queue_s`` from prefetches of one missing key with the
+readers idle (less the resident one), and ``wake_s`` from a ``get`` of
+that key right after (less the read's ``tau`` at 4 KiB from the page cache
+and a hit).  Each is the best of :data:`ROUNDS` rounds of the median over
+the round's calls.  ``expert_s`` is what the busy-loop kernel of
+:func:`spin` really takes for the nominal seconds asked (``--expert-s``,
+default 100 us), measured; ``layer_s`` is what ``--layer-s`` gives
+(default 0).  ``page_cache_share`` is 0 (every miss a device read); pass
+``--page-cache-share`` to the lab to change it.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
+import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -67,29 +90,63 @@ def write_container(path: Path, n: int, size: int) -> None:
         os.fsync(f.fileno())
 
 
-def open_cache(cont: Any, n: int, threads: int) -> Any:
-    """A cache of every expert of the one-layer container, ``threads`` readers."""
+def open_cache(cont: Any, n: int, threads: int, slots: int | None = None) -> Any:
+    """A cache over the one-layer container of ``n`` experts, ``threads`` readers.
+
+    ``slots`` defaults to every expert and one more.
+    """
     from engine import ExpertCache  # noqa: PLC0415
 
-    return ExpertCache(cont, n_slots=n + 1, top_k=1, layers=(0,), n_experts=n,
+    return ExpertCache(cont, n_slots=slots if slots is not None else n + 1,
+                       top_k=1, layers=(0,), n_experts=n,
                        expert_template=TEMPLATE, tensors=("w",),
-                       io_threads=threads, io_depth=max(n, 1), batch_threads=1)
+                       io_threads=threads, io_depth=max(n, 1), batch_threads=1,
+                       policy="lru")
 
 
-def one_round(cont: Any, n: int, q: int, drop: Path | None) -> tuple[float, dict]:
-    """Seconds per request of one round with ``q`` in flight; the counters."""
-    from engine import drop_page_cache  # noqa: PLC0415
+def halves(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The keys of experts ``0..n-1`` and of ``n..2n-1`` of the one layer."""
+    return [(0, e) for e in range(n)], [(0, e) for e in range(n, 2 * n)]
 
-    if drop is not None:
-        drop_page_cache(drop)
-    c = open_cache(cont, n, q)
-    t0 = time.perf_counter()
-    c.prefetch([(0, e) for e in range(n)])
-    c.drain()
-    dt = time.perf_counter() - t0
-    s = c.stats()
-    c.close()
-    return q * dt / n, s
+
+class Warm:
+    """One depth's cache in the steady state: ``n`` slots over ``2 n`` experts.
+
+    Opened once and kept for every round: the warm-up prefetch of the first
+    half touches every slot, and each :meth:`round` reads the other half,
+    every read evicting a key of the half before (LRU: the older half) into
+    a slot read into before.
+    """
+
+    def __init__(self, cont: Any, n: int, q: int) -> None:
+        self.n, self.q = n, q
+        self.cache = open_cache(cont, 2 * n, q, slots=n)
+        self.halves = halves(n)
+        self.rng = random.Random(q)
+        self.cache.prefetch(self.halves[0])
+        self.cache.drain()
+        self.next = 1
+
+    def round(self, drop: Path | None) -> tuple[float, dict]:
+        """Seconds per request of one round with ``q`` in flight; its counters."""
+        from engine import drop_page_cache  # noqa: PLC0415
+
+        if drop is not None:
+            drop_page_cache(drop)
+        c = self.cache
+        keys = list(self.halves[self.next])
+        self.rng.shuffle(keys)
+        self.next ^= 1
+        c.reset_stats()
+        t0 = time.perf_counter()
+        c.prefetch(keys)
+        c.drain()
+        dt = time.perf_counter() - t0
+        return self.q * dt / self.n, c.stats()
+
+    def close(self) -> None:
+        """Close the cache."""
+        self.cache.close()
 
 
 def per_depth(cont: Any, n: int, drop: Path | None) -> dict[int, tuple[float, dict]]:
@@ -97,18 +154,54 @@ def per_depth(cont: Any, n: int, drop: Path | None) -> dict[int, tuple[float, di
 
     Every round visits every depth, the order rotating from round to round,
     so a burst of other work on the machine falls on different depths; the
-    best round is the least disturbed one (the machine as if idle).
+    best round is the least disturbed one (the machine as if idle).  Each
+    depth keeps its one :class:`Warm` cache from round to round.
     """
-    seen: dict[int, list[tuple[float, dict]]] = {}
-    for r in range(ROUNDS):
-        k = r % len(DEPTHS)
-        for q in DEPTHS[k:] + DEPTHS[:k]:
-            seen.setdefault(q, []).append(one_round(cont, n, q, drop))
+    warm = {q: Warm(cont, n, q) for q in DEPTHS}
+    try:
+        seen: dict[int, list[tuple[float, dict]]] = {}
+        for r in range(ROUNDS):
+            k = r % len(DEPTHS)
+            for q in DEPTHS[k:] + DEPTHS[:k]:
+                seen.setdefault(q, []).append(warm[q].round(drop))
+    finally:
+        for w in warm.values():
+            w.close()
     out = {}
     for q, runs in seen.items():
         runs.sort(key=lambda x: x[0])
         out[q] = runs[0]
     return out
+
+
+def own_read_cost(cont: Any, n: int, drop: Path | None) -> float:
+    """Seconds of a synchronous miss (``get`` and ``release``), warm slots; best round.
+
+    A cache of ``n`` slots over ``2 n`` experts and no readers; a warm-up
+    pass of ``get`` over the first half, then each round the other half,
+    every get a miss into a slot used before.
+    """
+    from engine import drop_page_cache  # noqa: PLC0415
+
+    c = open_cache(cont, 2 * n, 0, slots=n)
+    try:
+        hv = halves(n)
+        rng = random.Random(0)
+        for layer, e in hv[0]:
+            c.get(layer, e).release()
+        best = math.inf
+        for r in range(ROUNDS):
+            if drop is not None:
+                drop_page_cache(drop)
+            keys = list(hv[(r + 1) % 2])
+            rng.shuffle(keys)
+            t0 = time.perf_counter()
+            for layer, e in keys:
+                c.get(layer, e).release()
+            best = min(best, (time.perf_counter() - t0) / n)
+    finally:
+        c.close()
+    return best
 
 
 def envelope(taus: dict[int, float]) -> dict[int, float]:
@@ -172,6 +265,77 @@ def hit_cost(cont: Any, n: int) -> float:
     return best
 
 
+def _best_median(rounds: list[list[float]]) -> float:
+    """The least of the rounds' medians (the least disturbed round's typical call)."""
+    return min(statistics.median(r) for r in rounds if r)
+
+
+def call_costs(cont: Any, n: int, access_s: float, tau_s: float
+               ) -> dict[str, float]:
+    """The costs of the calls: ``stream_s`` and the others of the module docs.
+
+    ``cont`` holds ``2 n`` experts (in the page cache), ``access_s`` is a
+    hit's seconds and ``tau_s`` a reader's read's at depth 1 of the
+    container's expert size (long enough that the ``get`` waits for it).
+    A cache of ``n`` slots with two readers, the first half resident:
+    streams of 1 and of 8 resident keys (each released), prefetches of
+    one resident key, and -- per key of the other half, the readers idle
+    (drained) -- the prefetch of that missing key, then a ``get`` of it at
+    once (the consumer waits on the reader's read).  Times below zero (a
+    disturbed difference) are 0.
+    """
+    c = open_cache(cont, 2 * n, 2, slots=n)
+    try:
+        hv = halves(n)
+        c.prefetch(hv[0])
+        c.drain()
+        one = [[(0, e)] for e in range(n)]
+        eight = [hv[0][i:i + 8] for i in range(0, n - 7, 8)]
+        s1: list[list[float]] = []
+        s8: list[list[float]] = []
+        p1: list[list[float]] = []
+        pm: list[list[float]] = []
+        gw: list[list[float]] = []
+        for r in range(ROUNDS):
+            for groups, out in ((one, s1), (eight, s8)):
+                xs = []
+                for keys in groups:
+                    t0 = time.perf_counter()
+                    for x in c.stream(keys):
+                        x.release()
+                    xs.append(time.perf_counter() - t0)
+                out.append(xs)
+            xs = []
+            for keys in one:
+                t0 = time.perf_counter()
+                c.prefetch(keys, speculative=True)
+                xs.append(time.perf_counter() - t0)
+            p1.append(xs)
+            xs, ys = [], []
+            for layer, e in hv[(r + 1) % 2]:
+                c.drain()
+                t0 = time.perf_counter()
+                c.prefetch([(layer, e)], speculative=True)
+                t1 = time.perf_counter()
+                c.get(layer, e).release()
+                t2 = time.perf_counter()
+                xs.append(t1 - t0)
+                ys.append(t2 - t1)
+            pm.append(xs)
+            gw.append(ys)
+            c.drain()
+    finally:
+        c.close()
+    t1, t8 = _best_median(s1), _best_median(s8)
+    per_key = (t8 - t1) / 7
+    prefetch = _best_median(p1)
+    return {"stream_key_s": max(0.0, per_key - access_s),
+            "stream_s": max(0.0, t1 - per_key),
+            "prefetch_s": max(0.0, prefetch - access_s),
+            "queue_s": max(0.0, _best_median(pm) - prefetch),
+            "wake_s": max(0.0, _best_median(gw) - tau_s - access_s)}
+
+
 def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
               layer_s: float = 0.0, folder: str | None = None,
               say: Any = print) -> Machine:
@@ -184,11 +348,12 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
         tiers: dict[str, dict[int, list[float]]] = {"device": {}, "page_cache": {}}
         notes: list[str] = []
         n_of: dict[int, int] = {}
+        own: dict[str, float] = {}
         for size in (SMALL, expert_bytes):
             n = max(64, min(256, READ_BYTES // size))
             n_of[size] = n
             path = tmp / f"experts-{size}.safetensors"
-            write_container(path, n, size)
+            write_container(path, 2 * n, size)
             cont = Container(str(path), direct=True)
             drop = None
             if not cont.direct_active:
@@ -201,7 +366,11 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                 tiers["device"].setdefault(q, []).append(tau)
                 say(f"  device     {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
                     f"(device_loads {s['device_loads']}, page_cache_loads "
-                    f"{s['page_cache_loads']})")
+                    f"{s['page_cache_loads']}, evictions {s['evictions']})")
+            if size == expert_bytes:
+                own["device"] = own_read_cost(cont, n, drop)
+                say(f"  device     {size:>7d} B  synchronous miss: "
+                    f"{own['device'] * 1e6:8.1f} us")
             cont.close()
             with open(path, "rb") as f:  # warm the page cache
                 while f.read(1 << 24):
@@ -210,19 +379,28 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
             for q, (tau, s) in sorted(per_depth(cont, n, None).items()):
                 tiers["page_cache"].setdefault(q, []).append(tau)
                 say(f"  page cache {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
-                    f"(page_cache_loads {s['page_cache_loads']})")
+                    f"(page_cache_loads {s['page_cache_loads']}, evictions "
+                    f"{s['evictions']})")
             if size == expert_bytes:
+                own["page_cache"] = own_read_cost(cont, n, None)
+                say(f"  page cache {size:>7d} B  synchronous miss: "
+                    f"{own['page_cache'] * 1e6:8.1f} us")
                 access = hit_cost(cont, n)
+                calls = call_costs(cont, n, access, tiers["page_cache"][1][1])
             cont.close()
+        say("  calls: " + ", ".join(f"{k} {v * 1e6:.2f} us"
+                                    for k, v in calls.items()))
         built = {}
         for name, by_q in tiers.items():
             small = envelope({q: v[0] for q, v in by_q.items()})
             big = envelope({q: v[1] for q, v in by_q.items()})
             lat, bw = zip(*(fit(small[q], big[q], q, expert_bytes)
                             for q in sorted(by_q)), strict=True)
-            built[name] = Tier(tuple(sorted(by_q)), lat, bw)
+            t = Tier(tuple(sorted(by_q)), lat, bw)
+            factor = max(own[name] - access, 1e-9) / t.tau(1, expert_bytes)
+            built[name] = Tier(t.qd, t.latency_s, t.bandwidth_Bps, factor)
         compute = Compute(expert_s=spin_cost(expert_s), layer_s=layer_s,
-                          access_s=access)
+                          access_s=access, **calls)
         source = {"calibrated": datetime.datetime.now(datetime.timezone.utc)
                   .isoformat(timespec="seconds"),
                   "host": os.uname().nodename, "folder": str(tmp.parent),
@@ -230,6 +408,9 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                   "load_after": round(os.getloadavg()[0], 2),
                   "cpus": os.cpu_count(), "nominal_expert_s": expert_s,
                   "requests": {str(k): v for k, v in n_of.items()},
+                  "synchronous_miss_s": own,
+                  "slots": "warm: n slots over 2 n experts, every slot read "
+                           "into before a timed round",
                   "notes": notes}
         return Machine(built["device"], built["page_cache"], compute, 0.0,
                        expert_bytes, source)
@@ -273,8 +454,13 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
                           for q in t.qd)
         print(f"{name}: MB/s at {size} B: {curve}")
     c = m.compute
+    print("own reads (a synchronous miss over a reader's): " + ", ".join(
+        f"{name} x{m.tier(name).own_read_factor:.2f}"
+        for name in ("device", "page_cache")))
     print(f"compute: expert {c.expert_s * 1e6:.1f} us, layer {c.layer_s * 1e6:.1f} us, "
-          f"access {c.access_s * 1e6:.2f} us; load {m.source['load_before']} -> "
-          f"{m.source['load_after']}")
+          f"access {c.access_s * 1e6:.2f} us; calls: stream {c.stream_s * 1e6:.2f} + "
+          f"{c.stream_key_s * 1e6:.2f}/key, prefetch {c.prefetch_s * 1e6:.2f}, queue "
+          f"{c.queue_s * 1e6:.2f}, wake {c.wake_s * 1e6:.2f} us; load "
+          f"{m.source['load_before']} -> {m.source['load_after']}")
     print(f"wrote {path}")
     return 0

@@ -14,18 +14,31 @@ both are interpolated linearly; past the deepest one they stay at its value
 is the two tiers and ``page_cache_share``, the share of reads the page cache
 serves.
 
+A tier also has ``own_read_factor``: a read the consumer makes itself (a
+synchronous miss, a kept miss) takes that many times a reader's at the same
+depth (default 1).
+
 The compute model: ``expert_s`` seconds of compute per expert used,
 ``layer_s`` of non-expert work per (token, layer) step (attention, the
 router), and ``access_s`` of cache overhead per expert handed over (a hit's
-hold and release, a prefetch call's key).
+hold and release, a prefetch call's key).  The engine's calls cost the
+consumer more than their keys (all default 0, so a file without them
+models free calls): ``stream_s`` per ``stream`` call and ``stream_key_s``
+per expert a stream hands over (beyond ``access_s``), ``prefetch_s`` per
+``prefetch`` call, ``queue_s`` per read the consumer queues on the readers
+(reserving its slot, waking a reader), and ``wake_s``, the delay between
+the end of a reader's read and the consumer waiting on it running again.
 
 A model file is JSON or TOML (by its extension; ``.json`` otherwise)::
 
     {"expert_bytes": 131072,
      "page_cache_share": 0.0,
-     "device":     {"qd": [1, 2, 4], "latency_s": [...], "bandwidth_Bps": [...]},
+     "device":     {"qd": [1, 2, 4], "latency_s": [...], "bandwidth_Bps": [...],
+                    "own_read_factor": 1.0},
      "page_cache": {"qd": [1, 2],    "latency_s": [...], "bandwidth_Bps": [...]},
-     "compute": {"expert_s": 1e-4, "layer_s": 0.0, "access_s": 2e-6},
+     "compute": {"expert_s": 1e-4, "layer_s": 0.0, "access_s": 2e-6,
+                 "stream_s": 5e-6, "stream_key_s": 4e-6, "prefetch_s": 3e-6,
+                 "queue_s": 4e-6, "wake_s": 1e-5},
      "source": {...free text: how and where it was measured...}}
 
 :func:`load_model` refuses a file that is not one (one line naming the file
@@ -44,6 +57,9 @@ from typing import Any
 
 #: The tiers a read can be served from, in the order results name them.
 TIERS = ("device", "page_cache")
+#: The compute model's fields, each seconds (``Compute``).
+COMPUTE_FIELDS = ("expert_s", "layer_s", "access_s", "stream_s", "stream_key_s",
+                  "prefetch_s", "queue_s", "wake_s")
 #: The model the lab uses when no ``--model`` is given (an NVMe drive's shape).
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "nvme.json"
 
@@ -59,8 +75,12 @@ class Tier:
     qd: tuple[int, ...]
     latency_s: tuple[float, ...]
     bandwidth_Bps: tuple[float, ...]
+    own_read_factor: float = 1.0
 
     def __post_init__(self) -> None:
+        f = self.own_read_factor
+        if not (isinstance(f, (int, float)) and math.isfinite(f) and f > 0):
+            raise ModelError(f"own_read_factor {f!r}: not a factor > 0")
         n = len(self.qd)
         if n == 0 or len(self.latency_s) != n or len(self.bandwidth_Bps) != n:
             raise ModelError("qd, latency_s and bandwidth_Bps need one value "
@@ -99,14 +119,19 @@ class Tier:
 
 @dataclass(frozen=True)
 class Compute:
-    """Seconds per expert, per step of non-expert work, per cache access."""
+    """Seconds per expert, per step of non-expert work, per cache access and call."""
 
     expert_s: float = 0.0
     layer_s: float = 0.0
     access_s: float = 0.0
+    stream_s: float = 0.0
+    stream_key_s: float = 0.0
+    prefetch_s: float = 0.0
+    queue_s: float = 0.0
+    wake_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("expert_s", "layer_s", "access_s"):
+        for name in COMPUTE_FIELDS:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ModelError(f"compute.{name} {v!r}: not a time >= 0")
@@ -136,7 +161,7 @@ class Machine:
 
     def with_(self, **changes: Any) -> Machine:
         """A copy with ``changes`` (``expert_s=...`` and friends go to compute)."""
-        comp = {k: changes.pop(k) for k in ("expert_s", "layer_s", "access_s")
+        comp = {k: changes.pop(k) for k in COMPUTE_FIELDS
                 if k in changes and changes[k] is not None}
         changes = {k: v for k, v in changes.items() if v is not None}
         if comp:
@@ -150,7 +175,8 @@ class Machine:
         for name in TIERS:
             t = self.tier(name)
             out[name] = {"qd": list(t.qd), "latency_s": list(t.latency_s),
-                         "bandwidth_Bps": list(t.bandwidth_Bps)}
+                         "bandwidth_Bps": list(t.bandwidth_Bps),
+                         "own_read_factor": t.own_read_factor}
         out["compute"] = asdict(self.compute)
         out["source"] = dict(self.source)
         return out
@@ -163,7 +189,8 @@ def _tier(data: Any, where: str) -> Tier:
     try:
         return Tier(tuple(int(q) for q in data["qd"]),
                     tuple(float(x) for x in data["latency_s"]),
-                    tuple(float(x) for x in data["bandwidth_Bps"]))
+                    tuple(float(x) for x in data["bandwidth_Bps"]),
+                    float(data.get("own_read_factor", 1.0)))
     except KeyError as e:
         raise ModelError(f"{where}: no {e.args[0]}") from None
     except (TypeError, ValueError) as e:
@@ -177,7 +204,7 @@ def machine_from(data: Any, where: str = "model") -> Machine:
     comp = data.get("compute", {})
     if not isinstance(comp, dict):
         raise ModelError(f"{where}: compute is not a table")
-    unknown = set(comp) - {"expert_s", "layer_s", "access_s"}
+    unknown = set(comp) - set(COMPUTE_FIELDS)
     if unknown:
         raise ModelError(f"{where}: compute has unknown field {sorted(unknown)[0]}")
     try:

@@ -277,7 +277,8 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
     ``cont`` holds ``2 n`` experts (in the page cache), ``access_s`` is a
     hit's seconds and ``tau_s`` a reader's read's at depth 1 of the
     container's expert size (long enough that the ``get`` waits for it).
-    A cache of ``n`` slots with two readers, the first half resident:
+    A cache of ``n`` slots with two readers, one half resident (each round
+    reads the other, which the next round finds resident):
     streams of 1 and of 8 resident keys (each released), prefetches of
     one resident key, and -- per key of the other half, the readers idle
     (drained) -- the prefetch of that missing key, then a ``get`` of it at
@@ -289,14 +290,15 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
         hv = halves(n)
         c.prefetch(hv[0])
         c.drain()
-        one = [[(0, e)] for e in range(n)]
-        eight = [hv[0][i:i + 8] for i in range(0, n - 7, 8)]
         s1: list[list[float]] = []
         s8: list[list[float]] = []
         p1: list[list[float]] = []
         pm: list[list[float]] = []
         gw: list[list[float]] = []
         for r in range(ROUNDS):
+            here = hv[r % 2]  # resident; the round reads the other half
+            one = [[k] for k in here]
+            eight = [here[i:i + 8] for i in range(0, n - 7, 8)]
             for groups, out in ((one, s1), (eight, s8)):
                 xs = []
                 for keys in groups:
@@ -312,7 +314,7 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
                 xs.append(time.perf_counter() - t0)
             p1.append(xs)
             xs, ys = [], []
-            for layer, e in hv[(r + 1) % 2]:
+            for layer, e in hv[(r + 1) % 2]:  # each evicts one of ``here``
                 c.drain()
                 t0 = time.perf_counter()
                 c.prefetch([(layer, e)], speculative=True)

@@ -72,6 +72,8 @@ SMALL = 4096
 #: so that the best of them is one no other process interrupted.
 READ_BYTES = 16 << 20
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"
+#: Seconds the consumer computes (spins) between looks at a round's reads.
+POLL_S = 10e-6
 
 
 def write_container(path: Path, n: int, size: int) -> None:
@@ -118,9 +120,13 @@ class Warm:
     a slot read into before.
     """
 
-    def __init__(self, cont: Any, n: int, q: int) -> None:
-        self.n, self.q = n, q
+    def __init__(self, cont: Any, n: int, q: int, busy: bool = True) -> None:
+        from engine import _lib  # noqa: PLC0415
+
+        self.n, self.q, self.busy = n, q, busy
         self.cache = open_cache(cont, 2 * n, q, slots=n)
+        self._stats = _lib.ffi().new("xc_stats *")
+        self._stats_fn = _lib.lib().xc_cache_stats
         self.halves = halves(n)
         self.rng = random.Random(q)
         self.cache.prefetch(self.halves[0])
@@ -140,9 +146,17 @@ class Warm:
         c.reset_stats()
         t0 = time.perf_counter()
         c.prefetch(keys)
+        if self.busy:  # the consumer computes while the readers read
+            while self._ended() < self.n:
+                spin(POLL_S)
         c.drain()
         dt = time.perf_counter() - t0
         return self.q * dt / self.n, c.stats()
+
+    def _ended(self) -> int:
+        """Reads of this round published or failed (one C call, no dict)."""
+        self._stats_fn(self.cache._ptr, self._stats)
+        return int(self._stats.prefetch_loads + self._stats.load_failures)
 
     def close(self) -> None:
         """Close the cache."""

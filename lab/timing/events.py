@@ -40,10 +40,12 @@ token's layer:
    computed -- so the reads overlap this step's compute and the next
    step's non-expert work.
 
-Every read the consumer queues on the readers costs it ``queue_s``, every
-``prefetch`` call ``prefetch_s``, and each time it waits on a reader's read
-it runs again ``wake_s`` after that read ended (a read it makes itself
-needs no wake-up).
+Every read the consumer queues that wakes an idle reader costs it
+``queue_s``, every ``prefetch`` call ``prefetch_s``, and each time it
+blocks on a reader's read it runs again ``wake_s`` after that read ended (a
+read it makes itself needs no wake-up).  While it is blocked, the reads
+progress by the tiers' ``waiting`` curves (the consumer's core is theirs);
+otherwise by the main curves, measured with the consumer computing.
 
 Which accesses hit, and which speculative reads are issued, come from
 :mod:`lab.timing.outcomes` (the live cache, synchronously); the model adds
@@ -138,6 +140,13 @@ class IO:
         self.taus = {t: [0.0] + [machine.tier(t).tau(q, machine.expert_bytes)
                                  for q in range(1, deep + 1)]
                      for t in ("device", "page_cache")}
+        self.taus_waiting = {
+            t: [0.0] + [machine.tier(t).while_waiting().tau(q, machine.expert_bytes)
+                        for q in range(1, deep + 1)]
+            for t in ("device", "page_cache")}
+        #: until when the consumer is blocked on a reader's read (the
+        #: tiers' ``waiting`` curves apply before it)
+        self.idle_until = -math.inf
 
     # -- reads -------------------------------------------------------
     def _tier(self) -> str:
@@ -184,16 +193,20 @@ class IO:
     # -- time --------------------------------------------------------
     def _tau(self, r: Read) -> float:
         q = self.inflight[r.tier]
-        tab = self.taus[r.tier]
+        waiting = self.now < self.idle_until
+        tab = (self.taus_waiting if waiting else self.taus)[r.tier]
         if q < len(tab):
             return tab[q] * r.slow
-        return self.m.tier(r.tier).tau(q, r.size) * r.slow
+        tier = self.m.tier(r.tier)
+        return (tier.while_waiting() if waiting else tier).tau(q, r.size) * r.slow
 
     def _step(self, limit: float) -> bool:
         """Advance to the next completion or to ``limit``; True if a read ended."""
         if not self.running:
             self.now = max(self.now, limit)
             return False
+        if self.now < self.idle_until:  # the curve changes there
+            limit = min(limit, self.idle_until)
         taus = [self._tau(r) for r in self.running]
         dts = [r.left * t for r, t in zip(self.running, taus, strict=True)]
         i = min(range(len(dts)), key=dts.__getitem__)
@@ -238,6 +251,18 @@ class IO:
                 return min(done, key=lambda r: r.done)  # type: ignore[arg-type, return-value]
             self._step(math.inf)
 
+    def blocked(self, at: float, reads: Sequence[Read], wake_s: float) -> Read:
+        """The consumer blocks at ``at`` until the first of ``reads`` ends, then wakes.
+
+        Up to ``at`` the consumer was busy; from then until ``wake_s`` after
+        the read ended it is blocked, and the tiers' ``waiting`` curves apply.
+        """
+        self.advance(at)
+        self.idle_until = math.inf
+        r = self.first_of(reads)
+        self.idle_until = r.done + wake_s  # type: ignore[operator]
+        return r
+
 
 class Consumer:
     """The decode loop's thread: its clock and where its time went."""
@@ -280,8 +305,8 @@ class Consumer:
         r = self.last.get(key)
         if r is not None:
             if r.done is None or r.done > self.now:
-                self.until(self.io.wait(r) + (0.0 if r.by_consumer
-                                              else self.m.compute.wake_s))
+                wake = self.m.compute.wake_s
+                self.until(self.io.blocked(self.now, [r], wake).done + wake)  # type: ignore[operator]
             if r.spec:
                 r.used = True
         self.work(self.m.compute.access_s)
@@ -294,8 +319,10 @@ class Consumer:
         return r
 
     def submit(self, key: tuple[int, int], spec: bool) -> Read:
-        """Queue a read of ``key`` on the readers, for ``queue_s`` of this thread."""
-        self.work(self.m.compute.queue_s)
+        """Queue a read of ``key`` on the readers (``queue_s`` if it wakes one)."""
+        self.io.advance(self.now)
+        if self.io.pool_busy < self.io.threads:
+            self.work(self.m.compute.queue_s)
         r = self.io.submit(self.now, key, spec)
         self.last[key] = r
         return r
@@ -393,7 +420,7 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
                 c.work(comp.access_s + comp.stream_key_s + comp.expert_s)
                 continue
             else:
-                r = io.first_of(later)
+                r = io.blocked(c.now, later, comp.wake_s)
                 c.until(r.done + comp.wake_s)  # type: ignore[operator]
             later.remove(r)
             if r.spec:

@@ -16,7 +16,11 @@ serves.
 
 A tier also has ``own_read_factor``: a read the consumer makes itself (a
 synchronous miss, a kept miss) takes that many times a reader's at the same
-depth (default 1).
+depth (default 1); and optionally a second curve, ``waiting``, for the
+readers while the consumer is blocked waiting on one of their reads (it
+then leaves its core to them).  The main curve is the readers' while the
+consumer computes -- the steady state of a decode.  Without ``waiting`` the
+main curve serves both.
 
 The compute model: ``expert_s`` seconds of compute per expert used,
 ``layer_s`` of non-expert work per (token, layer) step (attention, the
@@ -34,7 +38,9 @@ A model file is JSON or TOML (by its extension; ``.json`` otherwise)::
     {"expert_bytes": 131072,
      "page_cache_share": 0.0,
      "device":     {"qd": [1, 2, 4], "latency_s": [...], "bandwidth_Bps": [...],
-                    "own_read_factor": 1.0},
+                    "own_read_factor": 1.0,
+                    "waiting": {"qd": [1, 2, 4], "latency_s": [...],
+                                "bandwidth_Bps": [...]}},
      "page_cache": {"qd": [1, 2],    "latency_s": [...], "bandwidth_Bps": [...]},
      "compute": {"expert_s": 1e-4, "layer_s": 0.0, "access_s": 2e-6,
                  "stream_s": 5e-6, "stream_key_s": 4e-6, "prefetch_s": 3e-6,
@@ -76,6 +82,7 @@ class Tier:
     latency_s: tuple[float, ...]
     bandwidth_Bps: tuple[float, ...]
     own_read_factor: float = 1.0
+    waiting: Tier | None = None
 
     def __post_init__(self) -> None:
         f = self.own_read_factor
@@ -106,6 +113,10 @@ class Tier:
         bw = (self.bandwidth_Bps[i - 1]
               + w * (self.bandwidth_Bps[i] - self.bandwidth_Bps[i - 1]))
         return lat, bw
+
+    def while_waiting(self) -> Tier:
+        """The readers' curve while the consumer waits: ``waiting``, else this one."""
+        return self.waiting if self.waiting is not None else self
 
     def tau(self, q: int, size: int) -> float:
         """Seconds one request of ``size`` bytes takes with ``q`` in flight."""
@@ -177,6 +188,11 @@ class Machine:
             out[name] = {"qd": list(t.qd), "latency_s": list(t.latency_s),
                          "bandwidth_Bps": list(t.bandwidth_Bps),
                          "own_read_factor": t.own_read_factor}
+            if t.waiting is not None:
+                w = t.waiting
+                out[name]["waiting"] = {"qd": list(w.qd),
+                                        "latency_s": list(w.latency_s),
+                                        "bandwidth_Bps": list(w.bandwidth_Bps)}
         out["compute"] = asdict(self.compute)
         out["source"] = dict(self.source)
         return out
@@ -186,11 +202,13 @@ def _tier(data: Any, where: str) -> Tier:
     """A :class:`Tier` from a mapping; ModelError naming ``where``."""
     if not isinstance(data, dict):
         raise ModelError(f"{where}: not a table of qd, latency_s, bandwidth_Bps")
+    waiting = data.get("waiting")
+    wait_tier = _tier(waiting, f"{where}: waiting") if waiting is not None else None
     try:
         return Tier(tuple(int(q) for q in data["qd"]),
                     tuple(float(x) for x in data["latency_s"]),
                     tuple(float(x) for x in data["bandwidth_Bps"]),
-                    float(data.get("own_read_factor", 1.0)))
+                    float(data.get("own_read_factor", 1.0)), wait_tier)
     except KeyError as e:
         raise ModelError(f"{where}: no {e.args[0]}") from None
     except (TypeError, ValueError) as e:

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from lab.timing.events import Schedule
-from lab.timing.model import ModelError, Tier, load_model, write_model
+from lab.timing.model import Machine, ModelError, Tier, load_model, write_model
 from lab.timing.outcomes import Outcomes
 from tests.timing.test_events import MS, ONE, TWO, machine, timed
 
@@ -56,11 +56,53 @@ def test_waking_after_a_readers_read_costs_wake_s():
     assert timed(Schedule(), m=m)["s_per_token"] == 24.0  # own reads: no wake-up
 
 
-def test_queueing_a_read_costs_queue_s():
-    """One reader, queue 1 ms a read: read 0 runs 11-13, read 1 13-15; 13-18, 18-23."""
+def test_queueing_a_read_that_wakes_a_reader_costs_queue_s():
+    """One reader, queue 1 ms: only the first read wakes it (10-11); reads 11-13, 13-15.
+
+    The consumer waits 11-13 and computes 13-18 and 18-23 (read 1 ended at 15).
+    """
     m = machine().with_(queue_s=1 * MS)
     r = timed(Schedule(threads=1), m=m)
-    assert (r["s_per_token"], r["wait_s"], r["compute_s"]) == (23.0, 1.0, 22.0)
+    assert (r["s_per_token"], r["wait_s"], r["compute_s"]) == (23.0, 2.0, 21.0)
+
+
+def test_two_idle_readers_are_both_woken():
+    """Two readers, queue 1 ms: 10-11 and 11-12 queue; read 0 alone 11-12, both after.
+
+    Read 0 is half done at 12 and ends at 13.5 (depth 2, 3 ms a read); read 1
+    has half left at 13.5 and ends alone at 14.5; compute 13.5-18.5, 18.5-23.5.
+    """
+    m = machine().with_(queue_s=1 * MS)
+    r = timed(Schedule(threads=2), m=m)
+    assert (r["s_per_token"], r["wait_s"], r["compute_s"]) == (23.5, 1.5, 22.0)
+
+
+def waiting_machine() -> Machine:
+    """The module's machine whose device runs faster while the consumer is blocked.
+
+    Waiting: 1 ms + 1,000 B / 2 MB/s = 1.5 ms at depth 1, 2 ms each at depth 2.
+    """
+    m = machine()
+    d = m.device
+    return m.with_(device=Tier(d.qd, d.latency_s, d.bandwidth_Bps, 1.0,
+                               Tier((1, 2), (1 * MS, 1 * MS), (2e6, 2e6))))
+
+
+def test_blocked_on_two_reads_they_take_the_waiting_curve():
+    """Two readers, the consumer blocked 10-12: both reads (depth 2) end at 12."""
+    r = timed(Schedule(threads=2), m=waiting_machine())
+    assert (r["s_per_token"], r["wait_s"]) == (22.0, 2.0)
+
+
+def test_a_read_under_compute_takes_the_main_curve():
+    """One reader: read 0 10-11.5 (blocked), read 1 11.5-13.5 under compute: 21.5 ms."""
+    r = timed(Schedule(threads=1), m=waiting_machine())
+    assert (r["s_per_token"], r["wait_s"], r["hidden_s"]) == (21.5, 1.5, 2.0)
+
+
+def test_an_own_read_takes_the_main_curve():
+    """Sync: the consumer reads itself (its core busy): 24 ms, as without it."""
+    assert timed(Schedule(), m=waiting_machine())["s_per_token"] == 24.0
 
 
 def test_a_prefetch_call_costs_prefetch_s():
@@ -92,7 +134,10 @@ def test_the_terms_round_trip_through_a_model_file(tmp_path):
     write_model(m, tmp_path / "m.json")
     got = load_model(tmp_path / "m.json")
     assert got.compute == m.compute and got.page_cache.own_read_factor == 1.25
-    assert got.device.own_read_factor == 1.0
+    assert got.device.own_read_factor == 1.0 and got.device.waiting is None
+    w = waiting_machine()
+    write_model(w, tmp_path / "w.json")
+    assert load_model(tmp_path / "w.json").device == w.device
 
 
 def test_a_model_file_without_the_terms_has_them_at_their_defaults(tmp_path):
@@ -126,3 +171,14 @@ def test_a_negative_call_cost_is_refused_naming_it(tmp_path):
     (tmp_path / "neg.json").write_text(json.dumps(data))
     with pytest.raises(ModelError, match=r"compute.wake_s -1"):
         load_model(tmp_path / "neg.json")
+
+
+def test_a_bad_waiting_curve_is_refused_naming_it(tmp_path):
+    """A waiting curve without bandwidth_Bps: ModelError naming the tier's waiting."""
+    data = {"device": {"qd": [1], "latency_s": [1e-4], "bandwidth_Bps": [1e9],
+                       "waiting": {"qd": [1], "latency_s": [1e-4]}},
+            "page_cache": {"qd": [1], "latency_s": [0.0], "bandwidth_Bps": [4e9]}}
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ModelError,
+                       match=r"bad.json: device: waiting: no bandwidth_Bps"):
+        load_model(tmp_path / "bad.json")

@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         t = machine.tier(name)
         print(f"  {name}: MB/s at {size} B: " + ", ".join(
             f"qd {q} {t.throughput(q, size) / 1e6:.0f}" for q in t.qd))
+        w = t.while_waiting()
+        print(f"  {name}: MB/s at {size} B (consumer waiting): " + ", ".join(
+            f"qd {q} {w.throughput(q, size) / 1e6:.0f}" for q in w.qd))
     c = machine.compute
     print("  own reads (a synchronous miss over a reader's): " + ", ".join(
         f"{name} x{machine.tier(name).own_read_factor:.2f}"

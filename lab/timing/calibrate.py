@@ -13,7 +13,12 @@ every read evicts a key of the half before and lands in a slot used
 before (:class:`Warm`), in a shuffled order (seeded): a decode's reads land
 at scattered offsets, and reads in file order would let the layers under
 the cache (a drive's or a virtual disk's host read-ahead) serve them
-faster than a decode ever sees.  With ``q`` reads always in flight, one request
+faster than a decode ever sees.  Each round is timed twice at every depth:
+with the consumer computing (a busy loop, looking at the counters every
+:data:`POLL_S`) until the reads end -- the tier's main curve, the steady
+state of a decode, where the consumer holds a core the readers' copies
+cannot use -- and with it blocked in ``drain`` (the tier's ``waiting``
+curve).  With ``q`` reads always in flight, one request
 takes ``tau = q T / n`` seconds.  That at two request sizes -- 4 KiB and
 the expert size -- gives each depth's latency and bandwidth (``tau =
 latency + q s / bandwidth``, two equations).  The device tier is read with
@@ -27,8 +32,8 @@ depth's (:func:`envelope`).
 
 Each tier's ``own_read_factor``: a synchronous miss (``get`` and
 ``release`` in a cache with no readers, the same ``n`` slots over ``2 n``
-experts, warmed the same way) less a hit, over the readers' ``tau`` at
-depth 1 (:func:`own_read_cost`).
+experts, warmed the same way: depth 0 of the rotation, at the expert
+size) less a hit, over the main curve's ``tau`` at depth 1.
 
 The compute model: ``access_s`` is timed as a loop of hits (``get`` and
 ``release`` of a resident expert); the calls' costs on a warm cache with
@@ -49,7 +54,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import random
 import shutil
@@ -74,6 +78,8 @@ READ_BYTES = 16 << 20
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"
 #: Seconds the consumer computes (spins) between looks at a round's reads.
 POLL_S = 10e-6
+#: How the calibration's lines name a round's consumer.
+MODE = {True: "computing", False: "waiting  "}
 
 
 def write_container(path: Path, n: int, size: int) -> None:
@@ -114,27 +120,32 @@ def halves(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
 class Warm:
     """One depth's cache in the steady state: ``n`` slots over ``2 n`` experts.
 
-    Opened once and kept for every round: the warm-up prefetch of the first
+    Opened once and kept for every round: the warm-up read of the first
     half touches every slot, and each :meth:`round` reads the other half,
     every read evicting a key of the half before (LRU: the older half) into
-    a slot read into before.
+    a slot read into before.  ``q`` readers prefetch; ``q == 0`` is the
+    synchronous miss: the consumer's own ``get`` and ``release`` of each key.
     """
 
-    def __init__(self, cont: Any, n: int, q: int, busy: bool = True) -> None:
+    def __init__(self, cont: Any, n: int, q: int) -> None:
         from engine import _lib  # noqa: PLC0415
 
-        self.n, self.q, self.busy = n, q, busy
+        self.n, self.q = n, q
         self.cache = open_cache(cont, 2 * n, q, slots=n)
         self._stats = _lib.ffi().new("xc_stats *")
         self._stats_fn = _lib.lib().xc_cache_stats
         self.halves = halves(n)
         self.rng = random.Random(q)
-        self.cache.prefetch(self.halves[0])
-        self.cache.drain()
+        self._read(self.halves[0], False)
         self.next = 1
 
-    def round(self, drop: Path | None) -> tuple[float, dict]:
-        """Seconds per request of one round with ``q`` in flight; its counters."""
+    def round(self, drop: Path | None, busy: bool = True) -> tuple[float, dict]:
+        """Seconds per request of one round with ``q`` in flight; its counters.
+
+        ``busy``: the consumer computes (spins, looking every :data:`POLL_S`)
+        until the round's reads have ended, as in a decode; else it blocks in
+        ``drain`` (the tiers' ``waiting`` curves).
+        """
         from engine import drop_page_cache  # noqa: PLC0415
 
         if drop is not None:
@@ -145,13 +156,22 @@ class Warm:
         self.next ^= 1
         c.reset_stats()
         t0 = time.perf_counter()
+        self._read(keys, busy)
+        dt = time.perf_counter() - t0
+        return max(self.q, 1) * dt / self.n, c.stats()
+
+    def _read(self, keys: list[tuple[int, int]], busy: bool) -> None:
+        """Read ``keys``: the consumer's gets (no readers) or a prefetch and wait."""
+        c = self.cache
+        if self.q == 0:
+            for layer, e in keys:
+                c.get(layer, e).release()
+            return
         c.prefetch(keys)
-        if self.busy:  # the consumer computes while the readers read
+        if busy:  # the consumer computes while the readers read
             while self._ended() < self.n:
                 spin(POLL_S)
         c.drain()
-        dt = time.perf_counter() - t0
-        return self.q * dt / self.n, c.stats()
 
     def _ended(self) -> int:
         """Reads of this round published or failed (one C call, no dict)."""
@@ -163,59 +183,38 @@ class Warm:
         self.cache.close()
 
 
-def per_depth(cont: Any, n: int, drop: Path | None) -> dict[int, tuple[float, dict]]:
-    """Each depth's best seconds per request over :data:`ROUNDS` rounds, and counters.
+def per_depth(cont: Any, n: int, drop: Path | None, own: bool = False
+              ) -> dict[tuple[int, bool], tuple[float, dict]]:
+    """Each (depth, busy)'s best seconds per request over :data:`ROUNDS` rounds.
 
-    Every round visits every depth, the order rotating from round to round,
-    so a burst of other work on the machine falls on different depths; the
-    best round is the least disturbed one (the machine as if idle).  Each
-    depth keeps its one :class:`Warm` cache from round to round.
+    With the counters of that round.  Every round visits every depth, the
+    order rotating from round to round, and at each depth reads once with
+    the consumer computing and once with it blocked (the order alternating),
+    so a burst of other work on the machine falls on different depths and
+    modes; the best round is the least disturbed one (the machine as if
+    idle).  Each depth keeps its one :class:`Warm` cache from round to round.
+    ``own``: depth 0 too, the synchronous miss (key ``(0, True)``), in the
+    same rotation.
     """
-    warm = {q: Warm(cont, n, q) for q in DEPTHS}
+    depths = ((0,) if own else ()) + tuple(DEPTHS)
+    warm = {q: Warm(cont, n, q) for q in depths}
     try:
-        seen: dict[int, list[tuple[float, dict]]] = {}
+        seen: dict[tuple[int, bool], list[tuple[float, dict]]] = {}
         for r in range(ROUNDS):
-            k = r % len(DEPTHS)
-            for q in DEPTHS[k:] + DEPTHS[:k]:
-                seen.setdefault(q, []).append(warm[q].round(drop))
+            k = r % len(depths)
+            for q in depths[k:] + depths[:k]:
+                modes = (True,) if q == 0 else (
+                    (True, False) if r % 2 == 0 else (False, True))
+                for busy in modes:
+                    seen.setdefault((q, busy), []).append(warm[q].round(drop, busy))
     finally:
         for w in warm.values():
             w.close()
     out = {}
-    for q, runs in seen.items():
+    for key, runs in seen.items():
         runs.sort(key=lambda x: x[0])
-        out[q] = runs[0]
+        out[key] = runs[0]
     return out
-
-
-def own_read_cost(cont: Any, n: int, drop: Path | None) -> float:
-    """Seconds of a synchronous miss (``get`` and ``release``), warm slots; best round.
-
-    A cache of ``n`` slots over ``2 n`` experts and no readers; a warm-up
-    pass of ``get`` over the first half, then each round the other half,
-    every get a miss into a slot used before.
-    """
-    from engine import drop_page_cache  # noqa: PLC0415
-
-    c = open_cache(cont, 2 * n, 0, slots=n)
-    try:
-        hv = halves(n)
-        rng = random.Random(0)
-        for layer, e in hv[0]:
-            c.get(layer, e).release()
-        best = math.inf
-        for r in range(ROUNDS):
-            if drop is not None:
-                drop_page_cache(drop)
-            keys = list(hv[(r + 1) % 2])
-            rng.shuffle(keys)
-            t0 = time.perf_counter()
-            for layer, e in keys:
-                c.get(layer, e).release()
-            best = min(best, (time.perf_counter() - t0) / n)
-    finally:
-        c.close()
-    return best
 
 
 def envelope(taus: dict[int, float]) -> dict[int, float]:
@@ -232,6 +231,15 @@ def envelope(taus: dict[int, float]) -> dict[int, float]:
         out[q] = q / rate
         best_rate = rate
     return out
+
+
+def curve(by_q: dict[int, list[float]], big: int) -> Tier:
+    """A tier's curve from each depth's [tau at SMALL, tau at ``big``] (enveloped)."""
+    small = envelope({q: v[0] for q, v in by_q.items()})
+    large = envelope({q: v[1] for q, v in by_q.items()})
+    lat, bw = zip(*(fit(small[q], large[q], q, big) for q in sorted(by_q)),
+                  strict=True)
+    return Tier(tuple(sorted(by_q)), lat, bw)
 
 
 def fit(tau_small: float, tau_big: float, q: int, big: int) -> tuple[float, float]:
@@ -361,7 +369,9 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
     tmp = Path(tempfile.mkdtemp(prefix="xc-calibrate-", dir=folder))
     load0 = os.getloadavg()[0]
     try:
-        tiers: dict[str, dict[int, list[float]]] = {"device": {}, "page_cache": {}}
+        # tier -> busy -> depth -> [tau at SMALL, tau at expert_bytes]
+        tiers: dict[str, dict[bool, dict[int, list[float]]]] = {
+            "device": {True: {}, False: {}}, "page_cache": {True: {}, False: {}}}
         notes: list[str] = []
         n_of: dict[int, int] = {}
         own: dict[str, float] = {}
@@ -378,43 +388,49 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                 cont.close()
                 cont = Container(str(path))
                 drop = path
-            for q, (tau, s) in sorted(per_depth(cont, n, drop).items()):
-                tiers["device"].setdefault(q, []).append(tau)
-                say(f"  device     {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
-                    f"(device_loads {s['device_loads']}, page_cache_loads "
+            got = per_depth(cont, n, drop, own=size == expert_bytes)
+            for (q, busy), (tau, s) in sorted(got.items()):
+                if q == 0:
+                    own["device"] = tau
+                    say(f"  device     {size:>7d} B  synchronous miss: "
+                        f"{tau * 1e6:8.1f} us (misses {s['misses']}, "
+                        f"evictions {s['evictions']})")
+                    continue
+                tiers["device"][busy].setdefault(q, []).append(tau)
+                say(f"  device     {size:>7d} B  qd {q} {MODE[busy]}: "
+                    f"{tau * 1e6:8.1f} us/request (device_loads "
+                    f"{s['device_loads']}, page_cache_loads "
                     f"{s['page_cache_loads']}, evictions {s['evictions']})")
-            if size == expert_bytes:
-                own["device"] = own_read_cost(cont, n, drop)
-                say(f"  device     {size:>7d} B  synchronous miss: "
-                    f"{own['device'] * 1e6:8.1f} us")
             cont.close()
             with open(path, "rb") as f:  # warm the page cache
                 while f.read(1 << 24):
                     pass
             cont = Container(str(path))
-            for q, (tau, s) in sorted(per_depth(cont, n, None).items()):
-                tiers["page_cache"].setdefault(q, []).append(tau)
-                say(f"  page cache {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
-                    f"(page_cache_loads {s['page_cache_loads']}, evictions "
-                    f"{s['evictions']})")
+            got = per_depth(cont, n, None, own=size == expert_bytes)
+            for (q, busy), (tau, s) in sorted(got.items()):
+                if q == 0:
+                    own["page_cache"] = tau
+                    say(f"  page cache {size:>7d} B  synchronous miss: "
+                        f"{tau * 1e6:8.1f} us (misses {s['misses']}, "
+                        f"evictions {s['evictions']})")
+                    continue
+                tiers["page_cache"][busy].setdefault(q, []).append(tau)
+                say(f"  page cache {size:>7d} B  qd {q} {MODE[busy]}: "
+                    f"{tau * 1e6:8.1f} us/request (page_cache_loads "
+                    f"{s['page_cache_loads']}, evictions {s['evictions']})")
             if size == expert_bytes:
-                own["page_cache"] = own_read_cost(cont, n, None)
-                say(f"  page cache {size:>7d} B  synchronous miss: "
-                    f"{own['page_cache'] * 1e6:8.1f} us")
                 access = hit_cost(cont, n)
-                calls = call_costs(cont, n, access, tiers["page_cache"][1][1])
+                calls = call_costs(cont, n, access,
+                                   tiers["page_cache"][True][1][1])
             cont.close()
         say("  calls: " + ", ".join(f"{k} {v * 1e6:.2f} us"
                                     for k, v in calls.items()))
         built = {}
-        for name, by_q in tiers.items():
-            small = envelope({q: v[0] for q, v in by_q.items()})
-            big = envelope({q: v[1] for q, v in by_q.items()})
-            lat, bw = zip(*(fit(small[q], big[q], q, expert_bytes)
-                            for q in sorted(by_q)), strict=True)
-            t = Tier(tuple(sorted(by_q)), lat, bw)
-            factor = max(own[name] - access, 1e-9) / t.tau(1, expert_bytes)
-            built[name] = Tier(t.qd, t.latency_s, t.bandwidth_Bps, factor)
+        for name, modes in tiers.items():
+            main, waiting = (curve(modes[b], expert_bytes) for b in (True, False))
+            factor = max(own[name] - access, 1e-9) / main.tau(1, expert_bytes)
+            built[name] = Tier(main.qd, main.latency_s, main.bandwidth_Bps, factor,
+                               waiting)
         compute = Compute(expert_s=spin_cost(expert_s), layer_s=layer_s,
                           access_s=access, **calls)
         source = {"calibrated": datetime.datetime.now(datetime.timezone.utc)
@@ -466,9 +482,10 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
     write_model(m, path)
     for name in ("device", "page_cache"):
         t = m.tier(name)
-        curve = ", ".join(f"qd {q} {t.throughput(q, size) / 1e6:.0f}"
-                          for q in t.qd)
-        print(f"{name}: MB/s at {size} B: {curve}")
+        for label, c in (("", t), (" (consumer waiting)", t.while_waiting())):
+            text = ", ".join(f"qd {q} {c.throughput(q, size) / 1e6:.0f}"
+                             for q in c.qd)
+            print(f"{name}: MB/s at {size} B{label}: {text}")
     c = m.compute
     print("own reads (a synchronous miss over a reader's): " + ", ".join(
         f"{name} x{m.tier(name).own_read_factor:.2f}"

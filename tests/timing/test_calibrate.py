@@ -116,7 +116,7 @@ def test_a_warm_cache_alternates_halves(warm_container):
 
 
 def test_calibration_reuses_one_cache_per_depth(warm_container, opened, monkeypatch):
-    """Depths 1 and 2, 3 rounds: two caches (not six), each N slots over 2 N experts.
+    """Depths 1 and 2, 3 rounds: two caches (not twelve), each N slots over 2 N experts.
 
     Each round's counters (reset per round) show N evictions and N loads:
     every timed read went into a slot read into before.
@@ -129,22 +129,36 @@ def test_calibration_reuses_one_cache_per_depth(warm_container, opened, monkeypa
     for e in opened:
         s = e["stats"]  # the last round's window
         assert (s["evictions"], s["prefetch_loads"], s["misses"]) == (N, N, 0)
-        # warm-up: the first half; rounds 1 and 3 the second, round 2 the first
-        assert e["resident"] == calibrate.halves(N)[1]
-    assert sorted(got) == [1, 2]
+        # warm-up: the first half; then six rounds (computing and waiting,
+        # three times), the second half first: the last is the first half
+        assert e["resident"] == calibrate.halves(N)[0]
+    assert sorted(got) == [(1, False), (1, True), (2, False), (2, True)]
     assert all(s["evictions"] == N for _, s in got.values())
+
+
+def test_a_busy_round_reads_what_a_waiting_one_does(warm_container):
+    """The consumer computing or blocked: the same N loads and evictions."""
+    w = calibrate.Warm(warm_container, N, 2)
+    for busy in (True, False):
+        tau, s = w.round(None, busy)
+        assert tau > 0 and (s["prefetch_loads"], s["evictions"]) == (N, N)
+    w.close()
 
 
 def test_the_synchronous_miss_is_timed_on_reused_slots(warm_container, opened,
                                                        monkeypatch):
-    """One cache, no readers: N warm-up misses, then N misses a round, each evicting."""
+    """Depth 0 of the rotation: no readers; N warm-up misses, then N a round."""
+    monkeypatch.setattr(calibrate, "DEPTHS", (1,))
     monkeypatch.setattr(calibrate, "ROUNDS", 3)
-    t = calibrate.own_read_cost(warm_container, N, None)
-    assert t > 0
-    [e] = opened
-    assert (e["threads"], e["slots"], e["n_experts"]) == (0, N, 2 * N)
-    s = e["stats"]
-    assert (s["misses"], s["hits"], s["evictions"]) == (4 * N, 0, 3 * N)
+    got = calibrate.per_depth(warm_container, N, None, own=True)
+    assert sorted(got) == [(0, True), (1, False), (1, True)]
+    sync = opened[0]
+    assert (sync["threads"], sync["slots"], sync["n_experts"]) == (0, N, 2 * N)
+    s = sync["stats"]  # the last round's window
+    assert (s["misses"], s["hits"], s["evictions"], s["prefetch_loads"]) == (
+        N, 0, N, 0)
+    tau, s0 = got[(0, True)]
+    assert tau > 0 and (s0["misses"], s0["evictions"]) == (N, N)
 
 
 def test_call_costs_make_the_calls_they_name(warm_container, opened, monkeypatch):

@@ -145,6 +145,7 @@ class Files:
     fused: Path = field(init=False)
     shape: Path = field(init=False)
     perm: Path = field(init=False)
+    perm3: Path = field(init=False)
 
     def __post_init__(self) -> None:
         f = self.folder
@@ -186,6 +187,13 @@ class Files:
                         b[:_nbytes(dt, tuple(shape))] if n == odd else b)
                        for n, dt, s, b in ts]
             write_safetensors(path, changed)
+        # one tensor "w" of [2, 3, 4]; layer 1 expert 1's is [2, 4, 3]: the
+        # first dimension agrees, so only a walk over every one tells
+        self.perm3 = f / "perm3.safetensors"
+        write_safetensors(self.perm3, [
+            (TEMPLATE.format(layer=layer, expert=e, tensor="w"), "F32",
+             [2, 4, 3] if (layer, e) == (LAYERS[0], 1) else [2, 3, 4],
+             bytes(96)) for layer in LAYERS for e in range(N_EXPERTS)])
 
 
 # -- the engine's seams ------------------------------------------------------
@@ -784,6 +792,7 @@ def c_face(p: Probe) -> None:
     one = p.engine.Container(str(f.one))
     shape = p.engine.Container(str(f.shape))
     perm = p.engine.Container(str(f.perm))
+    perm3 = p.engine.Container(str(f.perm3))
     odd = _names(LAYERS[0], 1)[0]
     big = 2**31 - 1
     cases: list[tuple[str, Any, dict[str, Any], int, int,
@@ -823,6 +832,12 @@ def c_face(p: Probe) -> None:
           f"layer {LAYERS[0]} expert 1: tensor '{odd}' has dtype F32 ndim 2 "
           "(32 bytes), unlike the first expert's F32 ndim 2 (32 bytes); every "
           "expert must share one layout")),
+        ("an expert whose 3-d tensor has its last two dimensions swapped",
+         perm3, {"tensors": ("w",)}, 0, XC_E_MISUSE,
+         (XC_E_MISUSE, -1, LAYERS[0], 1,
+          f"layer {LAYERS[0]} expert 1: tensor 'layers.{LAYERS[0]}.experts.1."
+          "w' has dtype F32 ndim 3 (96 bytes), unlike the first expert's F32 "
+          "ndim 3 (96 bytes); every expert must share one layout")),
         ("a fused template over per-expert tensors", one,
          {"template": FUSED_TEMPLATE}, 0, XC_E_NOT_FOUND,
          (XC_E_NOT_FOUND, -1, LAYERS[0], -1,
@@ -852,7 +867,7 @@ def c_face(p: Probe) -> None:
         if got != [XC_E_MISUSE] * 3 or rec != want_null:
             p.fail(f"xc_cache_open with a NULL argument: {got} {rec}")
     finally:
-        for c in (one, shape, perm):
+        for c in (one, shape, perm, perm3):
             c.close()
 
 

@@ -34,13 +34,16 @@ containers it writes itself (:class:`Files`), five check lines:
   nothing large is ever allocated), 2**31 keys (too many), a tensor the
   container lacks, an expert whose tensor has another size, or the same
   size with its dimensions in another order, layers not ascending, NULL
-  arguments: the status, every field of the error record and the message
-  as xc.h's contract says.
+  arguments, an unknown policy, and each refused allocation of an open:
+  the status, every field of the raw error record (offsets of -1: the
+  Python face shows any negative one as None) and the message as xc.h's
+  contract says.
 - ``open-messages``: whole messages against the text derived from the
   oracle's own tables (the valid policies and their parameters) or the
   contract: an unknown policy, a bad parameter, a key outside the cache,
-  an expert not published because its file changed (verify), and the
-  mlock note's byte count (``n_slots * stride``).
+  an expert not published because its file changed (verify), the mlock
+  note's byte count (``n_slots * stride``), and containers at paths that
+  do not exist (``not_found`` naming the path).
 
 All of it takes well under a second.
 """
@@ -761,18 +764,20 @@ def budgets(p: Probe, cont: Any) -> None:
 XC_E_NOMEM, XC_E_NOT_FOUND, XC_E_MISUSE = -1, -5, -7
 
 
-def c_open(p: Probe, st: Any, opts: Any, refuse_from: int = 0
+def c_open(p: Probe, st: Any, opts: Any, refuse_from: int = 0,
+           persistent: bool = True
            ) -> tuple[int, tuple[int, int, int, int, str] | None]:
     """``xc_cache_open`` through the lib: (rc, the error record or None).
 
     ``refuse_from`` > 0 refuses every allocation from that one on (the
-    cache's own struct is the first).  A cache that opens is closed; the
-    live count must come back to where it was.
+    cache's own struct is the first; only that one unless ``persistent``).
+    A cache that opens is closed; the live count must come back to where
+    it was.
     """
     base = p.live()
     out = p.ffi.new("xc_cache **")
     if refuse_from:
-        p.alloc.fail_alloc(refuse_from, persistent=True)
+        p.alloc.fail_alloc(refuse_from, persistent=persistent)
     try:
         rc = p.lib.xc_cache_open(st, opts, out)
     finally:
@@ -866,9 +871,41 @@ def c_face(p: Probe) -> None:
                      "cache open: NULL container, options or out")
         if got != [XC_E_MISUSE] * 3 or rec != want_null:
             p.fail(f"xc_cache_open with a NULL argument: {got} {rec}")
+        c_countdown(p, one)
     finally:
         for c in (one, shape, perm, perm3):
             c.close()
+
+
+def c_countdown(p: Probe, cont: Any) -> None:
+    """Every refused allocation of a C open: the raw record is XC_E_NOMEM
+    with offset, layer and expert -1 (the Python face maps any negative
+    offset to None, so only this face shows them); an unknown policy's
+    misuse likewise."""
+    for spec in ("lfu", "s3fifo"):
+        for n in range(1, MAX_N + 1):
+            p.cases += 1
+            f0 = p.alloc.stats().failures
+            with c_opts(p, policy=spec, batch_threads=2) as o:
+                rc, rec = c_open(p, cont._ptr, o, n, persistent=False)
+            if p.alloc.stats().failures == f0:
+                if rc != 0:
+                    p.fail(f"xc_cache_open ({spec}) without a refusal: {rec}")
+                break
+            if rec is None or rc != XC_E_NOMEM or rec[:4] != (
+                    XC_E_NOMEM, -1, -1, -1):
+                p.fail(f"xc_cache_open ({spec}) with allocation {n} refused: "
+                       f"status {rc}, record {rec}; contract: XC_E_NOMEM "
+                       "(-1), offset, layer and expert -1")
+                break
+    p.cases += 1
+    with c_opts(p, policy="nope") as o:
+        rc, rec = c_open(p, cont._ptr, o)
+    want = (XC_E_MISUSE, -1, -1, -1,
+            f"unknown policy 'nope'; valid: {valid_policies()}")
+    if (rc, rec) != (XC_E_MISUSE, want):
+        p.fail(f"xc_cache_open (policy 'nope'): status {rc} {rec}, contract "
+               f"{XC_E_MISUSE} {want}")
 
 
 # -- open-messages ---------------------------------------------------------------
@@ -915,6 +952,31 @@ def messages(p: Probe) -> None:
         cont.close()
     not_published(p)
     mlock_note(p)
+    missing_paths(p)
+
+
+def missing_paths(p: Probe) -> None:
+    """Containers at paths that do not exist, or a folder of no shard:
+    NOT_FOUND with no offset, layer or expert, naming the path."""
+    err_t = p.engine.EngineError
+    f = p.files.folder
+    empty = f / "empty"
+    empty.mkdir(exist_ok=True)
+    cases = [(f / "missing.safetensors", "no such file or folder"),
+             (f / "no" / "where", "no such file or folder"),
+             (p.files.one / "below", "no such file or folder"),
+             (empty, "the folder holds no .safetensors file and no "
+              "model.safetensors.index.json")]
+    for path, what in cases:
+        p.cases += 1
+        try:
+            p.engine.Container(str(path)).close()
+            got: Any = "opened"
+        except err_t as e:
+            got = (e.kind, e.offset, e.layer, e.expert, str(e))
+        want = ("not_found", None, None, None, f"{path}: {what}")
+        if got != want:
+            p.fail(f"Container({path}): {got}, contract {want}")
 
 
 def not_published(p: Probe) -> None:

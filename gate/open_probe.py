@@ -429,7 +429,7 @@ def nomem(p: Probe) -> None:
                 cache.close()
             if os.path.exists(trace):
                 os.unlink(trace)
-        hold_nomem(p, conts_open.get(f.one) or p.engine.Container(str(f.one)))
+        hold_nomem(p, conts_open[f.one])
     finally:
         for c in conts_open.values():
             c.close()
@@ -442,10 +442,10 @@ def hold_nomem(p: Probe, cont: Any) -> None:
     layer, experts = LAYERS[1], [2, 0, 1]
     for n in range(1, MAX_N + 1):
         p.cases += 1
+        base = p.live()
         cache = _open_cache(p, cont, False, n_slots=4, top_k=1,
                             batch_threads=2)
         try:
-            base = p.live()
             f0 = p.alloc.stats().failures
             p.alloc.fail_alloc(n)
             held = error = None
@@ -481,8 +481,10 @@ def hold_nomem(p: Probe, cont: Any) -> None:
         finally:
             cache.close()
         del cache
-        if p.settled_live(base) != 0 and error is not None:
-            p.fail(f"hold_layer with allocation {n} refused: allocations left")
+        left = p.settled_live(base)
+        if left:
+            p.fail(f"hold_layer with allocation {n} refused, the cache "
+                   f"closed: {left} allocation(s) left")
             return
         if fired == 0:
             return

@@ -38,14 +38,16 @@ fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
 A folder is read through ``model.safetensors.index.json`` (or is a single
 ``*.safetensors`` file). An index file is UTF-8 (``not_utf8``, offset: the
 first bad byte of the index) and strict JSON (``json``, offset: where the
-parser stopped); then it is checked with kind ``index`` (offset ``None``): an
+parser stopped); then it is checked with kind ``index`` (offset ``None``; 0 for an index file
+above 100,000,000 bytes, refused before it is read): an
 object with ``weight_map`` (name -> shard file name) and ``metadata`` null or
 an object whose ``total_size``, if present, is an unsigned int; every named
 shard exists in the folder; each shard
 is valid; every mapped tensor is in the shard the map names and every tensor
 of a shard is mapped to that shard; ``total_size``, if given, is the sum of
 tensor bytes.
-Stray files in the folder are ignored; several shards and no index is an error.
+Stray files in the folder are ignored; several shards and no index is an error,
+no shard and no index :class:`~oracle.errors.NotFound`.
 """
 
 from __future__ import annotations
@@ -431,6 +433,10 @@ def _index_error(path: Path, detail: str) -> OracleFormatError:
 
 def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     """Validate an index and its shards: tensors, shard and index metadata."""
+    size = os.stat(index).st_size
+    if size > MAX_HEADER_BYTES:  # before a byte is read (docs/DESIGN.md §3)
+        raise OracleFormatError("index", 0, str(index), f"the index is {size} "
+                                f"bytes, above the limit of {MAX_HEADER_BYTES}")
     raw = read_regular(index)
     try:
         text = raw.decode("utf-8")
@@ -515,6 +521,9 @@ class Container:
                 p = p / INDEX_NAME
             else:
                 files = sorted(p.glob("*.safetensors"))
+                if not files:  # docs/DESIGN.md §3: none is NOT_FOUND
+                    raise NotFound(f"{p}: the folder holds no .safetensors file "
+                                   f"and no {INDEX_NAME}")
                 if len(files) != 1:
                     raise _index_error(p, f"{len(files)} safetensors files and no "
                                        f"{INDEX_NAME}")

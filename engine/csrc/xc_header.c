@@ -226,12 +226,18 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
             return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
                            "tensor \"%.200s\": %s has more than %d entries",
                            name, field, max);
-        /* An element is held at level 3 (xj_uint probes another type
-         * as a value held at 2, an entry's field): a nested one is probed
-         * here at its own level first. */
-        if ((xj_peek(j) == '[' || xj_peek(j) == '{') &&
-            (rc = malformed_at_level(j, j->pos, 3)) != XC_OK)
-            return rc;
+        /* An element is held at level 3 (xj_uint probes another type as
+         * a value held at 2, an entry's field): a nested one is probed and
+         * refused here, at its own level (a second probe would meet the
+         * strings the first decoded in place). */
+        if (xj_peek(j) == '[' || xj_peek(j) == '{') {
+            int c = xj_peek(j);
+            if ((rc = malformed_at_level(j, j->pos, 3)) != XC_OK)
+                return rc;
+            return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "%s must be a "
+                           "non-negative integer, found %s", what,
+                           c == '[' ? "an array" : "an object");
+        }
         if ((rc = xj_uint(j, limit, XC_E_FORMAT_SCHEMA, what, &v[n])) !=
             XC_OK)
             return rc;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,22 @@ class Raw:
     text: str
 
 
+class Spelled(str):
+    """A string whose JSON spelling is given byte for byte (escapes, UTF-8, bad bytes).
+
+    It compares and hashes as its decoded value (what a reader that accepts
+    it must decode); ``json`` is the text written, quotes included.
+    """
+
+    json: bytes
+
+    def __new__(cls, value: str, spelled: bytes) -> Spelled:
+        """The string ``value``, written as ``spelled``."""
+        s = super().__new__(cls, value)
+        s.json = spelled
+        return s
+
+
 Path_ = tuple[int, ...]
 
 
@@ -63,42 +80,69 @@ class Doc:
     values: dict[Path_, int] = field(default_factory=dict)
 
 
+_PLAIN = re.compile(r'[ !#-\[\]-~]*')  # printable ASCII but '"' and '\\'
+
+
+def _scalar(v: Any) -> bytes:
+    """The JSON bytes of a key or scalar (a plain ASCII string without json.dumps)."""
+    if isinstance(v, Spelled):
+        return v.json
+    if isinstance(v, Raw):
+        return v.text.encode("utf-8")
+    if isinstance(v, str) and _PLAIN.fullmatch(v):
+        return b'"' + v.encode() + b'"'
+    if type(v) is int:
+        return str(v).encode()
+    return json.dumps(v).encode()
+
+
 def render(value: Any, sep: tuple[str, str] = (", ", ": "), base: int = 0) -> Doc:
     """Write ``value`` as JSON; positions are ``base`` plus the byte index."""
     out: list[bytes] = []
     doc = Doc(b"")
-    size = [0]
-
-    def put(s: str) -> None:
-        b = s.encode("utf-8")
-        out.append(b)
-        size[0] += len(b)
+    keys, values = doc.keys, doc.values
+    comma, colon = sep[0].encode(), sep[1].encode()
+    size = base
 
     def walk(v: Any, path: Path_) -> None:
-        doc.values[path] = base + size[0]
+        nonlocal size
+        values[path] = size
         if isinstance(v, Obj):
-            put("{")
+            out.append(b"{")
+            size += 1
             for j, (k, x) in enumerate(v.pairs):
                 if j:
-                    put(sep[0])
-                doc.keys[path + (j,)] = base + size[0]
-                put(json.dumps(k))
-                put(sep[1])
+                    out.append(comma)
+                    size += len(comma)
+                keys[path + (j,)] = size
+                kb = _scalar(k)
+                out.append(kb)
+                out.append(colon)
+                size += len(kb) + len(colon)
                 walk(x, path + (j,))
-            put("}")
+            out.append(b"}")
+            size += 1
         elif isinstance(v, list):
-            put("[")
+            out.append(b"[")
+            size += 1
             for m, x in enumerate(v):
                 if m:
-                    put(sep[0])
-                walk(x, path + (m,))
-            put("]")
-        elif isinstance(v, Raw):
-            put(v.text)
+                    out.append(comma)
+                    size += len(comma)
+                if isinstance(x, (Obj, list)):
+                    walk(x, path + (m,))
+                else:  # a scalar element: no call
+                    values[path + (m,)] = size
+                    xb = _scalar(x)
+                    out.append(xb)
+                    size += len(xb)
+            out.append(b"]")
+            size += 1
         else:
-            put(json.dumps(v))
+            vb = _scalar(v)
+            out.append(vb)
+            size += len(vb)
 
     walk(value, ())
     doc.text = b"".join(out)
     return doc
-

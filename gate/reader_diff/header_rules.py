@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gate.reader_diff.containers import _BITS, Header
@@ -31,13 +31,28 @@ class Expect:
     named: bool = False
     oracle: bool = False
     number: bool = False  #: a json error, if any, is at ``value``
+    plus: int = 0         #: added to the ``key``/``value`` position
+    #: words the engine's message must hold (a fact of the construction)
+    message: str | None = None
+    #: the engine must name ``kind`` itself (no kind difference allowed: the
+    #: corruption is the file's only problem, so one pass meets it first)
+    strict: bool = False
+    #: numbers written, by path: a json error is at the first one the
+    #: official rule finds out of range
+    numbers: list[tuple[Path_, str]] = field(default_factory=list)
 
     def offset(self, doc: Doc, oracle_name: str | None, top: Any) -> int | None:
         """The offset the engine must report (None: not fixed by this rule)."""
+        if self.numbers:
+            from oracle.safetensors import _number_in_range  # noqa: PLC0415
+
+            bad = [doc.values[p] for p, text in self.numbers
+                   if not _number_in_range(text)]
+            return min(bad) if bad else None
         if self.key is not None:
-            return doc.keys[self.key]
+            return doc.keys[self.key] + self.plus
         if self.value is not None:
-            return doc.values[self.value]
+            return doc.values[self.value] + self.plus
         if self.at is not None:
             return self.at
         if self.named and oracle_name is not None and isinstance(top, Obj):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 
+from gate.reader_diff import generators as gen
 from gate.reader_diff.containers import Sharded
-from gate.reader_diff.doc import Obj, Path_, Raw
+from gate.reader_diff.doc import Obj, Path_, Raw, Spelled
 from gate.reader_diff.header_rules import (
     _draw,
     r_dtype_unknown,
@@ -127,9 +129,27 @@ def x_shard_broken(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
     return "shard", None
 
 
+def x_names(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
+    """A tensor renamed with escapes and UTF-8 of every length, spelled one way in
+    its shard and another in weight_map: the decoded names must meet."""
+    wm = s.wmap()
+    j = rng.randrange(len(wm.pairs))
+    name, shard = wm.pairs[j]
+    nm = gen.draw_name(rng, False, prefix=name + ".")
+    assert nm.value is not None
+    other = json.dumps(nm.value, ensure_ascii=rng.random() < 0.5).encode()
+    spellings = [nm.spelled, other]
+    rng.shuffle(spellings)
+    wm.pairs[j] = (Spelled(nm.value, spellings[0]), shard)
+    top = s.shards[shard].top
+    i = top.index(name)
+    top.pairs[i] = (Spelled(nm.value, spellings[1]), top.pairs[i][1])
+    return "ok", None
+
+
 INDEX_RULES: tuple[tuple[Callable[..., tuple[str, Path_ | None]], int], ...] = (
     (x_stray, 2), (x_missing, 2), (x_wrong_shard, 2), (x_no_shard, 2),
     (x_total, 2), (x_schema, 3), (x_ok, 2), (x_shard_broken, 2),
-    (x_no_index, 1),
+    (x_no_index, 1), (x_names, 3),
 )
 

@@ -15,13 +15,17 @@ from gate.reader_diff.compare import (
     Verdict,
     compare,
     engine_verdict,
+    found_fact,
     named_tensor,
     oracle_verdict,
 )
-from gate.reader_diff.containers import Sharded, base_sharded, base_single
-from gate.reader_diff.header_rules import HEADER_RULES, _draw
+from gate.reader_diff.containers import Header, Sharded, base_sharded, base_single
+from gate.reader_diff.drawn import DRAWN_RULES, sweep
+from gate.reader_diff.header_rules import HEADER_RULES, Expect, _draw
 from gate.reader_diff.index_rules import INDEX_RULES
+from gate.reader_diff.paths import path_probes
 
+#: Corruptions a default replay draws, and their seed (pinned: the same
 #: files every run; ``run_checks`` takes others for a longer search).
 DEFAULT_CASES = 280
 DEFAULT_SEED = 26
@@ -61,48 +65,93 @@ def _number_start(raw: bytes, engine_at: int, oracle_at: int) -> int:
 SAME_OFFSET = frozenset({"not_utf8", "length", "header_too_large"})
 
 
+def _header_text(raw: bytes) -> bytes:
+    """The header's JSON bytes of a file (empty when its prefix says none fits)."""
+    n = int.from_bytes(raw[:8], "little") if len(raw) >= 8 else 0
+    return raw[8:8 + n] if 8 + n <= len(raw) else b""
+
+
+def judge(engine: Any, path: Path, h: Header, expect: Expect) -> tuple[Verdict,
+                                                                      str | None]:
+    """Write ``h`` at ``path``, open it with both readers: the oracle's verdict and
+    the first disagreement (None if they agree, field by field)."""
+    doc = h.write(path)
+    raw = path.read_bytes()
+    mine, theirs = engine_verdict(engine, path), oracle_verdict(path)
+    if expect.strict and not mine.kind == theirs.kind == expect.kind:
+        return theirs, (f"the rule breaks {expect.kind} (the file's only problem): "
+                        f"engine {mine.kind} ({mine.message}), oracle "
+                        f"{theirs.kind} ({theirs.message})")
+    want = None
+    if mine.kind == theirs.kind and mine.kind is not None:
+        if expect.kind is not None and expect.kind != theirs.kind:
+            return theirs, (f"the rule breaks {expect.kind}, the oracle says "
+                            f"{theirs.kind} ({theirs.message})")
+        placed = (expect.key is not None or expect.value is not None
+                  or expect.at is not None)
+        if theirs.kind in ("too_short", "header_past_end"):
+            want = len(raw)
+        elif theirs.kind in SAME_OFFSET:
+            want = theirs.offset
+        elif theirs.kind == "json" and (expect.number or expect.numbers
+                                        or (expect.kind == "json" and placed)):
+            want = expect.offset(doc, None, h.top)
+        elif theirs.kind == "json" and expect.kind in (None, "json"):
+            # where the oracle's parser stopped, when it says (a number
+            # out of range is found after parsing: no position)
+            want = theirs.offset if theirs.offset != 8 else None
+            if want is not None and mine.offset is not None:
+                want = _number_start(raw, mine.offset, want)
+        elif not expect.oracle:
+            want = expect.offset(doc, named_tensor(theirs.detail), h.top)
+    bad = compare(mine, theirs, want)
+    if bad is None and mine.kind is not None and mine.kind == theirs.kind:
+        if expect.message is not None and expect.message not in mine.message:
+            bad = (f"{mine.kind}: the message lacks '{expect.message}': "
+                   f"{mine.message}")
+        else:
+            bad = found_fact(mine, _header_text(raw), 8)
+    return theirs, bad
+
+
 def header_cases(engine: Any, folder: Path, n: int, seed: int) -> Outcome:
     """``n`` single-file corruptions drawn from ``seed``; their disagreements."""
     out = Outcome("headers")
     rng = random.Random(f"reader-diff headers {seed}")
+    rules = HEADER_RULES + DRAWN_RULES
     for i in range(n):
         h = base_single(rng)
-        rule = _draw(rng, HEADER_RULES)
+        rule = _draw(rng, rules)
         expect = rule(rng, h)
         path = folder / f"h{i:04d}-{rule.__name__[2:]}.safetensors"
-        doc = h.write(path)
-        size = path.stat().st_size
-        mine, theirs = engine_verdict(engine, path), oracle_verdict(path)
+        theirs, bad = judge(engine, path, h, expect)
         out.cases += 1
         out.refused += theirs.kind is not None
-        want = None
-        if mine.kind == theirs.kind and mine.kind is not None:
-            if expect.kind is not None and expect.kind != theirs.kind:
-                out.failures.append(f"{path.name}: the rule breaks "
-                                    f"{expect.kind}, the oracle says "
-                                    f"{theirs.kind} ({theirs.message})")
-                continue
-            if theirs.kind in ("too_short", "header_past_end"):
-                want = size
-            elif theirs.kind in SAME_OFFSET:
-                want = theirs.offset
-            elif theirs.kind == "json" and expect.number:
-                want = expect.offset(doc, None, h.top)
-            elif theirs.kind == "json" and expect.kind is None:
-                # where the oracle's parser stopped, when it says (a number
-                # out of range is found after parsing: no position)
-                want = theirs.offset if theirs.offset != 8 else None
-                if want is not None and mine.offset is not None:
-                    want = _number_start(path.read_bytes(), mine.offset, want)
-            elif not expect.oracle:
-                want = expect.offset(doc, named_tensor(theirs.detail), h.top)
-        bad = compare(mine, theirs, want)
         if bad is not None:
             out.failures.append(f"{path.name}: {bad}")
         path.unlink()
     return out
 
 
+def sweep_cases(engine: Any, folder: Path, seed: int) -> Outcome:
+    """One file per class of every generator (:func:`~gate.reader_diff.drawn.sweep`),
+    then the path probes; their disagreements."""
+    out = Outcome("sweeps")
+    rng = random.Random(f"reader-diff sweeps {seed}")
+    for i, (label, h, expect) in enumerate(sweep(rng)):
+        path = folder / f"s{i:04d}-{label}.safetensors"
+        theirs, bad = judge(engine, path, h, expect)
+        out.cases += 1
+        out.refused += theirs.kind is not None
+        if bad is not None:
+            out.failures.append(f"{path.name}: {bad}")
+        path.unlink()
+    for label, bad in path_probes(engine, folder / "paths"):
+        out.cases += 1
+        out.refused += 1
+        if bad is not None:
+            out.failures.append(f"{label}: {bad}")
+    return out
 
 
 def index_cases(engine: Any, folder: Path, n: int, seed: int) -> Outcome:
@@ -124,6 +173,9 @@ def index_cases(engine: Any, folder: Path, n: int, seed: int) -> Outcome:
         bad = compare(mine, theirs, want)
         if bad is None and mine.kind == "index" == theirs.kind:
             bad = _index_names(mine, theirs, s)
+        if bad is None and mine.kind == theirs.kind and mine.kind in ("json",
+                                                                       "index"):
+            bad = found_fact(mine, doc.text, 0) if s.index.pairs else None
         if bad is not None:
             out.failures.append(f"{d.name}: {bad}")
         shutil.rmtree(d)
@@ -152,7 +204,8 @@ def run_checks(engine: Any, work: Path, report: Any, n: int = DEFAULT_CASES,
                                    dir=shm if shm.is_dir() else work))
     try:
         outs = [header_cases(engine, folder, n * 3 // 4, seed),
-                index_cases(engine, folder, n - n * 3 // 4, seed)]
+                index_cases(engine, folder, n - n * 3 // 4, seed),
+                sweep_cases(engine, folder, seed)]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     names = []

@@ -286,6 +286,11 @@ def sweep(rng: random.Random) -> Iterator[Case]:
         for site in ("shape-elem", "dtype"):
             h = fresh()
             yield f"value-{site}", h, value_case(rng, h, site, token)
+    for cut in (b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xf4\x8f"):
+        h = fresh()
+        h.edit = lambda text, cut=cut: text.extend(cut)  # after the closing brace
+        yield (f"header-ends-mid-sequence-{cut.hex()}", h,
+               Expect("not_utf8", strict=True, oracle=True))
     for k in range(len(NOT_A_NAME)):
         h = fresh()
         yield f"found-{k}", h, found_case(rng, h, k)

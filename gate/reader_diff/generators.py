@@ -271,10 +271,13 @@ def number_text(rng: random.Random, width: int, side: str) -> str:
         f = 1 + rel if side == "above" else 1 - rel
     v = _LARGEST * f
     e = v.adjusted() - (width - 1)
-    sig = int(v.scaleb(-e))
-    if side != "near" and rng.random() < 0.3:  # a few units in the last digit
-        sig = int(_LARGEST.scaleb(-e)) + (rng.randrange(1, 4) if side == "above"
-                                          else -rng.randrange(0, 3))
+    # below: rounded down, above: up (a width of 1 is 1e308 or 2e308)
+    sig = int(v.scaleb(-e).to_integral_value(
+        rounding="ROUND_CEILING" if side == "above" else "ROUND_FLOOR"))
+    if side != "near" and width >= 3 and rng.random() < 0.3:
+        # a few units in the last digit from the largest double's own digits
+        top = int(_LARGEST.scaleb(-e))
+        sig = top + (rng.randrange(1, 4) if side == "above" else -rng.randrange(0, 3))
     digits = str(sig)
     e += len(digits) - width  # (a carry added a digit)
     cut = rng.randrange(len(digits) + 1)

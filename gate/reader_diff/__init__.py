@@ -9,15 +9,19 @@ field:
 - accept or refuse, and when both accept the same tensor table (name,
   dtype, shape, shard, offset, size) and metadata;
 - the same error kind (:data:`KIND_DIFFERENCES` lists the pairs the two
-  readers may legitimately name, each with its rule);
+  readers may legitimately name, each with its rule; none where the
+  corruption is the file's only problem and fixes the kind);
 - the byte offset of the error record by the engine's convention
   (docs/DESIGN.md §3's table): the corruption knows what it broke and
   where, because the header is written here with every key's and value's
   byte position recorded (:class:`Doc`); the oracle's own offset where
   both readers follow one rule;
 - the message names the file the oracle names, the tensor the oracle names
-  (as ``"name"``), and every number of the oracle's detail (the sizes,
-  ends and counts of a ``size``, ``length`` or ``offsets`` error).
+  (as ``"name"``, its first 200 bytes), every number of the oracle's
+  detail (the sizes, ends and counts of a ``size``, ``length`` or
+  ``offsets`` error), and the words the corruption knows (how a bad escape
+  or surrogate is printed, what a json error found at its offset);
+- each shard's data start (8 + N) when both accept.
 
 The rules (:data:`HEADER_RULES`, :data:`INDEX_RULES`) cover every check of
 §3 -- the length prefix and the file's extent, UTF-8, JSON syntax and
@@ -33,11 +37,22 @@ The package's modules, in the order of a run:
 
 - :mod:`~gate.reader_diff.doc`: JSON written with every byte position kept;
 - :mod:`~gate.reader_diff.containers`: the valid containers the rules break;
+- :mod:`~gate.reader_diff.generators`: the drawn names, values and numbers
+  (escapes and UTF-8 of every length class, valid and not; nested,
+  malformed and non-JSON values; numbers straddling the largest double for
+  every significand width);
 - :mod:`~gate.reader_diff.header_rules`, :mod:`~gate.reader_diff.index_rules`:
-  the corruptions;
-- :mod:`~gate.reader_diff.compare`: both verdicts and the comparison,
-  message facts included;
-- :mod:`~gate.reader_diff.runner`: the run and its check lines.
+  the hand corruptions; :mod:`~gate.reader_diff.drawn`: the corruptions on
+  the generators, and the sweep of one file per class of each;
+- :mod:`~gate.reader_diff.paths`: the path and folder probes (missing
+  paths, an empty folder, an index past the size limit, paths shorter than
+  the ``.json`` suffix, opened through the C face);
+- :mod:`~gate.reader_diff.compare`: both verdicts and the comparison:
+  each shard's data start, and the message facts (the quoted name cut at
+  200 bytes as C's ``%.200s`` cuts it, what a json error says it found at
+  its offset);
+- :mod:`~gate.reader_diff.runner`: the run and its check lines
+  (``reader-diff-headers``, ``-indexes``, ``-sweeps``).
 """
 
 from gate.reader_diff.compare import (

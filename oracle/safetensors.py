@@ -38,8 +38,8 @@ fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
 A folder is read through ``model.safetensors.index.json`` (or is a single
 ``*.safetensors`` file). An index file is UTF-8 (``not_utf8``, offset: the
 first bad byte of the index) and strict JSON (``json``, offset: where the
-parser stopped); then it is checked with kind ``index`` (offset ``None``; 0 for an index file
-above 100,000,000 bytes, refused before it is read): an
+parser stopped); then it is checked with kind ``index`` (offset ``None``;
+0 for an index file above 100,000,000 bytes, refused before it is read): an
 object with ``weight_map`` (name -> shard file name) and ``metadata`` null or
 an object whose ``total_size``, if present, is an unsigned int; every named
 shard exists in the folder; each shard

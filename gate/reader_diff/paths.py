@@ -14,8 +14,8 @@ and takes a shard for an index.
 
 from __future__ import annotations
 
-import contextlib
 import os
+import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,5 +99,4 @@ def path_probes(engine: Any, folder: Path) -> Iterator[tuple[str, str | None]]:
         theirs = oracle_verdict(short / name)
         bad = compare(mine, theirs, None) or _raw_open(engine, short, name)
         yield f"path {name!r} (shorter than '.json')", bad
-    with contextlib.suppress(OSError):
-        os.unlink(folder / "big" / INDEX_NAME)
+    shutil.rmtree(folder, ignore_errors=True)

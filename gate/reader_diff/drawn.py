@@ -257,9 +257,12 @@ def sweep(rng: random.Random) -> Iterator[Case]:
     def fresh() -> Header:
         return base_single(rng)
 
-    for side in ("below", "above", "near"):
+    for side in ("below", "near"):  # every width in one file: all in range
         h = fresh()
         yield f"numbers-{side}", h, numbers_case(rng, h, side)
+    for w in range(1, 23):  # one file a width: each its only problem
+        h = fresh()
+        yield f"number-above-{w}", h, numbers_case(rng, h, "above", [w])
     for piece in gen.every_bad_piece(rng):
         h = fresh()
         i = _tensor_index(rng, h)

@@ -57,13 +57,16 @@ def x_no_shard(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
 
 
 def x_total(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
-    """metadata.total_size off by some bytes."""
+    """metadata.total_size off by some bytes, or a 20-digit one."""
     meta = s.index.get("metadata")
     if "total_size" not in meta.keys():
         meta.pairs.append(("total_size", 0))
     j = meta.index("total_size")
-    meta.pairs[j] = ("total_size", max(0, meta.pairs[j][1] + rng.choice(
-        [-7, -1, 1, 2, 10**6])))
+    if rng.random() < 0.3:  # 20 digits that fit 64 bits: the general path's
+        meta.pairs[j] = ("total_size", 2**64 - 1 - rng.randrange(10**6))
+    else:
+        meta.pairs[j] = ("total_size", max(0, meta.pairs[j][1] + rng.choice(
+            [-7, -1, 1, 2, 10**6])))
     return "value", (s.index.index("metadata"), j)
 
 
@@ -147,9 +150,23 @@ def x_names(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
     return "ok", None
 
 
+def x_depth(rng: random.Random, s: Sharded) -> tuple[str, Path_ | None]:
+    """An unknown member of the index or of its metadata nested to just below or
+    just past the deepest level accepted (the same limit as a header's)."""
+    deepest = gen.MAX_LEVEL + rng.choice([0, 1, 1, 2])
+    if rng.random() < 0.5 and isinstance(s.index.get("metadata"), Obj):
+        meta = s.index.get("metadata")
+        meta.pairs.insert(rng.randrange(len(meta.pairs) + 1), (
+            "extra", Raw(gen.nested(deepest - 2, rng, "1"))))
+    else:
+        s.index.pairs.insert(rng.randrange(len(s.index.pairs) + 1), (
+            "note", Raw(gen.nested(deepest - 1, rng, '"x"'))))
+    return "json", None
+
+
 INDEX_RULES: tuple[tuple[Callable[..., tuple[str, Path_ | None]], int], ...] = (
     (x_stray, 2), (x_missing, 2), (x_wrong_shard, 2), (x_no_shard, 2),
     (x_total, 2), (x_schema, 3), (x_ok, 2), (x_shard_broken, 2),
-    (x_no_index, 1), (x_names, 3),
+    (x_no_index, 1), (x_names, 3), (x_depth, 2),
 )
 

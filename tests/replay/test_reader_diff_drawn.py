@@ -137,12 +137,14 @@ def test_the_oracle_finds_the_first_bracket_past_level_127() -> None:
 
 def test_the_sweep_meets_every_class() -> None:
     """One file per class: every bad piece, width, site at both sides of the
-    depth limit, number side, token and non-name."""
+    depth limit, each width of number above the largest double, token and
+    non-name."""
     labels = [label for label, _, _ in drawn.sweep(random.Random(0))]
-    assert len(labels) == 81
+    assert len(labels) == 102
     for site in drawn.SITES:
         assert f"depth-{site}-127" in labels and f"depth-{site}-128" in labels
-    assert {f"numbers-{s}" for s in ("below", "above", "near")} <= set(labels)
+    assert ({"numbers-below", "numbers-near"}
+            | {f"number-above-{w}" for w in range(1, 23)}) <= set(labels)
     assert {f"names-width-{w}" for w in (1, 2, 3, 4)} <= set(labels)
     assert sum(la.startswith("name-utf8-bad-") for la in labels) == len(gen.NOT_UTF8)
 
@@ -151,7 +153,7 @@ def test_the_engine_agrees_on_the_sweeps_and_the_paths(tmp_path: Path) -> None:
     """The default sweep and path probes: no disagreement."""
     out = sweep_cases(engine, tmp_path, reader_diff.DEFAULT_SEED)
     assert out.failures == []
-    assert (out.cases, out.refused) == (94, 87)
+    assert (out.cases, out.refused) == (115, 106)
 
 
 class _Changed:
@@ -216,3 +218,21 @@ def test_the_oracle_on_an_empty_folder_and_a_huge_index(tmp_path: Path) -> None:
     v = oracle_verdict(big)
     assert (v.kind, v.offset, v.detail) == (
         "index", 0, "the index is 100000001 bytes, above the limit of 100000000")
+
+
+def test_an_index_nested_past_the_limit_is_json(tmp_path: Path) -> None:
+    """x_depth: below the limit both accept, past it both say json at one byte."""
+    from gate.reader_diff.index_rules import x_depth
+
+    kinds = set()
+    for seed in range(40):
+        rng = random.Random(seed)
+        s = reader_diff.base_sharded(rng)
+        x_depth(rng, s)
+        d = tmp_path / f"x{seed}"
+        s.write(d)
+        mine, theirs = (reader_diff.engine_verdict(engine, d),
+                        reader_diff.oracle_verdict(d))
+        assert (mine.kind, mine.offset) == (theirs.kind, theirs.offset)
+        kinds.add(mine.kind)
+    assert kinds == {None, "json"}

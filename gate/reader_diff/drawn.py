@@ -241,9 +241,29 @@ def r_found(rng: random.Random, h: Header) -> Expect:
     return found_case(rng, h)
 
 
+# -- integers that wrap --
+
+def wrap_case(rng: random.Random, h: Header) -> Expect:
+    """An empty tensor in the writers' exact spelling whose one dimension has 20
+    digits or more: 2^64 k (wrapping to 0 in 64 bits, which an empty tensor
+    at [0, 0] would make consistent) or 10^20 (wrapping to another size)."""
+    h.sep = (",", ":")
+    dim = rng.choice([2**64, 2**65, 3 * 2**64, 2**66, 10**20])
+    entry = Obj([("dtype", rng.choice(["U8", "F32", "BF16"])),
+                 ("shape", [Raw(str(dim))]), ("data_offsets", [0, 0])])
+    at = rng.randrange(len(h.top.pairs) + 1)
+    h.top.pairs.insert(at, ("wraps", entry))
+    return Expect("schema", value=(at, 1, 0), strict=True)
+
+
+def r_wrap(rng: random.Random, h: Header) -> Expect:
+    """A dimension past 64 bits that wraps to a consistent size."""
+    return wrap_case(rng, h)
+
+
 DRAWN_RULES: tuple[tuple[Callable[[random.Random, Header], Expect], int], ...] = (
     (r_name, 6), (r_meta_name, 3), (r_value, 6), (r_depth, 3), (r_numbers, 4),
-    (r_found, 2),
+    (r_found, 2), (r_wrap, 1),
 )
 
 
@@ -301,6 +321,9 @@ def sweep(rng: random.Random) -> Iterator[Case]:
         h.edit = lambda text, cut=cut: text.extend(cut)  # after the closing brace
         yield (f"header-ends-mid-sequence-{cut.hex()}", h,
                Expect("not_utf8", strict=True, oracle=True))
+    for _ in range(2):
+        h = fresh()
+        yield "wraps", h, wrap_case(rng, h)
     for k in range(len(NOT_A_NAME)):
         h = fresh()
         yield f"found-{k}", h, found_case(rng, h, k)

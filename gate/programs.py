@@ -62,8 +62,8 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     "traced": {"trace": True, "batch_threads": 1},
 }
 
-#: Counters the oracle does not model (time, page-cache origin, queue).
-_UNMODELLED = {"spec_adjusted_hits", "queue_fallbacks", "load_ns",
+#: Counters the oracle does not model (time, page-cache origin).
+_UNMODELLED = {"spec_adjusted_hits", "load_ns",
                "page_cache_loads", "page_cache_bytes", "device_loads",
                "device_bytes", "unknown_loads"}
 

@@ -126,3 +126,57 @@ def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     assert names == ["completion-order", "completion-order (fifo)",
                      "reads-under-way", "stream-claim-kinds"]
     assert not report.skipped
+
+
+def test_the_stall_scenarios_pass_on_a_k3_mini_folder(tmp_path):
+    """The scenarios built on stalls pass, derived, on a k3-mini folder."""
+    import engine
+    import fixtures
+    from gate.scenarios import run_scenarios
+
+    folder = tmp_path / "k3"
+    fixtures.generate("k3-mini", folder)
+    report = Report()
+    names = run_scenarios(engine, tmp_path / "work", report,
+                          ["stalled-reads", "stalled-read-ahead",
+                           "files-changed-in-place"], container=str(folder))
+    assert not report.failed, [c["detail"] for c in report.failed]
+    assert names == ["files-changed-in-place", "stalled-read-ahead",
+                     "stalled-reads"]
+    assert not report.skipped
+
+
+def test_a_stall_never_released_fails_its_join_on_both_backends(
+        tmp_path, monkeypatch):
+    """A join of a get whose read a stall holds, with no unstall, is stuck on both."""
+    abandoned = len(race_ops._ABANDONED)
+    names, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "inject", "fault": "stall", "nth": 1},
+        {"op": "background_get", "keys": [5]},
+        {"op": "await_read"},
+        {"op": "join", "bound_s": 0.1},
+        {"op": "check", "name": "never", "expect": {"reads": 1}}])
+    assert names == ["race"]
+    assert sorted((c["backend"], c["check"], c["detail"]) for c in report.failed
+                  ) == [(b, "scenario ran to completion",
+                         "Stuck: a background get of layer 0 expert 5 did not "
+                         "return within 0.1 s (a waiter nobody woke)")
+                        for b in ("engine", "oracle")]
+    assert len(race_ops._ABANDONED) == abandoned + 2
+    for _ in range(2):  # closing lets the stalled read go, then waits for it
+        race_ops._ABANDONED.pop().close()
+
+
+def test_a_call_that_would_wait_for_a_stalled_read_cannot_run(
+        tmp_path, monkeypatch):
+    """A plain get of the key a stall holds is refused by the oracle as CANNOT RUN."""
+    from gate import CannotRun
+
+    with pytest.raises(CannotRun, match="waits for its read held under way"):
+        _run_one(tmp_path, monkeypatch, [  # (the engine's get: 0.2 s at most)
+            {"op": "inject", "fault": "stall", "nth": 1, "arg": 200_000},
+            {"op": "background_get", "keys": [5]},
+            {"op": "await_read"},
+            {"op": "get", "keys": [5]},
+            {"op": "unstall"},
+            {"op": "join"}])

@@ -347,8 +347,8 @@ class _Gen:
             {"op": "unstall"}, {"op": "join"}, {"op": "clear"}]
         if rng.random() < 0.5:  # a prefetch instead: it skips the key too
             steps[4] = {"op": "prefetch", "keys": steps[4]["keys"]}
-            if self.readers:
-                steps.insert(7, {"op": "drain"})
+            if self.readers:  # its reads end (the held one is a get's)
+                steps.insert(5, {"op": "drain"})
         for st in steps[:-1]:
             st["then"] = "held"
         for st in steps:

@@ -72,3 +72,4 @@ enum {
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
 int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
+int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes);

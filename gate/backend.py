@@ -438,6 +438,14 @@ class Backend(ABC):
         """``op:concurrent``: let every read a ``stall`` fault holds go on."""
         raise NotImplementedError
 
+    def reads_held(self) -> int:
+        """``op:concurrent``: how many reads a ``stall`` holds now (0: none)."""
+        raise NotImplementedError
+
+    def await_waiting(self, count: int, bound_s: float) -> None:
+        """``op:concurrent``: wait until ``count`` background calls wait for a read."""
+        raise NotImplementedError
+
     def wait_hits(self) -> int | None:
         """``op:concurrent``: hits after waiting so far (None: not counted now)."""
         raise NotImplementedError

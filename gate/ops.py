@@ -379,6 +379,7 @@ OPS: dict[str, OpSpec] = {
     "waiting_get": OpSpec(race_ops.waiting_get, _keys, ("op:concurrent",)),
     "join": OpSpec(race_ops.join, None, ("op:concurrent",)),
     "unstall": OpSpec(race_ops.unstall, None, ("op:concurrent", "fault:io")),
+    "await_waiting": OpSpec(race_ops.await_waiting, None, ("op:concurrent",)),
     "background_next": OpSpec(race_ops.background_next, None,
                               ("op:concurrent", "op:stream")),
     "hold": OpSpec(state_ops.hold, _keys_repeat, ("op:hold",)),

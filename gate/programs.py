@@ -344,6 +344,7 @@ class _Gen:
             {"op": "inject", "fault": "delay", "nth": 1, "arg": 0},
             {"op": "getmany", "keys": [k, *self.keys(self.k)][:self.k + 1]},
             {"op": "background_get", "keys": [k]},
+            {"op": "await_waiting", "if_held": True},
             {"op": "unstall"}, {"op": "join"}, {"op": "clear"}]
         if rng.random() < 0.5:  # a prefetch instead: it skips the key too
             steps[4] = {"op": "prefetch", "keys": steps[4]["keys"]}

@@ -228,6 +228,13 @@ int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
  * hotness. */
 int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
 
+/* For the test suite only.  The address (*addr) and size (*bytes) of the
+ * condition every call waiting for a read under way blocks on, so that a
+ * test can tell a thread blocked there (its futex word lies inside) from
+ * one not there yet (xc_testhooks.c).  XC_E_MISUSE, nothing written, for
+ * a NULL argument; cannot fail otherwise, and changes nothing. */
+int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -180,3 +180,42 @@ def test_a_call_that_would_wait_for_a_stalled_read_cannot_run(
             {"op": "get", "keys": [5]},
             {"op": "unstall"},
             {"op": "join"}])
+
+
+def test_await_waiting_fails_when_the_call_did_not_wait(tmp_path, monkeypatch):
+    """A background get of a resident key does not wait: stuck on both backends."""
+    abandoned = len(race_ops._ABANDONED)
+    _, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "get", "keys": [5]},
+        {"op": "inject", "fault": "stall", "nth": 1},
+        {"op": "background_get", "keys": [6]},
+        {"op": "await_read"},
+        {"op": "background_get", "keys": [5]},
+        {"op": "await_waiting", "bound_s": 0.2},
+        {"op": "unstall"}, {"op": "join"},
+        {"op": "check", "name": "never", "expect": {"reads": 2}}])
+    assert sorted((c["backend"], c["detail"]) for c in report.failed) == [
+        ("engine", "Stuck: await_waiting: 0 of 1 background calls wait for a "
+                   "read under way within 0.2 s (one ended, or never got "
+                   "there)"),
+        ("oracle", "Stuck: await_waiting: 0 of 1 background calls wait for a "
+                   "read under way")]
+    assert len(race_ops._ABANDONED) == abandoned  # nothing stuck in a call
+
+
+def test_await_waiting_sees_a_get_blocked_on_the_read_held(tmp_path, monkeypatch):
+    """A get of the key a stall holds is seen waiting, then hits after the release."""
+    names, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "inject", "fault": "stall", "nth": 1},
+        {"op": "background_get", "keys": [6]},
+        {"op": "await_read"},
+        {"op": "background_get", "keys": [6, 6]},
+        {"op": "await_waiting", "count": 2},
+        {"op": "unstall"}, {"op": "join"},
+        {"op": "check", "name": "both waited",
+         "expect": {"reads": 3, "wrong_reads": 0, "requests": 3, "hits": 2,
+                    "misses": 1, "wait_hits": 2, "held": 0,
+                    "inflight_slots": 0, "resident": [[0, 6]]}}],
+        trace=True)
+    assert names == ["race"] and not report.failed, report.failed
+    assert len(report.checks) == 2

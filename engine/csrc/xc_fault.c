@@ -26,6 +26,7 @@
  */
 #include "xc_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -129,19 +130,28 @@ static int meets_fault(xc_fault *f, int64_t handle)
     return 0;
 }
 
-/* Blocks the calling pread (f->mu held, and held again on return) until the
- * release epoch moves or bound_us microseconds pass (CLOCK_MONOTONIC). */
-static void stall(xc_fault *f, int64_t bound_us)
+/* The CLOCK_MONOTONIC time us microseconds (>= 0) from now. */
+static struct timespec deadline(int64_t us)
 {
     struct timespec end;
-    uint64_t epoch = f->stall_epoch;
+    assert(us >= 0);
     clock_gettime(CLOCK_MONOTONIC, &end);
-    end.tv_sec += (time_t)(bound_us / 1000000);
-    end.tv_nsec += (long)(bound_us % 1000000) * 1000;
+    end.tv_sec += (time_t)(us / 1000000);
+    end.tv_nsec += (long)(us % 1000000) * 1000;
     if (end.tv_nsec >= 1000000000L) {
         end.tv_sec++;
         end.tv_nsec -= 1000000000L;
     }
+    return end;
+}
+
+/* Blocks the calling pread (f->mu held, and held again on return) until the
+ * release epoch moves or bound_us microseconds pass. */
+static void stall(xc_fault *f, int64_t bound_us)
+{
+    struct timespec end = deadline(bound_us);
+    uint64_t epoch = f->stall_epoch;
+    assert(bound_us > 0);
     f->n_stalled++;
     pthread_cond_broadcast(&f->stall_cv); /* a waiter for the count */
     while (f->stall_epoch == epoch)
@@ -306,13 +316,14 @@ void xc_fault_disarm(xc_fault *f)
     f->kind = XC_FAULT_NONE;
     xc_free(f->filter);
     f->filter = NULL;
-    f->stall_epoch++; /* a stalled read never outlives its arming */
+    f->stall_epoch++; /* disarming lets every stalled read go */
     pthread_cond_broadcast(&f->stall_cv);
     pthread_mutex_unlock(&f->mu);
 }
 
 void xc_fault_release(xc_fault *f)
 {
+    assert(f != NULL);
     pthread_mutex_lock(&f->mu);
     f->stall_epoch++;
     pthread_cond_broadcast(&f->stall_cv);
@@ -321,17 +332,9 @@ void xc_fault_release(xc_fault *f)
 
 int xc_fault_await_stalled(xc_fault *f, uint64_t n, int64_t timeout_us)
 {
-    struct timespec end;
+    struct timespec end = deadline(timeout_us > 0 ? timeout_us : 0);
     int met;
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    if (timeout_us > 0) {
-        end.tv_sec += (time_t)(timeout_us / 1000000);
-        end.tv_nsec += (long)(timeout_us % 1000000) * 1000;
-        if (end.tv_nsec >= 1000000000L) {
-            end.tv_sec++;
-            end.tv_nsec -= 1000000000L;
-        }
-    }
+    assert(f != NULL);
     pthread_mutex_lock(&f->mu);
     while (f->n_stalled < n && timeout_us > 0)
         if (pthread_cond_timedwait(&f->stall_cv, &f->mu, &end) == ETIMEDOUT)

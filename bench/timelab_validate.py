@@ -69,6 +69,9 @@ CONFIGS = (Schedule(0), Schedule(1, split=1), Schedule(2, split=1),
            Schedule(2, split=1, predictor="oracle"))
 #: Cache sizes per trace, as fractions of its experts.
 FRACTIONS = (0.0625, 0.25)
+#: The compute model's terms that are the consumer's CPU time (scaled by the
+#: probe's share of a core in the as-loaded model).
+CPU_TERMS = ("access_s", "stream_s", "stream_key_s", "prefetch_s", "queue_s")
 #: Compute per expert and per step by source (nominal busy-loop seconds).
 COMPUTE = {"page-cache": (40e-6, 40e-6), "device": (300e-6, 100e-6)}
 
@@ -167,7 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         t = machine.tier(name)
         print(f"  {name}: MB/s at {size} B: " + ", ".join(
             f"qd {q} {t.throughput(q, size) / 1e6:.0f}" for q in t.qd))
-    print(f"  access {machine.compute.access_s * 1e6:.2f} us")
+        w = t.while_waiting()
+        print(f"  {name}: MB/s at {size} B (consumer waiting): " + ", ".join(
+            f"qd {q} {w.throughput(q, size) / 1e6:.0f}" for q in w.qd))
+    c = machine.compute
+    print("  own reads (a synchronous miss over a reader's): " + ", ".join(
+        f"{name} x{machine.tier(name).own_read_factor:.2f}"
+        for name in ("device", "page_cache")))
+    print(f"  access {c.access_s * 1e6:.2f} us; calls: stream {c.stream_s * 1e6:.2f}"
+          f" + {c.stream_key_s * 1e6:.2f}/key, prefetch {c.prefetch_s * 1e6:.2f}, "
+          f"queue {c.queue_s * 1e6:.2f}, wake {c.wake_s * 1e6:.2f} us")
     results = []
     tmp = Path(tempfile.mkdtemp(prefix="xc-tlv-", dir=os.environ.get("TMPDIR")))
     try:
@@ -213,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                     cpu = compute / (runs[-1]["seconds"] / n_tok)
                     # as loaded: compute as the probe arm measured it in this
                     # run (its fastest round per chunk, as every arm's)
+                    # (the consumer's CPU terms; wake_s is a delay, kept)
                     m_loaded = machine.with_(
                         expert_s=ex_s / cpu, layer_s=layer_s / cpu,
-                        access_s=machine.compute.access_s / cpu,
-                        page_cache_share=share)
+                        page_cache_share=share,
+                        **{k: getattr(machine.compute, k) / cpu
+                           for k in CPU_TERMS})
                     print(f"{tname} {source} {slots} slots "
                           f"(expert {ex_s * 1e6:.0f} us, layer "
                           f"{layer_s * 1e6:.0f} us; compute-only probe: "

@@ -40,6 +40,10 @@ class Op(enum.Enum):
     GETMANY = "getmany"
     #: a reference taken now and released by a later call (get ... release)
     HOLD = "hold"
+    #: a copy of a held reference, made before the reference was given
+    #: back, given back after it (the C struct face: refused as the slot
+    #: allows, by its generation or its holds)
+    HOLD_COPY = "hold_copy"
     #: a whole layer held at once and given back together (hold_layer,
     #: unhold_many)
     HOLD_LAYER = "hold_layer"
@@ -404,6 +408,14 @@ class Backend(ABC):
 
     def release(self, ref: Any) -> None:
         """``op:hold``: give back a reference :meth:`hold` took."""
+        raise NotImplementedError
+
+    def copy_ref(self, ref: Any) -> Any:
+        """``op:hold_copy``: a copy of a reference :meth:`hold` took, still held."""
+        raise NotImplementedError
+
+    def release_copy(self, copy: Any) -> None:
+        """``op:hold_copy``: give back a :meth:`copy_ref` of a released reference."""
         raise NotImplementedError
 
     def pin(self, layer: int, expert: int) -> None:

@@ -1,12 +1,15 @@
 """The gate's differential checks beside the scenarios: readers and the simulator.
 
-Two checks every default replay runs after the scenarios and programs,
-each cheap (about a second together):
+Three checks every default replay runs after the scenarios and programs,
+each cheap (about two seconds together):
 
 - :mod:`gate.reader_diff`: a few hundred seeded corruptions of headers and
   indexes, the engine's reader against the oracle's, field by field;
 - :mod:`gate.sim_check`: the C simulator against the oracle's policies on
-  a shipped trace, exact counts.
+  a shipped trace, exact counts;
+- :mod:`gate.open_probe`: opening things and the C face -- refused
+  allocations during every open, leaks at close, policy parameters and
+  budgets, layouts only a C caller gives, whole messages.
 
 Each runs in a worker thread under the watchdog's time
 (:data:`gate.scenarios.WATCHDOG`): an engine that loops forever in its
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gate import reader_diff, sim_check
+from gate import open_probe, reader_diff, sim_check
 from gate.report import Discard
 from gate.scenarios import WATCHDOG
 
@@ -77,9 +80,11 @@ class _Forward:
 
 
 def run_all(engine: Any, work: Path, report: Any) -> list[str]:
-    """Run the reader differential and the simulator check; their check names."""
+    """Run the reader differential, the simulator check and the open probe; names."""
     names = _bounded("reader-diff", report,
                      lambda r: reader_diff.run_checks(engine, work, r))
     names += _bounded("sim-counts", report,
                       lambda r: sim_check.run_checks(engine, r))
+    names += _bounded("open-probe", report,
+                      lambda r: open_probe.run_checks(engine, work, r))
     return names

@@ -215,9 +215,7 @@ def _corrupt(run: Any, step: dict[str, Any]) -> None:
     from faults import corrupt  # noqa: PLC0415
     from gate import corruptions  # noqa: PLC0415
 
-    if run.backend is not None:
-        run.backend.close()
-        run.backend = None
+    run._close()
     shard = run.target.corrupt_shard
     if step["kind"] in corruptions.INDEX_KINDS:  # the index, not a shard
         shard = shard.with_name(corruptions.INDEX_NAME)
@@ -246,9 +244,7 @@ def _open_fault(run: Any, step: dict[str, Any]) -> None:
     until ``clear`` (it may open files later); one that failed is closed
     and the fault disarmed.
     """
-    if run.backend is not None:
-        run.backend.close()
-        run.backend = None
+    run._close()
     run.target.populate(run.scratch, run.private)
     run.make.inject_open(step)
     ok, backend = run._attempt(run.make, run.scratch)
@@ -384,6 +380,7 @@ OPS: dict[str, OpSpec] = {
                               ("op:concurrent", "op:stream")),
     "hold": OpSpec(state_ops.hold, _keys_repeat, ("op:hold",)),
     "release": OpSpec(state_ops.release, None, ("op:hold",)),
+    "release_copy": OpSpec(state_ops.release_copy, None, ("op:hold_copy",)),
     "stream_open": OpSpec(state_ops.stream_open, _stream_keys, ("op:stream",),
                           _GET_FIRST),
     "stream_next": OpSpec(state_ops.stream_next, None, ("op:stream",)),

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oracle.errors import AllPinned, Budget, IOFailure, Misuse, NotFound, ShortRead
+from oracle.errors import (
+    AllPinned,
+    Budget,
+    IOFailure,
+    Misuse,
+    NotFound,
+    NotModelled,
+    ShortRead,
+)
 from oracle.policies import POLICIES, choose_victim, make_queue_policy, parse_policy
 from oracle.policies.lfru import lfru_sample, splitmix64
 
@@ -68,6 +76,9 @@ class Ref:
     expert: int
     slot: int
     cache_id: int
+    #: the slot's publish count when the hold was taken (the C struct's
+    #: generation): a copy given back after a republish is refused by it
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,7 @@ class CacheModel:
         self._last_use = [-1] * n
         self._insert_tick = [-1] * n
         self._freq = [0] * n
+        self._generation = [0] * n  # publishes of each slot (xc_ref.generation)
         self._index: dict[int, int] = {}  # key id -> slot, for non-EMPTY slots
         self._batch_protected: set[int] = set()
         self._refs: dict[int, Ref] = {}
@@ -243,6 +255,7 @@ class CacheModel:
         """READY with ``freq``; touch unless a tick was stamped; *insert* event."""
         self._state[slot] = READY
         self._freq[slot] = freq
+        self._generation[slot] += 1
         if self._last_use[slot] < 0:
             self._touch(slot)
         self._insert_tick[slot] = self._last_use[slot]
@@ -251,7 +264,8 @@ class CacheModel:
 
     def _hold(self, slot: int, layer: int, expert: int) -> Ref:
         self._holds[slot] += 1
-        ref = Ref(self._next_ref, layer, expert, slot, self.cache_id)
+        ref = Ref(self._next_ref, layer, expert, slot, self.cache_id,
+                  self._generation[slot])
         self._next_ref += 1
         self._refs[ref.id] = ref
         return ref
@@ -509,6 +523,34 @@ class CacheModel:
         if self._refs.pop(ref.id, None) is None:
             raise Misuse(f"reference {ref.id} released twice")
         self._holds[ref.slot] -= 1
+
+    def release_copy(self, ref: Ref) -> None:
+        """Give back a copy of ``ref`` made before ``ref`` itself was released.
+
+        The C struct face (docs/CACHE.md, "References and their copies"):
+        the released struct is spent, its copy is not, and the copy is
+        refused only as the slot allows -- ``Misuse`` once the slot was
+        republished since the hold (its generation moved) or when the slot
+        has no hold left.  A copy given back while another hold of the same
+        publish is held would take that hold, whose holder the contract
+        does not name: the model refuses to guess
+        (:class:`~oracle.errors.NotModelled`), and so does a copy of a
+        reference still held (give that back with :meth:`release`).
+        """
+        if not isinstance(ref, Ref) or ref.cache_id != self.cache_id:
+            raise Misuse("release of a reference of another cache")
+        if ref.id in self._refs:
+            raise NotModelled(f"reference {ref.id} is still held: its copy is "
+                             "the reference itself (release it)")
+        if self._generation[ref.slot] != ref.generation:
+            raise Misuse(f"a copy of reference {ref.id}: slot {ref.slot} was "
+                         "republished since")
+        if self._holds[ref.slot] == 0:
+            raise Misuse(f"a copy of reference {ref.id}: slot {ref.slot} has "
+                         "no hold left")
+        raise NotModelled(f"a copy of reference {ref.id} given back while "
+                         f"slot {ref.slot} holds another reference of the "
+                         "same publish: whose hold it takes is not modelled")
 
     def pin(self, layer: int, expert: int) -> None:
         """Pin a READY key (nests); ``NotFound`` if it is not READY."""

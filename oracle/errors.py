@@ -66,3 +66,11 @@ class IOFailure(OracleError, OSError):
 
 class ShortRead(IOFailure):
     """A load ended early: fewer bytes arrived than were asked."""
+
+
+class NotModelled(Exception):
+    """A call whose outcome the engine's contract leaves open: the model does not guess.
+
+    Not an engine error family: the caller (the gate) cannot judge such a
+    step and says so instead of comparing anything.
+    """

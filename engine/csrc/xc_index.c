@@ -282,6 +282,7 @@ int xc_st_open_index(xc_st *st, const char *index_path, const char *dir)
     /* Every named shard exists (all are opened before any is parsed). */
     for (size_t i = 0; i < ix.n_sn; i++) {
         const st_shardname *sn = order[i];
+        char *shard_path;
         if (sn->key.len > NAME_MAX) { /* no file can have this name */
             rc = xc_fail(XC_E_FORMAT_INDEX, (int64_t)sn->at, -1, -1,
                          "%s: byte %llu: shard \"%.200s...\" named by the "
@@ -292,7 +293,9 @@ int xc_st_open_index(xc_st *st, const char *index_path, const char *dir)
                          (size_t)sn->key.len, NAME_MAX);
             goto out;
         }
-        rc = xc_st_add_shard(st, xc_st_join_path(dir, sn->key.name));
+        shard_path = xc_st_join_path(dir, sn->key.name);
+        rc = shard_path ? xc_st_add_shard(st, shard_path)
+                        : xc_st_nomem(index_path, "shard path");
         if (rc == XC_E_NOT_FOUND) {
             rc = xc_fail(XC_E_FORMAT_INDEX, (int64_t)sn->at, -1, -1,
                          "%s: byte %llu: shard \"%.200s\" named by the index "

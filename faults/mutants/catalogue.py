@@ -366,11 +366,4 @@ CATALOGUE: tuple[Mutant, ...] = (
 #: Mutants replay does not catch yet, each with the reason.  The CI step
 #: (`python -m faults.mutants --allow-known`) fails only on a survivor that
 #: is not listed here; each entry goes when a scenario kills its mutant.
-KNOWN_SURVIVORS: dict[str, str] = {
-    "M12": "a gap since xc_cache_release marks the xc_ref it gives back spent "
-           "(2026-12-02): the gate gives a reference back only through the "
-           "struct the engine marked, so a stale second release is refused "
-           "by that mark and the slot's generation, which guards a copy of "
-           "the struct, is never the check that refuses it; no gate op "
-           "releases a copy yet",
-}
+KNOWN_SURVIVORS: dict[str, str] = {}

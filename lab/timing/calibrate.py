@@ -2,27 +2,52 @@
 
 The disk model is measured through the engine's own reads, so it includes
 what a miss costs the cache beyond the bytes (its slot, its publish).  A
-container of experts is written in ``TMPDIR`` (one layer, each expert one
-contiguous 4 KiB-aligned run), and for each queue depth ``q`` of
+container of ``2 n`` experts is written in ``TMPDIR`` (one layer, each
+expert one contiguous 4 KiB-aligned run), and for each queue depth ``q`` of
 :data:`DEPTHS` an :class:`engine.ExpertCache` with ``q`` readers (and a
-queue deep enough for every key) prefetches every expert once and drains:
-with ``q`` reads always in flight, one request takes ``tau = q T / n``
-seconds.  That at two request sizes -- 4 KiB and the expert size --
-gives each depth's latency and bandwidth (``tau = latency + q s /
-bandwidth``, two equations).  The device tier is read with O_DIRECT (the
-container opened ``direct=True``; if the file system refuses it, the
-pages are dropped with ``posix_fadvise`` before every round instead, and
-the model file says so); the page-cache tier from a container read once
-before.  Best of :data:`ROUNDS` rounds each, every round visiting every
-depth in a rotating order; a throughput that falls with depth is taken for
-a disturbed round and raised to the shallower depth's (:func:`envelope`).
+queue deep enough for every key) holds ``n`` slots: the steady state a
+decoding engine runs in.  A warm-up prefetch of the first half touches
+every slot (first-touch page faults and zeroing are paid there, never in a
+timed round), and each round then prefetches the other half and drains:
+every read evicts a key of the half before and lands in a slot used
+before (:class:`Warm`), in a shuffled order (seeded): a decode's reads land
+at scattered offsets, and reads in file order would let the layers under
+the cache (a drive's or a virtual disk's host read-ahead) serve them
+faster than a decode ever sees.  Each round is timed twice at every depth:
+with the consumer computing (a busy loop, looking at the counters every
+:data:`POLL_S`) until the reads end -- the tier's main curve, the steady
+state of a decode, where the consumer holds a core the readers' copies
+cannot use -- and with it blocked in ``drain`` (the tier's ``waiting``
+curve).  With ``q`` reads always in flight, one request
+takes ``tau = q T / n`` seconds.  That at two request sizes -- 4 KiB and
+the expert size -- gives each depth's latency and bandwidth (``tau =
+latency + q s / bandwidth``, two equations).  The device tier is read with
+O_DIRECT (the container opened ``direct=True``; if the file system refuses
+it, the pages are dropped with ``posix_fadvise`` before every round
+instead, and the model file says so); the page-cache tier from a
+container read once before.  Best of :data:`ROUNDS` rounds each, every
+round visiting every depth in a rotating order; a throughput that falls
+with depth is taken for a disturbed round and raised to the shallower
+depth's (:func:`envelope`).
+
+Each tier's ``own_read_factor``: a synchronous miss (``get`` and
+``release`` in a cache with no readers, the same ``n`` slots over ``2 n``
+experts, warmed the same way: depth 0 of the rotation, at the expert
+size) less a hit, over the main curve's ``tau`` at depth 1.
 
 The compute model: ``access_s`` is timed as a loop of hits (``get`` and
-``release`` of a resident expert); ``expert_s`` is what the busy-loop
-kernel of :func:`spin` really takes for the nominal seconds asked
-(``--expert-s``, default 100 us), measured; ``layer_s`` is what
-``--layer-s`` gives (default 0).  ``page_cache_share`` is 0 (every miss a
-device read); pass ``--page-cache-share`` to the lab to change it.
+``release`` of a resident expert); the calls' costs on a warm cache with
+two readers (:func:`call_costs`): ``stream_s`` and ``stream_key_s`` from
+streams of 1 and 8 resident keys, ``prefetch_s`` from prefetches of one
+resident key, ``queue_s`` from prefetches of one missing key with the
+readers idle (less the resident one), and ``wake_s`` from a ``get`` of
+that key right after (less the read's ``tau`` at 4 KiB from the page cache
+and a hit).  Each is the best of :data:`ROUNDS` rounds of the median over
+the round's calls.  ``expert_s`` is what the busy-loop kernel of
+:func:`spin` really takes for the nominal seconds asked (``--expert-s``,
+default 100 us), measured; ``layer_s`` is what ``--layer-s`` gives
+(default 0).  ``page_cache_share`` is 0 (every miss a device read); pass
+``--page-cache-share`` to the lab to change it.
 """
 
 from __future__ import annotations
@@ -30,7 +55,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -49,6 +76,10 @@ SMALL = 4096
 #: so that the best of them is one no other process interrupted.
 READ_BYTES = 16 << 20
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"
+#: Seconds the consumer computes (spins) between looks at a round's reads.
+POLL_S = 10e-6
+#: How the calibration's lines name a round's consumer.
+MODE = {True: "computing", False: "waiting  "}
 
 
 def write_container(path: Path, n: int, size: int) -> None:
@@ -67,47 +98,122 @@ def write_container(path: Path, n: int, size: int) -> None:
         os.fsync(f.fileno())
 
 
-def open_cache(cont: Any, n: int, threads: int) -> Any:
-    """A cache of every expert of the one-layer container, ``threads`` readers."""
+def open_cache(cont: Any, n: int, threads: int, slots: int | None = None) -> Any:
+    """A cache over the one-layer container of ``n`` experts, ``threads`` readers.
+
+    ``slots`` defaults to every expert and one more.
+    """
     from engine import ExpertCache  # noqa: PLC0415
 
-    return ExpertCache(cont, n_slots=n + 1, top_k=1, layers=(0,), n_experts=n,
+    return ExpertCache(cont, n_slots=slots if slots is not None else n + 1,
+                       top_k=1, layers=(0,), n_experts=n,
                        expert_template=TEMPLATE, tensors=("w",),
-                       io_threads=threads, io_depth=max(n, 1), batch_threads=1)
+                       io_threads=threads, io_depth=max(n, 1), batch_threads=1,
+                       policy="lru")
 
 
-def one_round(cont: Any, n: int, q: int, drop: Path | None) -> tuple[float, dict]:
-    """Seconds per request of one round with ``q`` in flight; the counters."""
-    from engine import drop_page_cache  # noqa: PLC0415
-
-    if drop is not None:
-        drop_page_cache(drop)
-    c = open_cache(cont, n, q)
-    t0 = time.perf_counter()
-    c.prefetch([(0, e) for e in range(n)])
-    c.drain()
-    dt = time.perf_counter() - t0
-    s = c.stats()
-    c.close()
-    return q * dt / n, s
+def halves(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The keys of experts ``0..n-1`` and of ``n..2n-1`` of the one layer."""
+    return [(0, e) for e in range(n)], [(0, e) for e in range(n, 2 * n)]
 
 
-def per_depth(cont: Any, n: int, drop: Path | None) -> dict[int, tuple[float, dict]]:
-    """Each depth's best seconds per request over :data:`ROUNDS` rounds, and counters.
+class Warm:
+    """One depth's cache in the steady state: ``n`` slots over ``2 n`` experts.
 
-    Every round visits every depth, the order rotating from round to round,
-    so a burst of other work on the machine falls on different depths; the
-    best round is the least disturbed one (the machine as if idle).
+    Opened once and kept for every round: the warm-up read of the first
+    half touches every slot, and each :meth:`round` reads the other half,
+    every read evicting a key of the half before (LRU: the older half) into
+    a slot read into before.  ``q`` readers prefetch; ``q == 0`` is the
+    synchronous miss: the consumer's own ``get`` and ``release`` of each key.
     """
-    seen: dict[int, list[tuple[float, dict]]] = {}
-    for r in range(ROUNDS):
-        k = r % len(DEPTHS)
-        for q in DEPTHS[k:] + DEPTHS[:k]:
-            seen.setdefault(q, []).append(one_round(cont, n, q, drop))
+
+    def __init__(self, cont: Any, n: int, q: int) -> None:
+        from engine import _lib  # noqa: PLC0415
+
+        self.n, self.q = n, q
+        self.cache = open_cache(cont, 2 * n, q, slots=n)
+        self._stats = _lib.ffi().new("xc_stats *")
+        self._stats_fn = _lib.lib().xc_cache_stats
+        self.halves = halves(n)
+        self.rng = random.Random(q)
+        self._read(self.halves[0], False)
+        self.next = 1
+
+    def round(self, drop: Path | None, busy: bool = True) -> tuple[float, dict]:
+        """Seconds per request of one round with ``q`` in flight; its counters.
+
+        ``busy``: the consumer computes (spins, looking every :data:`POLL_S`)
+        until the round's reads have ended, as in a decode; else it blocks in
+        ``drain`` (the tiers' ``waiting`` curves).
+        """
+        from engine import drop_page_cache  # noqa: PLC0415
+
+        if drop is not None:
+            drop_page_cache(drop)
+        c = self.cache
+        keys = list(self.halves[self.next])
+        self.rng.shuffle(keys)
+        self.next ^= 1
+        c.reset_stats()
+        t0 = time.perf_counter()
+        self._read(keys, busy)
+        dt = time.perf_counter() - t0
+        return max(self.q, 1) * dt / self.n, c.stats()
+
+    def _read(self, keys: list[tuple[int, int]], busy: bool) -> None:
+        """Read ``keys``: the consumer's gets (no readers) or a prefetch and wait."""
+        c = self.cache
+        if self.q == 0:
+            for layer, e in keys:
+                c.get(layer, e).release()
+            return
+        c.prefetch(keys)
+        if busy:  # the consumer computes while the readers read
+            while self._ended() < self.n:
+                spin(POLL_S)
+        c.drain()
+
+    def _ended(self) -> int:
+        """Reads of this round published or failed (one C call, no dict)."""
+        self._stats_fn(self.cache._ptr, self._stats)
+        return int(self._stats.prefetch_loads + self._stats.load_failures)
+
+    def close(self) -> None:
+        """Close the cache."""
+        self.cache.close()
+
+
+def per_depth(cont: Any, n: int, drop: Path | None, own: bool = False
+              ) -> dict[tuple[int, bool], tuple[float, dict]]:
+    """Each (depth, busy)'s best seconds per request over :data:`ROUNDS` rounds.
+
+    With the counters of that round.  Every round visits every depth, the
+    order rotating from round to round, and at each depth reads once with
+    the consumer computing and once with it blocked (the order alternating),
+    so a burst of other work on the machine falls on different depths and
+    modes; the best round is the least disturbed one (the machine as if
+    idle).  Each depth keeps its one :class:`Warm` cache from round to round.
+    ``own``: depth 0 too, the synchronous miss (key ``(0, True)``), in the
+    same rotation.
+    """
+    depths = ((0,) if own else ()) + tuple(DEPTHS)
+    warm = {q: Warm(cont, n, q) for q in depths}
+    try:
+        seen: dict[tuple[int, bool], list[tuple[float, dict]]] = {}
+        for r in range(ROUNDS):
+            k = r % len(depths)
+            for q in depths[k:] + depths[:k]:
+                modes = (True,) if q == 0 else (
+                    (True, False) if r % 2 == 0 else (False, True))
+                for busy in modes:
+                    seen.setdefault((q, busy), []).append(warm[q].round(drop, busy))
+    finally:
+        for w in warm.values():
+            w.close()
     out = {}
-    for q, runs in seen.items():
+    for key, runs in seen.items():
         runs.sort(key=lambda x: x[0])
-        out[q] = runs[0]
+        out[key] = runs[0]
     return out
 
 
@@ -125,6 +231,15 @@ def envelope(taus: dict[int, float]) -> dict[int, float]:
         out[q] = q / rate
         best_rate = rate
     return out
+
+
+def curve(by_q: dict[int, list[float]], big: int) -> Tier:
+    """A tier's curve from each depth's [tau at SMALL, tau at ``big``] (enveloped)."""
+    small = envelope({q: v[0] for q, v in by_q.items()})
+    large = envelope({q: v[1] for q, v in by_q.items()})
+    lat, bw = zip(*(fit(small[q], large[q], q, big) for q in sorted(by_q)),
+                  strict=True)
+    return Tier(tuple(sorted(by_q)), lat, bw)
 
 
 def fit(tau_small: float, tau_big: float, q: int, big: int) -> tuple[float, float]:
@@ -172,6 +287,79 @@ def hit_cost(cont: Any, n: int) -> float:
     return best
 
 
+def _best_median(rounds: list[list[float]]) -> float:
+    """The least of the rounds' medians (the least disturbed round's typical call)."""
+    return min(statistics.median(r) for r in rounds if r)
+
+
+def call_costs(cont: Any, n: int, access_s: float, tau_s: float
+               ) -> dict[str, float]:
+    """The costs of the calls: ``stream_s`` and the others of the module docs.
+
+    ``cont`` holds ``2 n`` experts (in the page cache), ``access_s`` is a
+    hit's seconds and ``tau_s`` a reader's read's at depth 1 of the
+    container's expert size (long enough that the ``get`` waits for it).
+    A cache of ``n`` slots with two readers, one half resident (each round
+    reads the other, which the next round finds resident):
+    streams of 1 and of 8 resident keys (each released), prefetches of
+    one resident key, and -- per key of the other half, the readers idle
+    (drained) -- the prefetch of that missing key, then a ``get`` of it at
+    once (the consumer waits on the reader's read).  Times below zero (a
+    disturbed difference) are 0.
+    """
+    c = open_cache(cont, 2 * n, 2, slots=n)
+    try:
+        hv = halves(n)
+        c.prefetch(hv[0])
+        c.drain()
+        s1: list[list[float]] = []
+        s8: list[list[float]] = []
+        p1: list[list[float]] = []
+        pm: list[list[float]] = []
+        gw: list[list[float]] = []
+        for r in range(ROUNDS):
+            here = hv[r % 2]  # resident; the round reads the other half
+            one = [[k] for k in here]
+            eight = [here[i:i + 8] for i in range(0, n - 7, 8)]
+            for groups, out in ((one, s1), (eight, s8)):
+                xs = []
+                for keys in groups:
+                    t0 = time.perf_counter()
+                    for x in c.stream(keys):
+                        x.release()
+                    xs.append(time.perf_counter() - t0)
+                out.append(xs)
+            xs = []
+            for keys in one:
+                t0 = time.perf_counter()
+                c.prefetch(keys, speculative=True)
+                xs.append(time.perf_counter() - t0)
+            p1.append(xs)
+            xs, ys = [], []
+            for layer, e in hv[(r + 1) % 2]:  # each evicts one of ``here``
+                c.drain()
+                t0 = time.perf_counter()
+                c.prefetch([(layer, e)], speculative=True)
+                t1 = time.perf_counter()
+                c.get(layer, e).release()
+                t2 = time.perf_counter()
+                xs.append(t1 - t0)
+                ys.append(t2 - t1)
+            pm.append(xs)
+            gw.append(ys)
+            c.drain()
+    finally:
+        c.close()
+    t1, t8 = _best_median(s1), _best_median(s8)
+    per_key = (t8 - t1) / 7
+    prefetch = _best_median(p1)
+    return {"stream_key_s": max(0.0, per_key - access_s),
+            "stream_s": max(0.0, t1 - per_key),
+            "prefetch_s": max(0.0, prefetch - access_s),
+            "queue_s": max(0.0, _best_median(pm) - prefetch),
+            "wake_s": max(0.0, _best_median(gw) - tau_s - access_s)}
+
+
 def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
               layer_s: float = 0.0, folder: str | None = None,
               say: Any = print) -> Machine:
@@ -181,14 +369,17 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
     tmp = Path(tempfile.mkdtemp(prefix="xc-calibrate-", dir=folder))
     load0 = os.getloadavg()[0]
     try:
-        tiers: dict[str, dict[int, list[float]]] = {"device": {}, "page_cache": {}}
+        # tier -> busy -> depth -> [tau at SMALL, tau at expert_bytes]
+        tiers: dict[str, dict[bool, dict[int, list[float]]]] = {
+            "device": {True: {}, False: {}}, "page_cache": {True: {}, False: {}}}
         notes: list[str] = []
         n_of: dict[int, int] = {}
+        own: dict[str, float] = {}
         for size in (SMALL, expert_bytes):
             n = max(64, min(256, READ_BYTES // size))
             n_of[size] = n
             path = tmp / f"experts-{size}.safetensors"
-            write_container(path, n, size)
+            write_container(path, 2 * n, size)
             cont = Container(str(path), direct=True)
             drop = None
             if not cont.direct_active:
@@ -197,32 +388,51 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                 cont.close()
                 cont = Container(str(path))
                 drop = path
-            for q, (tau, s) in sorted(per_depth(cont, n, drop).items()):
-                tiers["device"].setdefault(q, []).append(tau)
-                say(f"  device     {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
-                    f"(device_loads {s['device_loads']}, page_cache_loads "
-                    f"{s['page_cache_loads']})")
+            got = per_depth(cont, n, drop, own=size == expert_bytes)
+            for (q, busy), (tau, s) in sorted(got.items()):
+                if q == 0:
+                    own["device"] = tau
+                    say(f"  device     {size:>7d} B  synchronous miss: "
+                        f"{tau * 1e6:8.1f} us (misses {s['misses']}, "
+                        f"evictions {s['evictions']})")
+                    continue
+                tiers["device"][busy].setdefault(q, []).append(tau)
+                say(f"  device     {size:>7d} B  qd {q} {MODE[busy]}: "
+                    f"{tau * 1e6:8.1f} us/request (device_loads "
+                    f"{s['device_loads']}, page_cache_loads "
+                    f"{s['page_cache_loads']}, evictions {s['evictions']})")
             cont.close()
             with open(path, "rb") as f:  # warm the page cache
                 while f.read(1 << 24):
                     pass
             cont = Container(str(path))
-            for q, (tau, s) in sorted(per_depth(cont, n, None).items()):
-                tiers["page_cache"].setdefault(q, []).append(tau)
-                say(f"  page cache {size:>7d} B  qd {q}: {tau * 1e6:8.1f} us/request "
-                    f"(page_cache_loads {s['page_cache_loads']})")
+            got = per_depth(cont, n, None, own=size == expert_bytes)
+            for (q, busy), (tau, s) in sorted(got.items()):
+                if q == 0:
+                    own["page_cache"] = tau
+                    say(f"  page cache {size:>7d} B  synchronous miss: "
+                        f"{tau * 1e6:8.1f} us (misses {s['misses']}, "
+                        f"evictions {s['evictions']})")
+                    continue
+                tiers["page_cache"][busy].setdefault(q, []).append(tau)
+                say(f"  page cache {size:>7d} B  qd {q} {MODE[busy]}: "
+                    f"{tau * 1e6:8.1f} us/request (page_cache_loads "
+                    f"{s['page_cache_loads']}, evictions {s['evictions']})")
             if size == expert_bytes:
                 access = hit_cost(cont, n)
+                calls = call_costs(cont, n, access,
+                                   tiers["page_cache"][True][1][1])
             cont.close()
+        say("  calls: " + ", ".join(f"{k} {v * 1e6:.2f} us"
+                                    for k, v in calls.items()))
         built = {}
-        for name, by_q in tiers.items():
-            small = envelope({q: v[0] for q, v in by_q.items()})
-            big = envelope({q: v[1] for q, v in by_q.items()})
-            lat, bw = zip(*(fit(small[q], big[q], q, expert_bytes)
-                            for q in sorted(by_q)), strict=True)
-            built[name] = Tier(tuple(sorted(by_q)), lat, bw)
+        for name, modes in tiers.items():
+            main, waiting = (curve(modes[b], expert_bytes) for b in (True, False))
+            factor = max(own[name] - access, 1e-9) / main.tau(1, expert_bytes)
+            built[name] = Tier(main.qd, main.latency_s, main.bandwidth_Bps, factor,
+                               waiting)
         compute = Compute(expert_s=spin_cost(expert_s), layer_s=layer_s,
-                          access_s=access)
+                          access_s=access, **calls)
         source = {"calibrated": datetime.datetime.now(datetime.timezone.utc)
                   .isoformat(timespec="seconds"),
                   "host": os.uname().nodename, "folder": str(tmp.parent),
@@ -230,6 +440,9 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                   "load_after": round(os.getloadavg()[0], 2),
                   "cpus": os.cpu_count(), "nominal_expert_s": expert_s,
                   "requests": {str(k): v for k, v in n_of.items()},
+                  "synchronous_miss_s": own,
+                  "slots": "warm: n slots over 2 n experts, every slot read "
+                           "into before a timed round",
                   "notes": notes}
         return Machine(built["device"], built["page_cache"], compute, 0.0,
                        expert_bytes, source)
@@ -269,12 +482,18 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
     write_model(m, path)
     for name in ("device", "page_cache"):
         t = m.tier(name)
-        curve = ", ".join(f"qd {q} {t.throughput(q, size) / 1e6:.0f}"
-                          for q in t.qd)
-        print(f"{name}: MB/s at {size} B: {curve}")
+        for label, c in (("", t), (" (consumer waiting)", t.while_waiting())):
+            text = ", ".join(f"qd {q} {c.throughput(q, size) / 1e6:.0f}"
+                             for q in c.qd)
+            print(f"{name}: MB/s at {size} B{label}: {text}")
     c = m.compute
+    print("own reads (a synchronous miss over a reader's): " + ", ".join(
+        f"{name} x{m.tier(name).own_read_factor:.2f}"
+        for name in ("device", "page_cache")))
     print(f"compute: expert {c.expert_s * 1e6:.1f} us, layer {c.layer_s * 1e6:.1f} us, "
-          f"access {c.access_s * 1e6:.2f} us; load {m.source['load_before']} -> "
-          f"{m.source['load_after']}")
+          f"access {c.access_s * 1e6:.2f} us; calls: stream {c.stream_s * 1e6:.2f} + "
+          f"{c.stream_key_s * 1e6:.2f}/key, prefetch {c.prefetch_s * 1e6:.2f}, queue "
+          f"{c.queue_s * 1e6:.2f}, wake {c.wake_s * 1e6:.2f} us; load "
+          f"{m.source['load_before']} -> {m.source['load_after']}")
     print(f"wrote {path}")
     return 0

@@ -9,7 +9,9 @@ in flight on that tier (:class:`lab.timing.model.Tier`), so a second
 reader helps exactly as much as the tier's queue-depth curve says.  Which
 tier serves a read is fixed by its ordinal: the ``j``-th read goes to the
 page cache when ``floor((j + 1) p) > floor(j p)`` for the page-cache
-share ``p`` -- an exact share, no randomness.
+share ``p`` -- an exact share, no randomness.  A read the consumer makes
+itself progresses ``own_read_factor`` times slower than a reader's (the
+synchronous path's measured cost over the readers').
 
 The consumer replays the engine's decode loop (the same calls the live
 driver :mod:`lab.timing.live` makes), step by step -- a step is one
@@ -20,7 +22,9 @@ token's layer:
 
    - ``threads == 0`` (synchronous): ``get`` each expert in order -- a
      miss is read by the consumer itself -- and compute it;
-   - ``threads >= 1`` (read-ahead): ``stream(keys)``.  Fewer than
+   - ``threads >= 1`` (read-ahead): ``stream(keys)`` (``stream_s`` of the
+     consumer's time, and ``stream_key_s`` more per expert it hands
+     over than a ``get``'s ``access_s``).  Fewer than
      ``split`` keys not ready (absent, or read but still in flight): the
      plain path, a ``get`` of each in order.  Otherwise the split path:
      each miss goes to the readers' queue while fewer than ``depth``
@@ -35,6 +39,13 @@ token's layer:
    reads one itself when the queue is full), and only then is the step
    computed -- so the reads overlap this step's compute and the next
    step's non-expert work.
+
+Every read the consumer queues that wakes an idle reader costs it
+``queue_s``, every ``prefetch`` call ``prefetch_s``, and each time it
+blocks on a reader's read it runs again ``wake_s`` after that read ended (a
+read it makes itself needs no wake-up).  While it is blocked, the reads
+progress by the tiers' ``waiting`` curves (the consumer's core is theirs);
+otherwise by the main curves, measured with the consumer computing.
 
 Which accesses hit, and which speculative reads are issued, come from
 :mod:`lab.timing.outcomes` (the live cache, synchronously); the model adds
@@ -98,7 +109,7 @@ class Read:
     """One read of one expert: its tier, what is left of it, when it ended."""
 
     __slots__ = ("key", "tier", "size", "left", "start", "done", "spec",
-                 "used", "service", "by_consumer")
+                 "used", "service", "by_consumer", "slow")
 
     def __init__(self, key: tuple[int, int], tier: str, size: int,
                  spec: bool, by_consumer: bool) -> None:
@@ -107,6 +118,7 @@ class Read:
         self.done: float | None = None
         self.spec, self.used, self.by_consumer = spec, False, by_consumer
         self.service = 0.0
+        self.slow = 1.0  # the tier's own_read_factor for a consumer's read
 
 
 class IO:
@@ -128,6 +140,13 @@ class IO:
         self.taus = {t: [0.0] + [machine.tier(t).tau(q, machine.expert_bytes)
                                  for q in range(1, deep + 1)]
                      for t in ("device", "page_cache")}
+        self.taus_waiting = {
+            t: [0.0] + [machine.tier(t).while_waiting().tau(q, machine.expert_bytes)
+                        for q in range(1, deep + 1)]
+            for t in ("device", "page_cache")}
+        #: until when the consumer is blocked on a reader's read (the
+        #: tiers' ``waiting`` curves apply before it)
+        self.idle_until = -math.inf
 
     # -- reads -------------------------------------------------------
     def _tier(self) -> str:
@@ -161,6 +180,7 @@ class IO:
         """A read the consumer does itself, starting at ``at``."""
         self.advance(at)
         r = Read(key, self._tier(), self.m.expert_bytes, spec, True)
+        r.slow = self.m.tier(r.tier).own_read_factor
         self.reads.append(r)
         self._run(r)
         return r
@@ -173,16 +193,20 @@ class IO:
     # -- time --------------------------------------------------------
     def _tau(self, r: Read) -> float:
         q = self.inflight[r.tier]
-        tab = self.taus[r.tier]
+        waiting = self.now < self.idle_until
+        tab = (self.taus_waiting if waiting else self.taus)[r.tier]
         if q < len(tab):
-            return tab[q]
-        return self.m.tier(r.tier).tau(q, r.size)
+            return tab[q] * r.slow
+        tier = self.m.tier(r.tier)
+        return (tier.while_waiting() if waiting else tier).tau(q, r.size) * r.slow
 
     def _step(self, limit: float) -> bool:
         """Advance to the next completion or to ``limit``; True if a read ended."""
         if not self.running:
             self.now = max(self.now, limit)
             return False
+        if self.now < self.idle_until:  # the curve changes there
+            limit = min(limit, self.idle_until)
         taus = [self._tau(r) for r in self.running]
         dts = [r.left * t for r, t in zip(self.running, taus, strict=True)]
         i = min(range(len(dts)), key=dts.__getitem__)
@@ -227,6 +251,18 @@ class IO:
                 return min(done, key=lambda r: r.done)  # type: ignore[arg-type, return-value]
             self._step(math.inf)
 
+    def blocked(self, at: float, reads: Sequence[Read], wake_s: float) -> Read:
+        """The consumer blocks at ``at`` until the first of ``reads`` ends, then wakes.
+
+        Up to ``at`` the consumer was busy; from then until ``wake_s`` after
+        the read ended it is blocked, and the tiers' ``waiting`` curves apply.
+        """
+        self.advance(at)
+        self.idle_until = math.inf
+        r = self.first_of(reads)
+        self.idle_until = r.done + wake_s  # type: ignore[operator]
+        return r
+
 
 class Consumer:
     """The decode loop's thread: its clock and where its time went."""
@@ -269,7 +305,8 @@ class Consumer:
         r = self.last.get(key)
         if r is not None:
             if r.done is None or r.done > self.now:
-                self.until(self.io.wait(r))
+                wake = self.m.compute.wake_s
+                self.until(self.io.blocked(self.now, [r], wake).done + wake)  # type: ignore[operator]
             if r.spec:
                 r.used = True
         self.work(self.m.compute.access_s)
@@ -281,14 +318,25 @@ class Consumer:
         self.until(self.io.wait(r))
         return r
 
+    def submit(self, key: tuple[int, int], spec: bool) -> Read:
+        """Queue a read of ``key`` on the readers (``queue_s`` if it wakes one)."""
+        self.io.advance(self.now)
+        if self.io.pool_busy < self.io.threads:
+            self.work(self.m.compute.queue_s)
+        r = self.io.submit(self.now, key, spec)
+        self.last[key] = r
+        return r
+
     def prefetch(self, layer: int, experts: Sequence[int]) -> None:
         """Queue speculative reads of ``experts`` (read here when the queue is full)."""
+        if experts:
+            self.work(self.m.compute.prefetch_s)
         for e in experts:
             key = (layer, e)
             self.work(self.m.compute.access_s)
             self.io.advance(self.now)
             if self.io.threads and self.io.outstanding() < self.io.depth:
-                self.last[key] = self.io.submit(self.now, key, True)
+                self.submit(key, True)
             else:
                 self.read_here(key, True)
 
@@ -325,6 +373,7 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
                     c.hit(key)
                 c.work(comp.expert_s)
             continue
+        c.work(comp.stream_s)
         not_ready = sum(1 for key, miss in zip(keys, missed, strict=True)
                         if miss or not c.ready(key))
         if not_ready < schedule.split:  # the plain path: gets in order
@@ -334,6 +383,7 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
                     c.work(comp.access_s)
                 else:
                     c.hit(key)
+                c.work(comp.stream_key_s)
                 if not lookahead:
                     c.work(comp.expert_s)
             if lookahead:
@@ -347,9 +397,7 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
         for key, miss in zip(keys, missed, strict=True):
             if miss:
                 if io.outstanding() < io.depth:
-                    r = io.submit(c.now, key, False)
-                    c.last[key] = r
-                    later.append(r)
+                    later.append(c.submit(key, False))
                 else:
                     kept.append(key)
             elif c.ready(key):
@@ -360,7 +408,7 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
             c.prefetch(nlayer, nxt)
         for key in hits:
             c.hit(key)
-            c.work(comp.expert_s)
+            c.work(comp.stream_key_s + comp.expert_s)
         while later or kept:
             io.advance(c.now)
             done = [r for r in later if r.done is not None and r.done <= c.now]
@@ -369,15 +417,15 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
             elif kept:
                 key = kept.pop(0)
                 c.read_here(key)
-                c.work(comp.access_s + comp.expert_s)
+                c.work(comp.access_s + comp.stream_key_s + comp.expert_s)
                 continue
             else:
-                r = io.first_of(later)
-                c.until(r.done)  # type: ignore[arg-type]
+                r = io.blocked(c.now, later, comp.wake_s)
+                c.until(r.done + comp.wake_s)  # type: ignore[operator]
             later.remove(r)
             if r.spec:
                 r.used = True
-            c.work(comp.access_s + comp.expert_s)
+            c.work(comp.access_s + comp.stream_key_s + comp.expert_s)
     io.advance(c.now)
     return _account(c, io, n_layers, n_tokens or _tokens(steps))
 

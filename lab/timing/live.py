@@ -21,6 +21,12 @@ each step's non-expert work:
   all ready would be instant, and under LRU the new reservations never
   take a key just read ahead).
 
+Whether a stream split is told by its ``requests`` counter, read through
+one C call into a struct kept for the run (:meth:`LiveDecoder._requests`):
+``cache.stats()`` builds a dict of every counter, about 8 us a call on the
+validation machine, twice a step -- harness time no decode loop spends
+and the model does not charge.
+
 A step's experts are released when the next step begins (step mode), so
 the cache's counters are those the model took its outcomes from.
 :meth:`LiveDecoder.run` runs a range of steps and returns its wall
@@ -61,8 +67,17 @@ class LiveDecoder:
         self.spec, self.expert_s, self.layer_s = spec, expert_s, layer_s
         self.held: list[Any] = []
         self.lookahead = bool(schedule.predictor)
+        from engine import _lib  # noqa: PLC0415
+
+        self._stats_out = _lib.ffi().new("xc_stats *")
+        self._stats_fn = _lib.lib().xc_cache_stats
         if self.lookahead and steps and spec[0]:
             cache.prefetch([(steps[0].layer, e) for e in spec[0]], speculative=True)
+
+    def _requests(self) -> int:
+        """The cache's ``requests`` counter (as ``stats()`` has it), one C call."""
+        self._stats_fn(self.cache._ptr, self._stats_out)
+        return int(self._stats_out.requests)
 
     def _prefetch(self, i: int) -> None:
         """Issue the speculative reads planned for step ``i`` (if any)."""
@@ -92,12 +107,12 @@ class LiveDecoder:
                     held.append(x)
                     spin(ex)
                 continue
-            before = cache.stats()["requests"]
+            before = self._requests()
             s = cache.stream(keys)
             # a split stream counts its hits and misses at begin; one that
             # counts none is plain -- unless every key was read ahead (all
             # may be in flight), when its gets would be instant anyway
-            counted = cache.stats()["requests"] != before
+            counted = self._requests() != before
             if not counted and not set(st.experts) <= set(self.spec[i]):
                 held.extend(s)
                 self._prefetch(i + 1)

@@ -14,18 +14,37 @@ both are interpolated linearly; past the deepest one they stay at its value
 is the two tiers and ``page_cache_share``, the share of reads the page cache
 serves.
 
+A tier also has ``own_read_factor``: a read the consumer makes itself (a
+synchronous miss, a kept miss) takes that many times a reader's at the same
+depth (default 1); and optionally a second curve, ``waiting``, for the
+readers while the consumer is blocked waiting on one of their reads (it
+then leaves its core to them).  The main curve is the readers' while the
+consumer computes -- the steady state of a decode.  Without ``waiting`` the
+main curve serves both.
+
 The compute model: ``expert_s`` seconds of compute per expert used,
 ``layer_s`` of non-expert work per (token, layer) step (attention, the
 router), and ``access_s`` of cache overhead per expert handed over (a hit's
-hold and release, a prefetch call's key).
+hold and release, a prefetch call's key).  The engine's calls cost the
+consumer more than their keys (all default 0, so a file without them
+models free calls): ``stream_s`` per ``stream`` call and ``stream_key_s``
+per expert a stream hands over (beyond ``access_s``), ``prefetch_s`` per
+``prefetch`` call, ``queue_s`` per read the consumer queues on the readers
+(reserving its slot, waking a reader), and ``wake_s``, the delay between
+the end of a reader's read and the consumer waiting on it running again.
 
 A model file is JSON or TOML (by its extension; ``.json`` otherwise)::
 
     {"expert_bytes": 131072,
      "page_cache_share": 0.0,
-     "device":     {"qd": [1, 2, 4], "latency_s": [...], "bandwidth_Bps": [...]},
+     "device":     {"qd": [1, 2, 4], "latency_s": [...], "bandwidth_Bps": [...],
+                    "own_read_factor": 1.0,
+                    "waiting": {"qd": [1, 2, 4], "latency_s": [...],
+                                "bandwidth_Bps": [...]}},
      "page_cache": {"qd": [1, 2],    "latency_s": [...], "bandwidth_Bps": [...]},
-     "compute": {"expert_s": 1e-4, "layer_s": 0.0, "access_s": 2e-6},
+     "compute": {"expert_s": 1e-4, "layer_s": 0.0, "access_s": 2e-6,
+                 "stream_s": 5e-6, "stream_key_s": 4e-6, "prefetch_s": 3e-6,
+                 "queue_s": 4e-6, "wake_s": 1e-5},
      "source": {...free text: how and where it was measured...}}
 
 :func:`load_model` refuses a file that is not one (one line naming the file
@@ -44,6 +63,9 @@ from typing import Any
 
 #: The tiers a read can be served from, in the order results name them.
 TIERS = ("device", "page_cache")
+#: The compute model's fields, each seconds (``Compute``).
+COMPUTE_FIELDS = ("expert_s", "layer_s", "access_s", "stream_s", "stream_key_s",
+                  "prefetch_s", "queue_s", "wake_s")
 #: The model the lab uses when no ``--model`` is given (an NVMe drive's shape).
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "nvme.json"
 
@@ -59,8 +81,13 @@ class Tier:
     qd: tuple[int, ...]
     latency_s: tuple[float, ...]
     bandwidth_Bps: tuple[float, ...]
+    own_read_factor: float = 1.0
+    waiting: Tier | None = None
 
     def __post_init__(self) -> None:
+        f = self.own_read_factor
+        if not (isinstance(f, (int, float)) and math.isfinite(f) and f > 0):
+            raise ModelError(f"own_read_factor {f!r}: not a factor > 0")
         n = len(self.qd)
         if n == 0 or len(self.latency_s) != n or len(self.bandwidth_Bps) != n:
             raise ModelError("qd, latency_s and bandwidth_Bps need one value "
@@ -87,6 +114,10 @@ class Tier:
               + w * (self.bandwidth_Bps[i] - self.bandwidth_Bps[i - 1]))
         return lat, bw
 
+    def while_waiting(self) -> Tier:
+        """The readers' curve while the consumer waits: ``waiting``, else this one."""
+        return self.waiting if self.waiting is not None else self
+
     def tau(self, q: int, size: int) -> float:
         """Seconds one request of ``size`` bytes takes with ``q`` in flight."""
         lat, bw = self.at(q)
@@ -99,14 +130,19 @@ class Tier:
 
 @dataclass(frozen=True)
 class Compute:
-    """Seconds per expert, per step of non-expert work, per cache access."""
+    """Seconds per expert, per step of non-expert work, per cache access and call."""
 
     expert_s: float = 0.0
     layer_s: float = 0.0
     access_s: float = 0.0
+    stream_s: float = 0.0
+    stream_key_s: float = 0.0
+    prefetch_s: float = 0.0
+    queue_s: float = 0.0
+    wake_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("expert_s", "layer_s", "access_s"):
+        for name in COMPUTE_FIELDS:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ModelError(f"compute.{name} {v!r}: not a time >= 0")
@@ -136,7 +172,7 @@ class Machine:
 
     def with_(self, **changes: Any) -> Machine:
         """A copy with ``changes`` (``expert_s=...`` and friends go to compute)."""
-        comp = {k: changes.pop(k) for k in ("expert_s", "layer_s", "access_s")
+        comp = {k: changes.pop(k) for k in COMPUTE_FIELDS
                 if k in changes and changes[k] is not None}
         changes = {k: v for k, v in changes.items() if v is not None}
         if comp:
@@ -150,7 +186,13 @@ class Machine:
         for name in TIERS:
             t = self.tier(name)
             out[name] = {"qd": list(t.qd), "latency_s": list(t.latency_s),
-                         "bandwidth_Bps": list(t.bandwidth_Bps)}
+                         "bandwidth_Bps": list(t.bandwidth_Bps),
+                         "own_read_factor": t.own_read_factor}
+            if t.waiting is not None:
+                w = t.waiting
+                out[name]["waiting"] = {"qd": list(w.qd),
+                                        "latency_s": list(w.latency_s),
+                                        "bandwidth_Bps": list(w.bandwidth_Bps)}
         out["compute"] = asdict(self.compute)
         out["source"] = dict(self.source)
         return out
@@ -160,10 +202,13 @@ def _tier(data: Any, where: str) -> Tier:
     """A :class:`Tier` from a mapping; ModelError naming ``where``."""
     if not isinstance(data, dict):
         raise ModelError(f"{where}: not a table of qd, latency_s, bandwidth_Bps")
+    waiting = data.get("waiting")
+    wait_tier = _tier(waiting, f"{where}: waiting") if waiting is not None else None
     try:
         return Tier(tuple(int(q) for q in data["qd"]),
                     tuple(float(x) for x in data["latency_s"]),
-                    tuple(float(x) for x in data["bandwidth_Bps"]))
+                    tuple(float(x) for x in data["bandwidth_Bps"]),
+                    float(data.get("own_read_factor", 1.0)), wait_tier)
     except KeyError as e:
         raise ModelError(f"{where}: no {e.args[0]}") from None
     except (TypeError, ValueError) as e:
@@ -177,7 +222,7 @@ def machine_from(data: Any, where: str = "model") -> Machine:
     comp = data.get("compute", {})
     if not isinstance(comp, dict):
         raise ModelError(f"{where}: compute is not a table")
-    unknown = set(comp) - {"expert_s", "layer_s", "access_s"}
+    unknown = set(comp) - set(COMPUTE_FIELDS)
     if unknown:
         raise ModelError(f"{where}: compute has unknown field {sorted(unknown)[0]}")
     try:

@@ -372,3 +372,34 @@ def test_arc_victims():
     assert [v.key[1] for v in c.slots()] == [2, 6, 4]
     q = c.queue
     assert (q.p, q.T1, q.T2, q.B1, q.B2) == (1.0, [2, 6], [4], [5], [1, 0])
+
+
+def test_a_copy_of_a_released_reference_is_refused_as_its_slot_allows() -> None:
+    """release_copy: refused once the slot is republished or holds nothing; the
+    copy of a still-held reference and one that would take another holder's
+    hold are not modelled."""
+    from oracle.errors import NotModelled  # noqa: PLC0415
+
+    c = small("lru", 2)
+    a = c.get(0, 0)
+    with pytest.raises(NotModelled, match="still held"):
+        c.release_copy(a)
+    c.release(a)
+    with pytest.raises(Misuse, match="no hold left"):
+        c.release_copy(a)
+    b = c.get(0, 0)  # the same publish as a: a's copy would take b's hold
+    assert (b.slot, b.generation) == (a.slot, a.generation) == (0, 1)
+    with pytest.raises(NotModelled, match="same publish"):
+        c.release_copy(a)
+    c.release(b)
+    c.release(c.get(0, 1))
+    c.release(c.get(0, 2))  # 0 is the LRU: slot 0 is republished with 2
+    held = c.get(0, 2)
+    assert (held.slot, held.generation) == (0, 2)
+    with pytest.raises(Misuse, match="republished since"):
+        c.release_copy(a)
+    assert [s.holds for s in c.slots()] == [1, 0]
+    assert c.check() is None
+    other = small("lru", 2)
+    with pytest.raises(Misuse, match="another cache"):
+        other.release_copy(a)

@@ -91,10 +91,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 57 scenario runs, 450 checks, all pinned, none
+    """On their home containers: 57 scenario runs, 454 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 57 and len(report.checks) == 450
+    assert len(names) == 57 and len(report.checks) == 454
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -324,7 +324,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 39 scenarios (54 variants), 432 checks, 2 skipped, 12 N/A on {where} "
+        f"PASS: 39 scenarios (54 variants), 436 checks, 2 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
     assert len(scenario_lines) == 39

@@ -219,3 +219,46 @@ def test_await_waiting_sees_a_get_blocked_on_the_read_held(tmp_path, monkeypatch
         trace=True)
     assert names == ["race"] and not report.failed, report.failed
     assert len(report.checks) == 2
+
+
+def test_ctrl_c_ends_a_run_whose_read_a_stall_holds(tmp_path):
+    """SIGINT ends a run whose read a 50 s stall holds, long before that bound."""
+    import signal
+    import subprocess
+    import sys
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    (folder / "hang-k3-mini.json").write_text(json.dumps({
+        "name": "hang", "container": "k3-mini", "timeout_s": 60,
+        "cache": {"n_slots": 8, "faults": True, "batch_threads": 1,
+                  "io_threads": 1},
+        "steps": [{"op": "inject", "fault": "stall", "nth": 1,
+                   "arg": 50_000_000},
+                  {"op": "prefetch", "keys": [3]}, {"op": "await_read"},
+                  {"op": "background_get", "keys": [3]},
+                  {"op": "await_waiting"},
+                  {"op": "join", "bound_s": 40}]}))
+    code = ("import sys, engine\nfrom pathlib import Path\n"
+            "from gate import scenarios as gs, race_ops\n"
+            "from gate.report import Report\n"
+            f"gs.SCENARIO_DIR = Path({str(folder)!r})\n"
+            "real = race_ops.join\n"
+            "def join(run, step):\n"
+            "    if run.backend.name == 'engine':  # its read is held now\n"
+            "        print('held', flush=True)\n"
+            "    real(run, step)\n"
+            "import dataclasses\n"
+            "gs.OPS['join'] = dataclasses.replace(gs.OPS['join'], run=join)\n"
+            f"gs.run_scenarios(engine, Path({str(tmp_path / 'work')!r}), "
+            "Report(), [])\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "held\n"
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) != 0  # interrupted, not run to the stall's bound
+    finally:
+        p.kill()
+        p.wait()

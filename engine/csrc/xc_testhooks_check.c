@@ -245,21 +245,26 @@ static int br_queue_count(pokes *k, xc_cache *c, int a, int b)
 /* XC_TH_QUEUE_ENTRY: the ring empty and idle, a a free READY slot; b: 0 a
  * made the queued read of the ring's one entry, which names another key;
  * 1 a made a read-ahead read under way that the ring's one entry names,
- * while another free READY slot is the queued read the counts want. */
+ * while another free READY slot is the queued read the counts want; 2 a
+ * the queued read of the ring's one entry (sound), another free READY slot
+ * a read under way, and the ring's depth 1 (XC_TH_QUEUE_DEPTH's count past
+ * the depth trips INV-INFLIGHT's count test first). */
 static int br_queue_entry(pokes *k, xc_cache *c, int a, int b)
 {
     int x;
     if (c->aq_n != 0 || c->aq_active != 0 || c->aq_cap < 1 ||
-        !free_ready(c, a) || b < 0 || b > 1)
+        !free_ready(c, a) || b < 0 || b > 2)
         return -1;
-    x = b == 1 ? other_free_ready(c, a) : -1;
-    if (b == 1 && x < 0)
+    x = b >= 1 ? other_free_ready(c, a) : -1;
+    if (b >= 1 && x < 0)
         return -1;
-    make_inflight(k, c, a, b == 0 ? OWNER_QUEUED : OWNER_ACTIVE);
-    if (b == 1) {
-        make_inflight(k, c, x, OWNER_QUEUED);
+    make_inflight(k, c, a, b == 1 ? OWNER_ACTIVE : OWNER_QUEUED);
+    if (b >= 1) {
+        make_inflight(k, c, x, b == 1 ? OWNER_QUEUED : OWNER_ACTIVE);
         POKE(k, c->aq_active, 1);
     }
+    if (b == 2)
+        POKE(k, c->aq_cap, 1);
     POKE(k, c->aq_head, 0);
     POKE(k, c->aq_n, 1);
     POKE(k, c->aq[0].slot, a);

@@ -199,8 +199,17 @@ enum {
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
 
+/* For the test suite only.  The hotness policy's halving work since the
+ * cache opened, under its lock: out[0] halvings, out[1] keys whose bucket
+ * a halving changed, out[2] heap nodes the halvings' melds walked
+ * (xc_order_heaps.c: amortised O(log n_keys) per request).  XC_E_MISUSE,
+ * nothing written, for a NULL cache or out, or a policy that is not
+ * hotness. */
+int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
+
+/* TEST HOOKS ONLY to the end (xc_testhooks_check.c) ----------------- */
 /* ------------------------------------------------------------------ */
-/* Test hook: check()'s cross-checks (xc_testhooks_check.c)             */
+/* Test hook: check()'s cross-checks                                  */
 /* ------------------------------------------------------------------ */
 
 /* For the test suite only; never call from production code.  The same
@@ -226,14 +235,6 @@ enum {
     XC_TH_HEAPS = 108,
 };
 int xc_testhook_break_cross(xc_cache *c, int what, int a, int b);
-
-/* For the test suite only.  The hotness policy's halving work since the
- * cache opened, under its lock: out[0] halvings, out[1] keys whose bucket
- * a halving changed, out[2] heap nodes the halvings' melds walked
- * (xc_order_heaps.c: amortised O(log n_keys) per request).  XC_E_MISUSE,
- * nothing written, for a NULL cache or out, or a policy that is not
- * hotness. */
-int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
 
 #ifdef __cplusplus
 }

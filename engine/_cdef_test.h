@@ -71,5 +71,18 @@ enum {
     XC_TH_ORDER = 22,
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
+enum {
+    XC_TH_CROSS_FIRST = 100,
+    XC_TH_OWNER_RANGE = 100,
+    XC_TH_STREAM_OWNER = 101,
+    XC_TH_STREAM_ITEM = 102,
+    XC_TH_QUEUE_COUNT = 103,
+    XC_TH_QUEUE_ENTRY = 104,
+    XC_TH_LIST = 105,
+    XC_TH_POLICY_OWN = 106,
+    XC_TH_BUCKETS = 107,
+    XC_TH_HEAPS = 108,
+};
+int xc_testhook_break_cross(xc_cache *c, int what, int a, int b);
 int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
 int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes);

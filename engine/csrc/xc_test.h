@@ -235,6 +235,35 @@ int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
  * a NULL argument; cannot fail otherwise, and changes nothing. */
 int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes);
 
+/* TEST HOOKS ONLY to the end (xc_testhooks_check.c) ----------------- */
+/* ------------------------------------------------------------------ */
+/* Test hook: check()'s cross-checks                                  */
+/* ------------------------------------------------------------------ */
+
+/* For the test suite only; never call from production code.  The same
+ * contract as xc_testhook_break_check for the breaks below, which reach
+ * the tests check() makes beyond one field per invariant: the owners of
+ * reads under way against the open streams and the read-ahead ring, a
+ * stream's items, the ring's counts and entries, and the policy's check()
+ * (its own counts and the key lists, buckets and heap buckets of
+ * xc_order.h).  a names a slot, b the variant (xc_testhooks_check.c says
+ * which test each makes fail).  XC_E_MISUSE, nothing changed, when the
+ * cache lacks the structure the break needs.  Needs io_threads = 0 and no
+ * other thread using the cache. */
+enum {
+    XC_TH_CROSS_FIRST = 100,
+    XC_TH_OWNER_RANGE = 100,
+    XC_TH_STREAM_OWNER = 101,
+    XC_TH_STREAM_ITEM = 102,
+    XC_TH_QUEUE_COUNT = 103,
+    XC_TH_QUEUE_ENTRY = 104,
+    XC_TH_LIST = 105,
+    XC_TH_POLICY_OWN = 106,
+    XC_TH_BUCKETS = 107,
+    XC_TH_HEAPS = 108,
+};
+int xc_testhook_break_cross(xc_cache *c, int what, int a, int b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,141 @@
+"""The schemas of the gate's files: every field of a scenario and a programs file.
+
+A scenario file (docs/SCENARIOS.md "The file") and a programs file
+(``--programs-file``, docs/SCENARIOS.md "Programs") are checked whole
+against one schema each (:mod:`oracle.bounded`'s :class:`~oracle.bounded.Schema`)
+as they are loaded, before anything of them runs: each field's type, each
+count's range, each string's and list's length, and no field the gate does
+not know.  The first field that does not fit is one ``CannotRun`` line
+naming the file and the field's path in it ("gate/scenarios/x.json:
+steps[3].repeat: expected an integer in 0..100000, got 1e9").
+
+What a field's *value* means on a container (an expression, a key index)
+is checked when the steps are compiled (:mod:`gate.steps`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gate import CannotRun
+from oracle.bounded import (
+    Anything,
+    Either,
+    Fields,
+    Flag,
+    Int,
+    Items,
+    Number,
+    Schema,
+    Text,
+    UserFileError,
+    check_document,
+)
+
+#: The largest integer written for a size, a count or a key (an expression's
+#: value is bounded where it is computed, :mod:`gate.steps`).
+MAX_WRITTEN = 2**31 - 1
+#: The most steps of one scenario, items of one list, programs of one file.
+MAX_ITEMS = 10_000
+#: The longest generated program (operations; the pinned ones have 24 and 40).
+MAX_PROGRAM_LENGTH = 1_000
+
+
+def expr(lo: int = -MAX_WRITTEN, hi: int = MAX_WRITTEN) -> Schema:
+    """An integer in ``lo..hi`` or an expression (gate/expr.py) as a short string."""
+    return Either(Int(lo, hi), Text(200),
+                  words=f"an integer in {lo}..{hi} or an expression")
+
+
+_KEYS = Items(expr(), MAX_ITEMS)
+_PAIRS = Items(Items(expr(), 2, 2), MAX_ITEMS)
+_VALUES = Fields(rest=Anything())  # a check's pinned values: compared, not used
+
+#: Every field a step may have (docs/SCENARIOS.md "Operations").
+STEP_FIELDS: dict[str, Schema] = {
+    "op": Text(40), "name": Text(200), "then": Text(40),
+    "keys": _KEYS, "range": Items(expr(), 2, 2), "pairs": _PAIRS, "raw": _PAIRS,
+    "wrap": Flag(), "repeat": expr(0, 100_000),
+    "batch": expr(1, MAX_ITEMS), "batches": Items(_KEYS, MAX_ITEMS),
+    "then_get": Flag(), "speculative": Flag(),
+    "get_first": _KEYS, "label": Text(200), "count": expr(0, MAX_ITEMS),
+    "key": expr(), "at": expr(0, MAX_WRITTEN), "kind": Text(80),
+    "fault": Text(40), "nth": expr(0, MAX_WRITTEN), "persistent": Flag(),
+    "arg": expr(0, MAX_WRITTEN), "second": Flag(),
+    "bound_s": Number(0.0, 60.0), "needs": Items(Text(80), 100),
+    "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
+    **{f"expect{side}": _VALUES for side in ("", "_engine", "_oracle")},
+    **{f"expect_layout{side}": Fields(rest=expr())
+       for side in ("", "_engine", "_oracle")},
+}
+#: The fields a step of an op cannot do without.
+STEP_REQUIRED: dict[str, tuple[str, ...]] = {
+    "check": ("name", "expect"), "truncate": ("key",), "corrupt": ("kind",),
+    "inject": ("fault",), "open_fault": ("fault",), "break_check": ("what",),
+}
+
+#: The cache options (docs/SCENARIOS.md, ``cache``).
+CACHE = Fields({
+    "n_slots": expr(1, MAX_WRITTEN), "policy": Text(200),
+    "chunk_bytes": expr(0, MAX_WRITTEN), "io_threads": expr(0, 64),
+    "batch_threads": expr(1, 64), "verify": Flag(), "faults": Flag(),
+    "trace": Flag(), "direct": Flag(),
+})
+
+SCENARIO = Fields({
+    "name": Text(200), "title": Text(1000), "container": Text(4096),
+    "requires": Items(Text(200), 100), "let": Fields(rest=expr(), max_keys=100),
+    "cache": CACHE,
+    "variants": Items(Fields({"suffix": Text(200), "cache": CACHE,
+                              "expect": Fields(rest=_VALUES)}), 100),
+    "every_policy": Flag(), "timeout_s": Number(0.0, 3600.0),
+    "steps": Items(Fields(STEP_FIELDS), MAX_ITEMS),
+}, required=("name", "container", "cache", "steps"))
+
+
+def check_scenario(doc: Any, where: str) -> dict[str, Any]:
+    """``doc`` if it is a whole scenario; else CannotRun naming file and field."""
+    from gate.ops import OPS  # noqa: PLC0415
+
+    try:
+        check_document(doc, SCENARIO, where)
+        for i, step in enumerate(doc["steps"]):
+            op = step.get("op", "check")
+            if op not in OPS:
+                raise UserFileError(f"{where}: steps[{i}].op: unknown op {op!r} "
+                                    f"(ops: {', '.join(OPS)})")
+            for f in STEP_REQUIRED.get(op, ()):
+                if f not in step:
+                    raise UserFileError(f"{where}: steps[{i}]: a {op} step needs "
+                                        f"the field {f!r}")
+    except UserFileError as e:
+        raise CannotRun(str(e)) from None
+    return doc
+
+
+def programs_schema(option_sets: tuple[str, ...]) -> Schema:
+    """The schema of a programs file whose rows name these option sets."""
+    length = Int(1, MAX_PROGRAM_LENGTH)
+    return Fields({
+        "about": Text(4000), "length": length,
+        "programs": Items(Fields({
+            "container": Text(4096), "length": length,
+            "option_sets": Items(Text(40, option_sets), 100, 1),
+            "seeds": Items(Int(0, 2**63 - 1), MAX_ITEMS, 1),
+        }, required=("container", "option_sets", "seeds")), MAX_ITEMS),
+    }, required=("programs",))
+
+
+def check_programs(doc: Any, where: Path | str,
+                   option_sets: tuple[str, ...]) -> dict[str, Any]:
+    """``doc`` if it is a whole programs file; else CannotRun naming file and field."""
+    try:
+        check_document(doc, programs_schema(option_sets), str(where))
+    except UserFileError as e:
+        raise CannotRun(str(e)) from None
+    n = sum(len(r["option_sets"]) * len(r["seeds"]) for r in doc["programs"])
+    if n > MAX_ITEMS:
+        raise CannotRun(f"{where}: programs: {n:,} programs (option sets x "
+                        f"seeds of every row), past the limit of {MAX_ITEMS:,}")
+    return doc

@@ -232,7 +232,9 @@ class Schema:
                words: str | None = None) -> None:
         """Raise the UserFileError for ``value`` at ``path``."""
         label = f"{where}: {path}" if path else where
-        raise UserFileError(f"{label}: expected {words or self.words}, "
+        if words is not None:  # the words say what was wrong already
+            raise UserFileError(f"{label}: expected {words}")
+        raise UserFileError(f"{label}: expected {self.words}, "
                             f"got {_show(value)}")
 
 
@@ -275,6 +277,13 @@ class Text(Schema):
         """A short enough string (among the choices)."""
         return (isinstance(value, str) and len(value) <= self.max_len
                 and (self.choices is None or value in self.choices))
+
+    def check(self, value: Any, where: str, path: str) -> None:
+        """Refuse a string too long by its length, any other misfit by value."""
+        if isinstance(value, str) and len(value) > self.max_len:
+            self.refuse(value, where, path, f"a string of at most {self.max_len:,} "
+                        f"characters, not {len(value):,}")
+        super().check(value, where, path)
 
 
 class Flag(Schema):
@@ -332,7 +341,11 @@ class Items(Schema):
                                             <= self.max_len)
 
     def check(self, value: Any, where: str, path: str) -> None:
-        """The list, then each item."""
+        """The list (one of a wrong length refused by its length), then each item."""
+        if isinstance(value, list) and not self.ok(value):
+            label = f"{where}: {path}" if path else where
+            raise UserFileError(f"{label}: {len(value):,} items; expected "
+                                f"{self.min_len:,}..{self.max_len:,}")
         super().check(value, where, path)
         for i, v in enumerate(value):
             self.item.check(v, where, _at(path, i))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, CannotRun
@@ -45,6 +46,21 @@ def _run(kind: str, path: Path, work: Path) -> tuple[Report, int]:
     return report, len(names)
 
 
+def as_gate(body: Callable[[], int]) -> int:
+    """``body()``'s exit status, with the gate's error handling (``gate/cli.py``).
+
+    CannotRun is its ``CANNOT RUN: ...`` line on stderr and exit 2, as is
+    an OSError, ImportError, KeyError or ValueError (setup that failed).
+    """
+    try:
+        return body()
+    except CannotRun as e:
+        print(f"CANNOT RUN: {e}", file=sys.stderr)
+    except (OSError, ImportError, KeyError, ValueError) as e:  # as gate/cli.py
+        print(f"CANNOT RUN: {type(e).__name__}: {e}", file=sys.stderr)
+    return EXIT_CANNOT_RUN
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``argv`` (``scenarios FOLDER`` or ``programs FILE``); the exit status."""
     args = sys.argv[1:] if argv is None else argv
@@ -52,20 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m faults.fuzz.gate_files scenarios|programs PATH",
               file=sys.stderr)
         return EXIT_CANNOT_RUN
-    try:
+
+    def body() -> int:
         with tempfile.TemporaryDirectory() as work:
             report, n = _run(args[0], Path(args[1]), Path(work))
-    except CannotRun as e:
-        print(f"CANNOT RUN: {e}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    except (OSError, ImportError, KeyError, ValueError) as e:  # as gate/cli.py
-        print(f"CANNOT RUN: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    failed = len(report.failed)
-    print(f"{'FAIL' if failed else 'PASS'}: {n} {args[0]}, "
-          f"{len(report.checks)} checks, {failed} failed")
-    return EXIT_FAIL if failed else EXIT_PASS
+        failed = len(report.failed)
+        print(f"{'FAIL' if failed else 'PASS'}: {n} {args[0]}, "
+              f"{len(report.checks)} checks, {failed} failed")
+        return EXIT_FAIL if failed else EXIT_PASS
 
+    return as_gate(body)
 
 if __name__ == "__main__":
     sys.exit(main())

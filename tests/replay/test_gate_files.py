@@ -59,6 +59,13 @@ def _refusal(tmp_path: Path, kind: str, data: bytes, capsys: Any) -> str:
     return lines[0].replace(str(tmp_path), "TMP")
 
 
+def _cannot_run(load: Any, p: Path) -> str:
+    """The CannotRun message of ``load(p)`` (it must raise one)."""
+    with pytest.raises(CannotRun) as e:
+        load(p)
+    return str(e.value)
+
+
 SCENARIO_CASES = [
     (("steps", 0, "op"), "bogus", "steps[0].op: unknown op 'bogus' (ops: open, "
      "get, getmany, prefetch, hold_layer, unhold_many, drain, pin, unpin, stream, "
@@ -98,18 +105,6 @@ SCENARIO_CASES = [
 ]
 
 
-@pytest.mark.parametrize("path,value,message", SCENARIO_CASES,
-                         ids=[".".join(map(str, c[0])) + f"={c[1]!r}"[:30]
-                              for c in SCENARIO_CASES])
-def test_a_scenario_field_is_one_line_naming_file_and_field(
-        tmp_path: Path, capsys: Any, path: tuple, value: Any, message: str
-        ) -> None:
-    """A field of a wrong type, range, length or name: exit 2, file and field."""
-    doc = _changed(SHIPPED, path, value)
-    line = _refusal(tmp_path, "scenarios", json.dumps(doc).encode(), capsys)
-    assert line == f"CANNOT RUN: TMP/sc/s.json: {message}"
-
-
 @pytest.mark.parametrize("data,message", [
     (b"[" * 100_000, "not valid JSON: a value nested too deeply"),
     (b"\xff\xfe{}", "not UTF-8 text (invalid start byte at byte 0)"),
@@ -146,10 +141,8 @@ def test_a_scenario_past_the_size_limit_is_refused(tmp_path: Path) -> None:
     """A scenario file past MAX_SCENARIO_BYTES is refused before it is parsed."""
     p = tmp_path / "s.json"
     p.write_bytes(b" " * ((4 << 20) + 1))
-    with pytest.raises(CannotRun) as e:
-        load_scenario(p)
-    assert str(e.value) == (f"{p}: larger than the limit of 4,194,304 bytes for "
-                            "a JSON file")
+    assert _cannot_run(load_scenario, p) == (
+        f"{p}: larger than the limit of 4,194,304 bytes for a JSON file")
 
 
 def test_a_scenario_container_that_is_nothing_names_the_scenario_file(
@@ -191,16 +184,22 @@ PROGRAM_CASES = [
 ]
 
 
-@pytest.mark.parametrize("path,value,message", PROGRAM_CASES,
-                         ids=[".".join(map(str, c[0])) + f"={c[1]!r}"[:30]
-                              for c in PROGRAM_CASES])
-def test_a_programs_field_is_one_line_naming_file_and_field(
-        tmp_path: Path, capsys: Any, path: tuple, value: Any, message: str
-        ) -> None:
-    """A programs file's field of a wrong type, range or name: exit 2, one line."""
-    doc = _changed(PROGRAMS, path, value)
-    line = _refusal(tmp_path, "programs", json.dumps(doc).encode(), capsys)
-    assert line == f"CANNOT RUN: TMP/programs.json: {message}"
+FIELD_CASES = ([("scenarios", *c) for c in SCENARIO_CASES]
+               + [("programs", *c) for c in PROGRAM_CASES])
+
+
+@pytest.mark.parametrize("kind,path,value,message", FIELD_CASES,
+                         ids=[f"{c[0]}:" + ".".join(map(str, c[1]))
+                              + f"={c[2]!r}"[:30] for c in FIELD_CASES])
+def test_a_field_is_one_line_naming_file_and_field(
+        tmp_path: Path, capsys: Any, kind: str, path: tuple, value: Any,
+        message: str) -> None:
+    """A scenario's or programs file's field of a wrong type, range, length or
+    name: exit 2, one line naming the file and the field."""
+    doc = _changed(SHIPPED if kind == "scenarios" else PROGRAMS, path, value)
+    line = _refusal(tmp_path, kind, json.dumps(doc).encode(), capsys)
+    where = "sc/s.json" if kind == "scenarios" else "programs.json"
+    assert line == f"CANNOT RUN: TMP/{where}: {message}"
 
 
 def test_programs_past_the_limit_in_all_are_refused(tmp_path: Path) -> None:
@@ -209,20 +208,18 @@ def test_programs_past_the_limit_in_all_are_refused(tmp_path: Path) -> None:
                          "seeds": list(range(6000))}]}
     p = tmp_path / "programs.json"
     p.write_text(json.dumps(doc))
-    with pytest.raises(CannotRun) as e:
-        load_programs(p)
-    assert str(e.value) == (f"{p}: programs: 12,000 programs (option sets x "
-                            "seeds of every row), past the limit of 10,000")
+    assert _cannot_run(load_programs, p) == (
+        f"{p}: programs: 12,000 programs (option sets x seeds of every row), "
+        "past the limit of 10,000")
 
 
 def test_a_programs_file_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
     """--programs-file naming a FIFO: refused at once, never a blocked read."""
     p = tmp_path / "programs.json"
     os.mkfifo(p)
-    with pytest.raises(CannotRun) as e:
-        load_programs(p)
-    assert str(e.value) == (f"{p}: cannot read the programs file (is a FIFO, not "
-                            "a regular file; only regular files are read)")
+    assert _cannot_run(load_programs, p) == (
+        f"{p}: cannot read the programs file (is a FIFO, not a regular file; "
+        "only regular files are read)")
 
 
 def test_the_shipped_programs_file_fits_the_schema() -> None:

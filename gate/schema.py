@@ -134,6 +134,16 @@ def check_programs(doc: Any, where: Path | str,
         check_document(doc, programs_schema(option_sets), str(where))
     except UserFileError as e:
         raise CannotRun(str(e)) from None
+    from gate.containers import precheck  # noqa: PLC0415
+
+    seen: set[str] = set()
+    for i, row in enumerate(doc["programs"]):
+        if row["container"] not in seen:
+            seen.add(row["container"])
+            try:
+                precheck(row["container"])
+            except CannotRun as e:
+                raise CannotRun(f"{where}: programs[{i}].container: {e}") from None
     n = sum(len(r["option_sets"]) * len(r["seeds"]) for r in doc["programs"])
     if n > MAX_ITEMS:
         raise CannotRun(f"{where}: programs: {n:,} programs (option sets x "

@@ -181,6 +181,10 @@ PROGRAM_CASES = [
     (("programs", 0, "extra"), 1, "programs[0]: unknown field 'extra' (known: "
      "container, length, option_sets, seeds)"),
     (("programs",), ..., "the field 'programs' is missing"),
+    (("programs", 0, "container"), "no-such", "programs[0].container: "
+     "container 'no-such': no such file or folder, and not a preset (presets: "
+     "k3-mini, mixtral-mini, deepseek-mini, granite-mini, gptoss-mini, "
+     "huge-sparse)"),
 ]
 
 

@@ -52,17 +52,22 @@ _KEYS = Items(expr(), MAX_ITEMS)
 _PAIRS = Items(Items(expr(), 2, 2), MAX_ITEMS)
 _VALUES = Fields(rest=Anything())  # a check's pinned values: compared, not used
 
+#: The range of each count of a step, written or computed.
+COUNTS = {"repeat": (0, 100_000), "batch": (1, MAX_ITEMS),
+          "count": (0, MAX_ITEMS), "at": (0, MAX_WRITTEN),
+          "nth": (0, MAX_WRITTEN), "arg": (0, MAX_WRITTEN)}
+
 #: Every field a step may have (docs/SCENARIOS.md "Operations").
 STEP_FIELDS: dict[str, Schema] = {
     "op": Text(40), "name": Text(200), "then": Text(40),
     "keys": _KEYS, "range": Items(expr(), 2, 2), "pairs": _PAIRS, "raw": _PAIRS,
-    "wrap": Flag(), "repeat": expr(0, 100_000),
-    "batch": expr(1, MAX_ITEMS), "batches": Items(_KEYS, MAX_ITEMS),
+    "wrap": Flag(), "repeat": expr(*COUNTS["repeat"]),
+    "batch": expr(*COUNTS["batch"]), "batches": Items(_KEYS, MAX_ITEMS),
     "then_get": Flag(), "speculative": Flag(),
-    "get_first": _KEYS, "label": Text(200), "count": expr(0, MAX_ITEMS),
-    "key": expr(), "at": expr(0, MAX_WRITTEN), "kind": Text(80),
-    "fault": Text(40), "nth": expr(0, MAX_WRITTEN), "persistent": Flag(),
-    "arg": expr(0, MAX_WRITTEN), "second": Flag(),
+    "get_first": _KEYS, "label": Text(200), "count": expr(*COUNTS["count"]),
+    "key": expr(), "at": expr(*COUNTS["at"]), "kind": Text(80),
+    "fault": Text(40), "nth": expr(*COUNTS["nth"]), "persistent": Flag(),
+    "arg": expr(*COUNTS["arg"]), "second": Flag(),
     "bound_s": Number(0.0, 60.0), "needs": Items(Text(80), 100),
     "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
     **{f"expect{side}": _VALUES for side in ("", "_engine", "_oracle")},
@@ -75,13 +80,46 @@ STEP_REQUIRED: dict[str, tuple[str, ...]] = {
     "inject": ("fault",), "open_fault": ("fault",), "break_check": ("what",),
 }
 
+#: The most cache slots a scenario may ask for, and the most bytes of slots
+#: (``n_slots * expert_bytes``): a slot count taken on trust would have the
+#: oracle and the engine allocate it (10**8 slots: 17 GB of memory).
+MAX_SLOTS = 1 << 16
+MAX_SLOT_BYTES = 8 << 30
+#: The range of each sized cache option, written or computed.
+SIZED = {"n_slots": (1, MAX_SLOTS), "chunk_bytes": (0, MAX_WRITTEN),
+         "io_threads": (0, 64), "batch_threads": (1, 64)}
+
 #: The cache options (docs/SCENARIOS.md, ``cache``).
 CACHE = Fields({
-    "n_slots": expr(1, MAX_WRITTEN), "policy": Text(200),
-    "chunk_bytes": expr(0, MAX_WRITTEN), "io_threads": expr(0, 64),
-    "batch_threads": expr(1, 64), "verify": Flag(), "faults": Flag(),
-    "trace": Flag(), "direct": Flag(),
+    **{k: expr(lo, hi) for k, (lo, hi) in SIZED.items()},
+    "policy": Text(200), "verify": Flag(), "faults": Flag(), "trace": Flag(),
+    "direct": Flag(),
 })
+
+
+def check_counts(step: dict[str, Any]) -> str | None:
+    """Why a compiled step's computed count (``repeat``, ``nth``, ...) is
+    refused: past the range the schema gives it written as a number."""
+    for k, (lo, hi) in COUNTS.items():
+        v = step.get(k)
+        if isinstance(v, int) and not lo <= v <= hi:
+            return f"{k} is {v}; expected {lo}..{hi:,}"
+    return None
+
+
+def check_sized(opts: dict[str, Any], expert_bytes: int) -> str | None:
+    """Why computed cache options are refused (a sized one out of range, or
+    slots past :data:`MAX_SLOT_BYTES`), or None."""
+    for k, (lo, hi) in SIZED.items():
+        v = opts.get(k)
+        if v is not None and not lo <= v <= hi:
+            return f"cache option {k} is {v}; expected {lo}..{hi:,}"
+    n = opts.get("n_slots")
+    if n is not None and n * expert_bytes > MAX_SLOT_BYTES:
+        return (f"cache option n_slots is {n}: {n} slots of {expert_bytes:,} "
+                f"bytes are {n * expert_bytes:,} bytes, past the limit of "
+                f"{MAX_SLOT_BYTES:,}")
+    return None
 
 SCENARIO = Fields({
     "name": Text(200), "title": Text(1000), "container": Text(4096),

@@ -82,10 +82,14 @@ SCENARIO_CASES = [
     (("bogus",), 1, "unknown field 'bogus' (known: name, title, container, "
      "requires, let, cache, variants, every_policy, timeout_s, steps)"),
     (("cache", "n_slot"), 3, "cache: unknown field 'n_slot' (known: n_slots, "
-     "policy, chunk_bytes, io_threads, batch_threads, verify, faults, trace, "
+     "chunk_bytes, io_threads, batch_threads, policy, verify, faults, trace, "
      "direct)"),
     (("cache", "n_slots"), 2**62, "cache.n_slots: expected an integer in "
-     "1..2147483647 or an expression, got 4611686018427387904"),
+     "1..65536 or an expression, got 4611686018427387904"),
+    (("cache", "n_slots"), "N*10000000", "scenario reset-window: cache option "
+     "n_slots is 240000000; expected 1..65,536"),
+    (("steps", 0, "repeat"), "N*N*N*N", "scenario reset-window: steps[0] (get): "
+     "repeat is 331776; expected 0..100,000"),
     (("timeout_s",), float("nan"), "timeout_s: expected a finite number in "
      "0..3600, got nan"),
     (("timeout_s",), float("inf"), "timeout_s: expected a finite number in "
@@ -153,6 +157,16 @@ def test_a_scenario_container_that_is_nothing_names_the_scenario_file(
     assert line.startswith("CANNOT RUN: TMP/sc/s.json: container "
                            "'no-such-preset': no such file or folder, and not a "
                            "preset (presets: ")
+
+
+def test_slots_past_the_byte_limit_are_refused() -> None:
+    """n_slots within its count but past 8 GiB of slots (44 MB experts) is refused."""
+    from gate.schema import check_sized
+
+    assert check_sized({"n_slots": 196}, 44 << 20) == (
+        "cache option n_slots is 196: 196 slots of 46,137,344 bytes are "
+        "9,042,919,424 bytes, past the limit of 8,589,934,592")
+    assert check_sized({"n_slots": 48, "io_threads": 4}, 44 << 20) is None
 
 
 def test_every_shipped_scenario_fits_the_schema() -> None:

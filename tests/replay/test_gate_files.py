@@ -246,3 +246,22 @@ def test_the_shipped_programs_file_fits_the_schema() -> None:
     assert len(plan) == 96
     assert plan[0] == {"container": "k3-mini", "option_set": "plain", "seed": 0,
                        "length": 24}
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo"])
+def test_replay_refuses_a_bad_programs_file_before_its_build(
+        tmp_path: Path, capsys: Any, kind: str) -> None:
+    """replay.py --programs-file naming nothing or a FIFO: exit 2 at once
+    (it ran no program and said nothing, after the engine build, before)."""
+    from gate.cli import run
+
+    p = tmp_path / "programs.json"
+    if kind == "fifo":
+        os.mkfifo(p)
+    assert run([str(tmp_path / "out"), "--programs-file", str(p)]) == 2
+    why = ("No such file or directory" if kind == "missing" else
+           "is a FIFO, not a regular file; only regular files are read")
+    out = capsys.readouterr()
+    assert out.err == f"CANNOT RUN: {p}: cannot read the programs file ({why})\n"
+    assert out.out == ""
+    assert not (tmp_path / "out").exists()

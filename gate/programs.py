@@ -678,24 +678,21 @@ def shrink(engine: Any, work: Path, program: dict[str, Any],
 
 def load_programs(path: Path = PROGRAMS_FILE) -> list[dict[str, Any]]:
     """The pinned programs: every (container, option set, seed) the file lists."""
+    from gate.schema import check_programs  # noqa: PLC0415
+    from oracle.bounded import UserFileError, load_json  # noqa: PLC0415
+
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CannotRun(f"{path}: cannot read the programs file ({e})") from e
-    out = []
-    for i, row in enumerate(data.get("programs", [])):
-        for f in ("container", "option_sets", "seeds"):
-            if f not in row:
-                raise CannotRun(f"{path}: programs[{i}] lacks {f!r}")
-        for opt in row["option_sets"]:
-            if opt not in OPTION_SETS:
-                raise CannotRun(f"{path}: programs[{i}]: option set {opt!r} "
-                                f"is not one of {', '.join(OPTION_SETS)}")
-            for seed in row["seeds"]:
-                out.append({"container": row["container"], "option_set": opt,
-                            "seed": int(seed),
-                            "length": int(row.get("length", data.get("length", 24)))})
-    return out
+        data = load_json(path)
+    except UserFileError as e:
+        raise CannotRun(str(e)) from None
+    except OSError as e:
+        raise CannotRun(f"{path}: cannot read the programs file "
+                        f"({e.strerror or e})") from None
+    check_programs(data, path, tuple(OPTION_SETS))
+    return [{"container": row["container"], "option_set": opt, "seed": seed,
+             "length": row.get("length", data.get("length", 24))}
+            for row in data["programs"] for opt in row["option_sets"]
+            for seed in row["seeds"]]
 
 
 def search_plan(n: int, seed: int) -> list[dict[str, Any]]:

@@ -195,3 +195,204 @@ def byte_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size in "
                                          f"1..{MAX_INT} bytes")
     return int(n * _UNITS[unit])
+
+
+# -- schemas: every field of a user's JSON file, checked in one pass --------
+
+
+def _at(path: str, key: Any) -> str:
+    """``path`` one level down: ``steps[3]`` (an index), ``cache.n_slots`` (a key)."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+class Schema:
+    """What one value of a user's file must be; :meth:`check` refuses any other.
+
+    ``check(value, where, path)`` raises UserFileError "WHERE: PATH:
+    expected WORDS, got VALUE" for the first value that does not fit (the
+    file's name, the field's path in it).  Subclasses: :class:`Int`,
+    :class:`Number`, :class:`Text`, :class:`Flag`, :class:`Items`,
+    :class:`Fields`, :class:`Either`, :class:`Anything`.
+    """
+
+    words = "a value"
+
+    def ok(self, value: Any) -> bool:
+        """Whether ``value`` itself fits (its items are checked by :meth:`check`)."""
+        raise NotImplementedError
+
+    def check(self, value: Any, where: str, path: str) -> None:
+        """Refuse ``value`` at ``path`` of file ``where`` unless it fits."""
+        if not self.ok(value):
+            self.refuse(value, where, path)
+
+    def refuse(self, value: Any, where: str, path: str,
+               words: str | None = None) -> None:
+        """Raise the UserFileError for ``value`` at ``path``."""
+        label = f"{where}: {path}" if path else where
+        if words is not None:  # the words say what was wrong already
+            raise UserFileError(f"{label}: expected {words}")
+        raise UserFileError(f"{label}: expected {self.words}, "
+                            f"got {_show(value)}")
+
+
+class Int(Schema):
+    """An integer (never a bool, never a float) in ``lo..hi``."""
+
+    def __init__(self, lo: int = 0, hi: int = MAX_INT) -> None:
+        self.lo, self.hi = lo, hi
+        self.words = _int_words(lo, hi)
+
+    def ok(self, value: Any) -> bool:
+        """An int in range."""
+        return (isinstance(value, int) and not isinstance(value, bool)
+                and self.lo <= value <= self.hi)
+
+
+class Number(Schema):
+    """A finite number (an int or a float, never a bool) in ``lo..hi``."""
+
+    def __init__(self, lo: float = 0.0, hi: float = float(MAX_INT)) -> None:
+        self.lo, self.hi = lo, hi
+        self.words = f"a finite number in {lo:g}..{hi:g}"
+
+    def ok(self, value: Any) -> bool:
+        """A finite int or float in range."""
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and self.lo <= value <= self.hi)
+
+
+class Text(Schema):
+    """A string of at most ``max_len`` characters, one of ``choices`` if given."""
+
+    def __init__(self, max_len: int = 1000,
+                 choices: tuple[str, ...] | None = None) -> None:
+        self.max_len, self.choices = max_len, choices
+        self.words = (f"one of {', '.join(map(repr, choices))}" if choices
+                      else f"a string of at most {max_len} characters")
+
+    def ok(self, value: Any) -> bool:
+        """A short enough string (among the choices)."""
+        return (isinstance(value, str) and len(value) <= self.max_len
+                and (self.choices is None or value in self.choices))
+
+    def check(self, value: Any, where: str, path: str) -> None:
+        """Refuse a string too long by its length, any other misfit by value."""
+        if isinstance(value, str) and len(value) > self.max_len:
+            self.refuse(value, where, path, f"a string of at most {self.max_len:,} "
+                        f"characters, not {len(value):,}")
+        super().check(value, where, path)
+
+
+class Flag(Schema):
+    """``true`` or ``false``."""
+
+    words = "true or false"
+
+    def ok(self, value: Any) -> bool:
+        """A bool."""
+        return isinstance(value, bool)
+
+
+class Anything(Schema):
+    """Any JSON value (its size is bounded by the file's)."""
+
+    words = "any value"
+
+    def ok(self, value: Any) -> bool:
+        """Always."""
+        return True
+
+
+class Either(Schema):
+    """A value that fits one of ``options`` (each checked whole, in order)."""
+
+    def __init__(self, *options: Schema, words: str = "") -> None:
+        self.options = options
+        self.words = words or " or ".join(o.words for o in options)
+
+    def ok(self, value: Any) -> bool:
+        """Whether one option's own test takes it."""
+        return any(o.ok(value) for o in self.options)
+
+    def check(self, value: Any, where: str, path: str) -> None:
+        """The first option whose own test takes ``value`` checks it whole."""
+        for o in self.options:
+            if o.ok(value):
+                o.check(value, where, path)
+                return
+        self.refuse(value, where, path)
+
+
+class Items(Schema):
+    """A JSON list of at most ``max_len`` items, each fitting ``item``."""
+
+    def __init__(self, item: Schema, max_len: int = 10_000,
+                 min_len: int = 0) -> None:
+        self.item, self.max_len, self.min_len = item, max_len, min_len
+        self.words = (f"a list of {min_len}..{max_len} items, each "
+                      f"{item.words}")
+
+    def ok(self, value: Any) -> bool:
+        """A list of an allowed length."""
+        return isinstance(value, list) and (self.min_len <= len(value)
+                                            <= self.max_len)
+
+    def check(self, value: Any, where: str, path: str) -> None:
+        """The list (one of a wrong length refused by its length), then each item."""
+        if isinstance(value, list) and not self.ok(value):
+            label = f"{where}: {path}" if path else where
+            raise UserFileError(f"{label}: {len(value):,} items; expected "
+                                f"{self.min_len:,}..{self.max_len:,}")
+        super().check(value, where, path)
+        for i, v in enumerate(value):
+            self.item.check(v, where, _at(path, i))
+
+
+class Fields(Schema):
+    """A JSON object: its known ``fields``, the ``required`` ones present.
+
+    A key not in ``fields`` is refused, naming the known ones, unless
+    ``rest`` gives the schema of any other key's value (then keys are
+    strings of at most 200 characters, at most ``max_keys`` of them).
+    """
+
+    def __init__(self, fields: Mapping[str, Schema] | None = None,
+                 required: tuple[str, ...] = (), rest: Schema | None = None,
+                 max_keys: int = 10_000) -> None:
+        self.fields, self.required = dict(fields or {}), required
+        self.rest, self.max_keys = rest, max_keys
+        self.words = "a JSON object"
+
+    def ok(self, value: Any) -> bool:
+        """A dict."""
+        return isinstance(value, dict)
+
+    def check(self, value: Any, where: str, path: str) -> None:
+        """The object, its required fields, then every field's value."""
+        super().check(value, where, path)
+        label = f"{where}: {path}" if path else where
+        if len(value) > self.max_keys:
+            raise UserFileError(f"{label}: {len(value):,} fields, past the "
+                                f"limit of {self.max_keys:,}")
+        for k in self.required:
+            if k not in value:
+                raise UserFileError(f"{label}: the field {k!r} is missing")
+        for k, v in value.items():
+            schema = self.fields.get(k, self.rest)
+            if schema is None:
+                raise UserFileError(
+                    f"{label}: unknown field {_show(k)} (known: "
+                    f"{', '.join(self.fields)})")
+            if k not in self.fields and len(k) > 200:
+                raise UserFileError(f"{label}: a field name of {len(k):,} "
+                                    "characters, past the limit of 200")
+            schema.check(v, where, _at(path, k))
+
+
+def check_document(doc: Any, schema: Schema, where: str) -> Any:
+    """``doc`` if every field fits ``schema``; else UserFileError naming the field."""
+    schema.check(doc, where, "")
+    return doc

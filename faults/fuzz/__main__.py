@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="only this target (repeatable): " + ", ".join(
                        ("inspect", "inspect-layout", "gate-container", "gate-spec",
                         "new", "verify", "from-header", "identify", "lab",
-                        "predict")))
+                        "predict", "gate-scenario", "gate-programs")))
     t.add_argument("--seed", type=int, default=None,
                    help="draw round i with seed SEED+i: the same cases on every "
                         "machine (default: a fresh random draw)")

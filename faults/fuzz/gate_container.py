@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gate import EXIT_CANNOT_RUN, CannotRun
+from faults.fuzz.gate_files import as_gate
+from gate import EXIT_CANNOT_RUN
 from gate.containers import make_target, precheck
 
 
@@ -25,19 +26,15 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m faults.fuzz.gate_container REF", file=sys.stderr)
         return EXIT_CANNOT_RUN
     ref = args[0]
-    try:
+
+    def body() -> int:
         precheck(ref)
         with tempfile.TemporaryDirectory() as work:
             target = make_target(ref, Path(work))
             print(f"OK {ref}: {len(target.keys)} keys")
-    except CannotRun as e:
-        print(f"CANNOT RUN: {e}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    except (OSError, ImportError, KeyError, ValueError) as e:  # as gate/cli.py
-        print(f"CANNOT RUN: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return 0
+        return 0
 
+    return as_gate(body)
 
 if __name__ == "__main__":
     sys.exit(main())

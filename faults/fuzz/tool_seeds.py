@@ -8,6 +8,8 @@
   ``engine.layout`` detects from ``config.json`` and the names;
 * ``xcache-layout.toml``: the same layout as an explicit layout file;
 * ``spec.toml`` / ``spec.json``: a tiny fixture spec (``fixtures new``);
+* ``programs.json``: the shipped ``gate/scenarios/programs.json`` cut to
+  two programs (``replay.py --programs-file``);
 * ``trace.*``: one routing trace (12 tokens, 2 layers, 8 experts, top-2) in
   every format ``oracle.traces.read_trace`` reads.
 """
@@ -174,6 +176,17 @@ def traces(folder: Path) -> None:
     (folder / "trace.xctrace").write_bytes(head.tobytes() + rec.tobytes())
 
 
+def programs(folder: Path) -> None:
+    """Write ``programs.json``: the shipped programs file cut to two programs."""
+    shipped = json.loads((Path(__file__).resolve().parents[2] / "gate" /
+                          "scenarios" / "programs.json").read_text())
+    rows = [dict(r, seeds=r["seeds"][:1]) for r in shipped["programs"]
+            if (r["container"], r["option_sets"]) in (("k3-mini", ["plain"]),
+                                                     ("granite-mini", ["pool"]))]
+    (folder / "programs.json").write_text(json.dumps(
+        {**shipped, "programs": rows}, indent=1) + "\n")
+
+
 def write_seeds(folder: Path = SEED) -> list[Path]:
     """Rewrite every seed input into ``folder``; return the files written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -182,4 +195,5 @@ def write_seeds(folder: Path = SEED) -> list[Path]:
     (folder / "spec.json").write_text(json.dumps(SPEC, indent=1) + "\n")
     (folder / "spec.toml").write_text(spec_toml(SPEC))
     traces(folder)
+    programs(folder)
     return sorted(p for p in folder.rglob("*") if p.is_file())

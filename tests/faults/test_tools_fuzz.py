@@ -43,7 +43,9 @@ def _fail_on_new(report: Report) -> None:
     (("from-header", "identify"), 30),
     (("lab",), 20),
     (("predict",), 20),
-], ids=["inspect", "gate", "new-verify", "from-header-identify", "lab", "predict"])
+    (("gate-scenario", "gate-programs"), 16),
+], ids=["inspect", "gate", "new-verify", "from-header-identify", "lab", "predict",
+        "gate-files"])
 def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None:
     """Every drawn case of these targets ends in success or one exit-2 line."""
     report = Report()

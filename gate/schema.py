@@ -70,6 +70,8 @@ STEP_FIELDS: dict[str, Schema] = {
     "arg": expr(*COUNTS["arg"]), "second": Flag(),
     "bound_s": Number(0.0, 60.0), "needs": Items(Text(80), 100),
     "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
+    "message": Text(2000), "if_held": Flag(), "or_ended": Flag(),
+    "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
     **{f"expect{side}": _VALUES for side in ("", "_engine", "_oracle")},
     **{f"expect_layout{side}": Fields(rest=expr())
        for side in ("", "_engine", "_oracle")},

@@ -269,3 +269,20 @@ def test_replay_refuses_a_bad_programs_file_before_its_build(
     assert out.err == f"CANNOT RUN: {p}: cannot read the programs file ({why})\n"
     assert out.out == ""
     assert not (tmp_path / "out").exists()
+
+
+def test_every_step_field_a_handler_reads_is_in_the_schema() -> None:
+    """A field any gate module reads from a step (``step["x"]``,
+    ``step.get("x")``) is one the scenario schema admits, so a new op's field
+    cannot be refused in the shipped scenarios that use it."""
+    import re
+
+    from gate.schema import STEP_FIELDS
+
+    gate_dir = Path(__file__).resolve().parents[2] / "gate"
+    read = set()
+    for path in gate_dir.glob("*.py"):
+        read |= set(re.findall(r"\bstep(?:\.get\(|\[)\"([a-z_]+)\"",
+                               path.read_text(encoding="utf-8")))
+    assert read, "no step field found: the pattern no longer matches the code"
+    assert sorted(read - set(STEP_FIELDS)) == []

@@ -261,12 +261,17 @@ def read_reports(logs: Path) -> list[SanitizerReport]:
     return out
 
 
+def _split_run(during: str) -> tuple[str, str]:
+    """``NAME [BACKEND]`` as the child notes a run: (name, backend)."""
+    name, _, rest = during.partition(" [")
+    return name, rest.rstrip("]") or "engine"
+
+
 def report_check(r: SanitizerReport) -> dict[str, Any]:
     """The failed check of one report, as ``--json`` lists checks."""
-    name, _, rest = r.during.partition(" [")
-    backend = rest.rstrip("]") or "engine"
+    name, backend = _split_run(r.during)
     return {"scenario": name, "backend": backend, "check": "sanitizer",
-            "passed": False, "detail": f"during {r.during}: {r.line()}",
+            "passed": False, "detail": f"during {name}: {r.line()}",
             "expected": "no sanitizer report", "actual": r.line(),
             "first_frame": r.first_frame, "engine_frame": r.engine_frame,
             "report": r.text}
@@ -274,8 +279,9 @@ def report_check(r: SanitizerReport) -> dict[str, Any]:
 
 def print_report(r: SanitizerReport, max_lines: int = 40) -> None:
     """Print one report as a failed check line, the report's text under it."""
-    print(f"  FAIL  sanitizer [{report_check(r)['backend']}] during "
-          f"{r.during}: {r.line()}", flush=True)
+    check = report_check(r)
+    print(f"  FAIL  sanitizer [{check['backend']}] {check['detail']}",
+          flush=True)
     lines = [ln for ln in r.text.splitlines() if ln.strip()]
     for ln in lines[:max_lines]:
         print(f"        {ln}")
@@ -414,10 +420,11 @@ def _verdict(rc: int, reports: list[SanitizerReport], logs: Path,
             during = (logs / CURRENT).read_text(encoding="utf-8").strip()
         sig = signal.Signals(-rc).name if -rc in signal.valid_signals() \
             else str(-rc)
-        detail = f"during {during}: the sanitized replay was killed by {sig}"
-        print(f"  FAIL  sanitizer [engine] {detail}", flush=True)
-        checks.append({"scenario": during.partition(" [")[0],
-                       "backend": "engine", "check": f"killed by {sig}",
+        name, backend = _split_run(during)
+        detail = f"during {name}: the sanitized replay was killed by {sig}"
+        print(f"  FAIL  sanitizer [{backend}] {detail}", flush=True)
+        checks.append({"scenario": name, "backend": backend,
+                       "check": f"killed by {sig}",
                        "passed": False, "detail": detail,
                        "expected": "an end", "actual": sig})
     if checks:
@@ -430,7 +437,7 @@ def _verdict(rc: int, reports: list[SanitizerReport], logs: Path,
                       file=sys.stderr)
                 return EXIT_CANNOT_RUN
         first = reports[0] if reports else None
-        what = (f"a sanitizer report during {first.during} ({first.line()})"
+        what = (f"a sanitizer report {report_check(first)['detail']}"
                 if first else checks[0]["detail"])
         print(f"FAIL: {what}; {timing}", flush=True)
         return EXIT_FAIL

@@ -277,7 +277,7 @@ def report_check(r: SanitizerReport) -> dict[str, Any]:
             "report": r.text}
 
 
-def print_report(r: SanitizerReport, max_lines: int = 40) -> None:
+def print_report(r: SanitizerReport, max_lines: int = 16) -> None:
     """Print one report as a failed check line, the report's text under it."""
     check = report_check(r)
     print(f"  FAIL  sanitizer [{check['backend']}] {check['detail']}",

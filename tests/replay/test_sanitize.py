@@ -255,3 +255,32 @@ def test_ctrl_c_ends_the_parent_and_the_child_leaving_nothing(
     assert "Traceback" not in err
     assert group_members(p.pid) == []
     assert os.listdir(out) == []
+
+
+def test_the_mutation_run_replays_with_sanitize_and_reads_the_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """faults.mutants --sanitize replays so; a sanitizer check is a sanitizer kill."""
+    from faults.mutants import run as mrun
+
+    calls: list[list[str]] = []
+    report = {"checks": [{"scenario": "found-claim-wait-hit",
+                          "check": "sanitizer", "passed": False}]}
+
+    def fake_run(cmd: list[str], cwd: Path, timeout: float,
+                 env: object = None) -> tuple[int, str, str]:
+        calls.append(list(cmd))
+        if "--repin" in cmd:
+            return 0, "", ""
+        Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps(report))
+        return 1, "", ""
+
+    monkeypatch.setattr(mrun, "_run", fake_run)
+    stage = mrun._replay(ROOT, tmp_path, 60.0, 30.0, keep=False, sanitize=True)
+    assert calls[1][-1] == "--sanitize"
+    assert (stage.verdict, stage.caught_by) == (
+        "caught", ["found-claim-wait-hit: sanitizer"])
+    assert mrun.by_sanitizer(stage)
+    assert mrun._replay(ROOT, tmp_path, 60.0, 30.0, keep=False).caught_by == [
+        "found-claim-wait-hit: sanitizer"]
+    assert "--sanitize" not in calls[-1]
+    assert mrun.parser().parse_args(["--sanitize"]).sanitize is True

@@ -29,6 +29,7 @@ enum {
     XC_FAULT_EIO = 3,
     XC_FAULT_EINTR = 4,
     XC_FAULT_DELAY = 5,
+    XC_FAULT_STALL = 6,
 };
 typedef struct xc_fault xc_fault;
 int xc_fault_open(const xc_io *inner, xc_fault **out);
@@ -40,6 +41,10 @@ void xc_fault_disarm(xc_fault *f);
 uint64_t xc_fault_reads(const xc_fault *f);
 uint64_t xc_fault_fired(const xc_fault *f);
 int64_t xc_fault_open_handles(const xc_fault *f);
+void xc_fault_release(xc_fault *f);
+int xc_fault_await_stalled(xc_fault *f, uint64_t n, int64_t timeout_us);
+uint64_t xc_fault_stalled(const xc_fault *f);
+uint64_t xc_fault_stall_timeouts(const xc_fault *f);
 
 enum {
     XC_TH_SLOT_STATE = 1,
@@ -66,4 +71,18 @@ enum {
     XC_TH_ORDER = 22,
 };
 int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
+enum {
+    XC_TH_CROSS_FIRST = 100,
+    XC_TH_OWNER_RANGE = 100,
+    XC_TH_STREAM_OWNER = 101,
+    XC_TH_STREAM_ITEM = 102,
+    XC_TH_QUEUE_COUNT = 103,
+    XC_TH_QUEUE_ENTRY = 104,
+    XC_TH_LIST = 105,
+    XC_TH_POLICY_OWN = 106,
+    XC_TH_BUCKETS = 107,
+    XC_TH_HEAPS = 108,
+};
+int xc_testhook_break_cross(xc_cache *c, int what, int a, int b);
 int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
+int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes);

@@ -114,6 +114,26 @@ def use(path: str | os.PathLike[str]) -> ModuleType:
     return _module
 
 
+def bound() -> ModuleType | None:
+    """The extension in use, or None before its first use (nothing is loaded)."""
+    return _module
+
+
+def rebind(mod: ModuleType | None) -> None:
+    """Make ``mod`` the extension in use again, as :func:`bound` returned it.
+
+    None undoes every :func:`use`: the next call loads the default build
+    (``XC_ENGINE_LIB`` or the package's own), as on first use.  For an
+    in-process caller of the gate, which binds the package to the build it
+    made (``gate.build.load_engine``) and must give the caller's back.
+    """
+    global _module
+    _module = mod
+    for table in (slot_state_names, invariant_names, read_kind_names,
+                  trace_outcome_names, stats_fields, policy_table):
+        table.cache_clear()  # read again from the build now in use
+
+
 def module() -> ModuleType:
     """Return the loaded extension module, loading it on first use."""
     global _module

@@ -20,12 +20,20 @@ KINDS: dict[str, int] = {
     "eio": 3,      # the pread fails with EIO
     "eintr": 4,    # the pread fails with EINTR (the loop must retry)
     "delay": 5,    # sleep `arg` microseconds, then read normally
+    "stall": 6,    # block until release() (or disarm), at most `arg` us
 }
+
+#: The bound of a stall armed without one: it ends by itself after this.
+STALL_BOUND_US = 10_000_000
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One armed fault: which kind, at which matching read, for how long."""
+    """One armed fault: which kind, at which matching read, for how long.
+
+    ``arg`` is bytes for ``partial``, microseconds for ``delay`` and the
+    bound of a ``stall`` (0: :data:`STALL_BOUND_US`).
+    """
 
     kind: str
     nth: int = 1
@@ -67,14 +75,50 @@ class IOFaults:
                              f"{', '.join(KINDS)}")
         ffi = _lib.ffi()
         flt = fault.path_filter.encode() if fault.path_filter else ffi.NULL
+        arg = fault.arg or (STALL_BOUND_US if fault.kind == "stall" else 0)
         _lib.check(_lib.lib().xc_fault_arm(self._ptr, KINDS[fault.kind],
                                            fault.nth, int(fault.persistent),
-                                           fault.arg, flt))
+                                           arg, flt))
 
     def disarm(self) -> None:
-        """Let every read through unchanged."""
+        """Let every read through unchanged (a stalled one is let go)."""
         self._require_open()
         _lib.lib().xc_fault_disarm(self._ptr)
+
+    def release(self) -> None:
+        """Let every read stalled now go on and read (``stall`` faults)."""
+        self._require_open()
+        _lib.lib().xc_fault_release(self._ptr)
+
+    @property
+    def stalled(self) -> int:
+        """Preads blocked in a stall now: their reads have begun."""
+        self._require_open()
+        return int(_lib.lib().xc_fault_stalled(self._ptr))
+
+    @property
+    def stall_timeouts(self) -> int:
+        """Stalls that ended by their bound rather than a release."""
+        self._require_open()
+        return int(_lib.lib().xc_fault_stall_timeouts(self._ptr))
+
+    def await_stalled(self, n: int, timeout_s: float) -> bool:
+        """Wait at most ``timeout_s`` until ``n`` preads are stalled at once.
+
+        Waits in C in slices of 50 ms, so Ctrl-C still ends it.
+        """
+        import time  # noqa: PLC0415
+
+        self._require_open()
+        lib = _lib.lib()
+        end = time.monotonic() + timeout_s
+        while True:
+            left = end - time.monotonic()
+            if lib.xc_fault_await_stalled(self._ptr, n,
+                                          int(min(max(left, 0), 0.05) * 1e6)):
+                return True
+            if left <= 0:
+                return False
 
     @property
     def reads(self) -> int:

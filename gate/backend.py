@@ -116,7 +116,8 @@ class Pins(enum.Enum):
 class Fault(enum.Enum):
     """A fault the gate can put under a backend's reads or allocations."""
 
-    #: the pread injector (``inject``): eof, eio, eintr, partial, delay
+    #: the pread injector (``inject``): eof, eio, eintr, partial, delay,
+    #: stall (a read held under way until ``unstall``)
     IO = "io"
     #: a second injector behind the first (``"second": true``)
     IO_SECOND = "io_second"
@@ -439,6 +440,22 @@ class Backend(ABC):
 
     def await_reads(self, count: int, bound_s: float) -> None:
         """``op:concurrent``: wait until the first injector met ``count`` reads."""
+        raise NotImplementedError
+
+    def start_call(self, fn: Callable[..., Any], *args: Any) -> Pending:
+        """``op:concurrent``: ``fn(*args)`` started now, perhaps on another thread."""
+        raise NotImplementedError
+
+    def unstall(self) -> None:
+        """``op:concurrent``: let every read a ``stall`` fault holds go on."""
+        raise NotImplementedError
+
+    def reads_held(self) -> int:
+        """``op:concurrent``: how many reads a ``stall`` holds now (0: none)."""
+        raise NotImplementedError
+
+    def await_waiting(self, count: int, bound_s: float) -> None:
+        """``op:concurrent``: wait until ``count`` background calls wait for a read."""
         raise NotImplementedError
 
     def wait_hits(self) -> int | None:

@@ -22,6 +22,7 @@ the rest are here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,9 +215,7 @@ def _corrupt(run: Any, step: dict[str, Any]) -> None:
     from faults import corrupt  # noqa: PLC0415
     from gate import corruptions  # noqa: PLC0415
 
-    if run.backend is not None:
-        run.backend.close()
-        run.backend = None
+    run._close()
     shard = run.target.corrupt_shard
     if step["kind"] in corruptions.INDEX_KINDS:  # the index, not a shard
         shard = shard.with_name(corruptions.INDEX_NAME)
@@ -245,9 +244,7 @@ def _open_fault(run: Any, step: dict[str, Any]) -> None:
     until ``clear`` (it may open files later); one that failed is closed
     and the fault disarmed.
     """
-    if run.backend is not None:
-        run.backend.close()
-        run.backend = None
+    run._close()
     run.target.populate(run.scratch, run.private)
     run.make.inject_open(step)
     ok, backend = run._attempt(run.make, run.scratch)
@@ -276,6 +273,61 @@ def _truncate(run: Any, step: dict[str, Any]) -> None:
     at = max(0, min(step.get("at", 0), first.nbytes - 1))
     with open(path, "r+b") as f:
         f.truncate(first.offset + at)
+
+
+def _shard_in_place(run: Any, step: dict[str, Any]) -> Path:
+    """The shard holding the step's key's first bytes, a private copy."""
+    path = run.scratch / Path(run._first_piece(step["key"]).shard).name
+    if path.is_symlink():
+        raise CannotRun(f"scenario {run.sc['name']}: {path} would be "
+                        f"changed through a symlink by a {step['op']} step")
+    return path
+
+
+def _ctime_moved(path: Path, before: int) -> None:
+    """Make sure ``path``'s status change time is not ``before`` any more.
+
+    The kernel stamps it with a coarse clock, so a change made within the
+    same tick as the last one may leave it as it was; each ``utime`` (of
+    the times the file has now) moves it again, until it differs (bounded:
+    the clock ticks every few milliseconds).
+    """
+    import time  # noqa: PLC0415
+
+    end = time.monotonic() + 5.0
+    while os.stat(path).st_ctime_ns == before:
+        if time.monotonic() > end:
+            raise CannotRun(f"{path}: its ctime did not move within 5 s")
+        time.sleep(0.002)
+        st = os.stat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _touch(run: Any, step: dict[str, Any]) -> None:
+    """Move the mtime of the key's shard on by ``by_s`` seconds (default 1):
+    the same file, size and bytes, modified in place as far as stat says."""
+    path = _shard_in_place(run, step)
+    st = os.stat(path)
+    by = int(float(step.get("by_s", 1)) * 1e9)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + by))
+
+
+def _rewrite(run: Any, step: dict[str, Any]) -> None:
+    """Rewrite the key's first piece in place (every byte inverted): the same
+    file and size; with ``keep_mtime`` its mtime is put back afterwards
+    (``utime``), so only the ctime tells (docs/LAYOUT.md, faults F27)."""
+    first = run._first_piece(step["key"])
+    path = _shard_in_place(run, step)
+    st = os.stat(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        data = os.pread(fd, first.nbytes, first.offset)
+        os.pwrite(fd, bytes(255 - b for b in data), first.offset)
+    finally:
+        os.close(fd)
+    if step.get("keep_mtime"):
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    _ctime_moved(path, st.st_ctime_ns)
 
 
 def _trace(run: Any, step: dict[str, Any]) -> None:
@@ -315,11 +367,17 @@ OPS: dict[str, OpSpec] = {
     "open_fault": OpSpec(_open_fault, _open_fault_step, ("fault:open",)),
     "replace": OpSpec(_replace),
     "truncate": OpSpec(_truncate, _key_at),
+    "touch": OpSpec(_touch, _key_at),
+    "rewrite": OpSpec(_rewrite, _key_at),
     "background_get": OpSpec(race_ops.background_get, _keys, ("op:concurrent",)),
     "await_read": OpSpec(race_ops.await_read, None,
                          ("op:concurrent", "fault:io")),
     "waiting_get": OpSpec(race_ops.waiting_get, _keys, ("op:concurrent",)),
     "join": OpSpec(race_ops.join, None, ("op:concurrent",)),
+    "unstall": OpSpec(race_ops.unstall, None, ("op:concurrent", "fault:io")),
+    "await_waiting": OpSpec(race_ops.await_waiting, None, ("op:concurrent",)),
+    "background_next": OpSpec(race_ops.background_next, None,
+                              ("op:concurrent", "op:stream")),
     "hold": OpSpec(state_ops.hold, _keys_repeat, ("op:hold",)),
     "release": OpSpec(state_ops.release, None, ("op:hold",)),
     "release_copy": OpSpec(state_ops.release_copy, None, ("op:hold_copy",)),

@@ -62,8 +62,8 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     "traced": {"trace": True, "batch_threads": 1},
 }
 
-#: Counters the oracle does not model (time, page-cache origin, queue).
-_UNMODELLED = {"spec_adjusted_hits", "queue_fallbacks", "load_ns",
+#: Counters the oracle does not model (time, page-cache origin).
+_UNMODELLED = {"spec_adjusted_hits", "load_ns",
                "page_cache_loads", "page_cache_bytes", "device_loads",
                "device_bytes", "unknown_loads"}
 
@@ -328,6 +328,43 @@ class _Gen:
         self.add({"op": "replace", "then": "get"})
         self.add({"op": "get", "keys": self.keys(2)})
 
+    def op_held_read(self, rng: random.Random) -> None:
+        """A get whose read a stall holds (if it reads), the calls over its key
+        meanwhile, the release: checked once, after the join.
+
+        The key may be resident (the get then hits and reads nothing): the
+        wait ends either way (``or_ended``), and the stall is then replaced
+        by a harmless fault so that no later read meets it.
+        """
+        k = self.key()
+        steps: list[dict[str, Any]] = [
+            {"op": "inject", "fault": "stall", "nth": 1},
+            {"op": "background_get", "keys": [k]},
+            {"op": "await_read", "or_ended": True},
+            {"op": "inject", "fault": "delay", "nth": 1, "arg": 0},
+            {"op": "getmany", "keys": [k, *self.keys(self.k)][:self.k + 1]},
+            {"op": "background_get", "keys": [k]},
+            {"op": "await_waiting", "if_held": True},
+            {"op": "unstall"}, {"op": "join"}, {"op": "clear"}]
+        if rng.random() < 0.5:  # a prefetch instead: it skips the key too
+            steps[4] = {"op": "prefetch", "keys": steps[4]["keys"]}
+            if self.readers:  # its reads end (the held one is a get's)
+                steps.insert(5, {"op": "drain"})
+        for st in steps[:-1]:
+            st["then"] = "held"
+        for st in steps:
+            self.add(st)
+
+    def op_file_time(self, rng: random.Random) -> None:
+        """With verify: a shard's mtime moved alone, or rewritten in place
+        with its mtime put back, then gets (refused: changed)."""
+        k = self.key()
+        step: dict[str, Any] = ({"op": "touch", "key": k} if rng.random() < 0.5
+                                else {"op": "rewrite", "key": k,
+                                      "keep_mtime": True})
+        self.add({**step, "then": "get"})
+        self.add({"op": "get", "keys": [k, *self.keys(1)]})
+
 
 #: Operation -> weight in a program (sums need not be 100).
 _WEIGHTS: dict[str, int] = {
@@ -373,6 +410,14 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         gen.op_replace()
     elif tail < 0.55:
         gen.add({"op": "corrupt", "kind": rng.choice(CORRUPTIONS)})
+    else:  # no tail: perhaps a read held under way, a file changed in place
+        # (drawn from a generator of their own: the steps above stay as
+        # they were before these existed)
+        held = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/held")
+        if held.random() < 0.5:
+            gen.op_held_read(held)
+        if opts.get("verify") and held.random() < 0.5:
+            gen.op_file_time(held)
     return {
         "name": f"program-{target.ref}-{option_set}-{seed}",
         "title": f"generated program: seed {seed}, {target.ref}, "

@@ -37,13 +37,17 @@ from oracle.policies import POLICIES, choose_victim, make_queue_policy, parse_po
 from oracle.policies.lfru import lfru_sample, splitmix64
 
 __all__ = [
-    "EMPTY", "INFLIGHT", "READY", "ALIGN_BYTES", "POLICIES", "COUNTERS",
+    "EMPTY", "INFLIGHT", "READY", "UNDER_WAY", "ALIGN_BYTES", "POLICIES", "COUNTERS",
     "SPEC_COUNTERS",
     "stride_bytes", "splitmix64", "lfru_sample", "parse_policy", "choose_victim",
     "Ref", "SlotView", "CacheModel",
 ]
 
 EMPTY, INFLIGHT, READY = "EMPTY", "INFLIGHT", "READY"
+
+#: What a batch's ``read`` returns for a read it leaves under way: the slot
+#: stays INFLIGHT (stamped) until :meth:`CacheModel.end_read`.
+UNDER_WAY = "under_way"
 ALIGN_BYTES = 4096
 
 #: The counters of one window, in the order of docs/CACHE.md.
@@ -152,6 +156,10 @@ class CacheModel:
         self.n_policy_evictions = 0  # READY victims since open (LFRU's e)
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
+        #: reads held under way (:meth:`begin_read`): key id -> (slot, kind,
+        #: the counter window it was reserved in)
+        self._under_way: dict[int, tuple[int, str, int]] = {}
+        self._window = 0
 
     # -- keys -------------------------------------------------------------
     def key_id(self, layer: int, expert: int) -> int:
@@ -275,7 +283,8 @@ class CacheModel:
         key = self.key_id(layer, expert)  # (1) validate
         slot = self._index.get(key)  # (2) look up
         if slot is not None:
-            # (3) INFLIGHT cannot be met single-threaded: getmany completes.
+            # (3) INFLIGHT is met only under begin_read, whose caller must
+            # end it first (the engine's get waits for it)
             assert self._state[slot] == READY
             self._count_demand(key)
             self.counters["hits"] += 1
@@ -328,7 +337,9 @@ class CacheModel:
         ``failures`` maps keys to "short" or "io" to fail their reads; or
         ``read`` is called once for each key reserved, in reservation order
         after every reservation, and returns its read's failure (None, "short"
-        or "io"). Returns
+        or "io"), or :data:`UNDER_WAY` to leave the read under way (stamped
+        now, published by :meth:`end_read`, not counted in the return). A key
+        already under way is skipped untouched. Returns
         how many were published; fails only with ``Misuse`` (nothing changed).
         ``speculative`` counts the loads as speculative (see :meth:`prefetch`).
         """
@@ -352,6 +363,8 @@ class CacheModel:
                 if self._state[slot] == READY:
                     self._batch_protected.add(slot)
                     self._touch(slot)
+                else:
+                    self._skip_inflight(slot)
                 continue
             slot = self._victim()
             if slot is None:
@@ -364,6 +377,11 @@ class CacheModel:
         for slot, key in reserved:  # (2) read, (3) publish in order
             kind = (failures.get(self.key_of(key)) if read is None
                     else read(self.key_of(key)))
+            if kind == UNDER_WAY:  # held under way: stamped now, ends later
+                self._touch(slot)
+                self._under_way[key] = (slot, "spec" if speculative
+                                        else "prefetch", self._window)
+                continue
             if kind not in (None, "short", "io"):
                 raise ValueError("failure kinds are 'short' or 'io'")
             self.counters["io_bytes"] += self._io_bytes(key)
@@ -396,7 +414,9 @@ class CacheModel:
         """A stream without readers, run to its end: its held refs in yield order.
 
         docs/CACHE.md "stream": a key named twice is ``Misuse``; with fewer
-        than ``split_min_misses`` keys absent it is plain gets; else hits now,
+        than ``split_min_misses`` keys not READY it is plain gets; else a key
+        whose read is under way (:meth:`begin_read`) is left out, for the
+        caller to ``get`` once that read ended (step 4), and hits now,
         misses reserved and stamped now, the consumer's reads published in the
         order given (so every *insert* follows every reservation, in stamp
         order: the order the engine tells its policy, whatever order its reads
@@ -406,14 +426,18 @@ class CacheModel:
         ids = [self.key_id(layer, expert) for layer, expert in keys]
         if len(set(ids)) != len(ids):
             raise Misuse("stream: a key is named twice")
-        if sum(k not in self._index for k in ids) < max(1, split_min_misses):
+        if sum(k not in self._index or self._state[self._index[k]] != READY
+               for k in ids) < max(1, split_min_misses):
             return [self.get(*k) for k in keys]
         refs: list[Ref] = []
         reads: list[tuple[int, int, int]] = []
         deferred: list[tuple[int, int]] = []
         for (layer, expert), key in zip(keys, ids, strict=True):
-            if key in self._index:  # READY: nothing is in flight here
-                refs.append(self.get(layer, expert))
+            if key in self._index:
+                if self._state[self._index[key]] == READY:
+                    refs.append(self.get(layer, expert))
+                # else held under way (begin_read): left for the caller to
+                # get once that read ends (stream step 4), nothing counted
                 continue
             slot = self._reserve_miss(key)
             if slot is None:
@@ -550,6 +574,81 @@ class CacheModel:
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         self._mark = [False] * self.n_slots
         self._spec = [False] * self.n_slots
+        self._window += 1  # a read under way now counts in no window
+
+    # -- reads held under way ---------------------------------------------
+    def _skip_inflight(self, slot: int) -> None:
+        """A batch met a key whose read is under way (a hook: nothing here)."""
+
+    def begin_read(self, layer: int, expert: int) -> None:
+        """A demand miss whose read stays under way until :meth:`end_read`.
+
+        ``get`` steps 1 and 4 (validated, victim chosen, counted as a request
+        and a miss, evictions as usual); the slot stays INFLIGHT with the
+        key: a batch skips it untouched, a stream leaves it for later, and
+        a ``get`` or ``hold_layer`` of it must wait for :meth:`end_read` (the
+        caller's business: the model is single-threaded).  The key must be
+        absent (``Misuse``); no slot is ``AllPinned`` with nothing changed.
+        """
+        key = self.key_id(layer, expert)
+        if key in self._index:
+            raise Misuse(f"begin_read: (layer {layer}, expert {expert}) is "
+                         "resident or in flight already")
+        slot = self._reserve_miss(key)
+        if slot is None:
+            raise AllPinned(f"no slot for (layer {layer}, expert {expert}): "
+                            f"all {self.n_slots} are held, pinned or in flight")
+        self._under_way[key] = (slot, "get", self._window)
+
+    def in_flight(self, layer: int, expert: int) -> bool:
+        """Whether the key's read is under way (:meth:`begin_read`, or a
+        batch read ``read`` left under way)."""
+        return self.key_id(layer, expert) in self._under_way
+
+    def end_read(self, layer: int, expert: int, fail: str | None = None
+                 ) -> Ref | None:
+        """End a read left under way: publish it, or fail it (``fail``).
+
+        A demand read publishes as ``get`` step 6 (touched now, ``freq`` 1,
+        held: the returned Ref) or fails as there (raised); a batch read
+        publishes as a read-ahead publish (keeping the tick stamped at its
+        reservation, ``freq`` 0, its mark) or fails quietly (None).  A read
+        reserved before a ``reset_stats`` counts in no window: no bytes, no
+        load, no failure and no mark in the new one (docs/CACHE.md
+        "reset_stats").
+        """
+        if fail not in (None, "short", "io"):
+            raise ValueError(f"fail must be None, 'short' or 'io', not {fail!r}")
+        key = self.key_id(layer, expert)
+        if key not in self._under_way:
+            raise Misuse(f"end_read: no read of (layer {layer}, expert "
+                         f"{expert}) is under way")
+        slot, kind, window = self._under_way.pop(key)
+        counted = window == self._window
+        if counted:
+            self.counters["io_bytes"] += self._io_bytes(key)
+        if fail is not None:
+            saved = dict(self.counters)
+            self._fail(slot, fail)
+            if not counted:
+                self.counters = saved
+            if kind == "get":
+                cls = ShortRead if fail == "short" else IOFailure
+                raise cls(f"load of (layer {layer}, expert {expert}) failed: "
+                          f"{fail}", layer, expert)
+            return None
+        self._publish(slot, 1 if kind == "get" else 0)
+        if counted:
+            self.counters["payload_bytes"] += self.expert_bytes
+        if kind == "get":
+            return self._hold(slot, layer, expert)
+        if counted and kind == "spec":
+            self._spec[slot] = True
+            self.spec_counters["spec_loads"] += 1
+        elif counted:
+            self._mark[slot] = True
+            self.counters["prefetch_loads"] += 1
+        return None
 
     # -- observation ------------------------------------------------------
     def stats(self) -> dict[str, float]:

@@ -11,7 +11,10 @@ fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
  5. ``json``              the header is not strict JSON (offset: where the
                           parser stopped, else 8). Python's ``json`` accepts
                           ``NaN``/``Infinity`` and lone surrogate escapes; this
-                          reader does not, because JSON does not.
+                          reader does not, because JSON does not. Nor does it
+                          accept nesting past level 127 (offset: the first
+                          bracket at level 128), as the official reader's
+                          serde_json does not.
  6. entries, in document order, each checked for
     ``duplicate`` (a name seen before, ``__metadata__`` included, or a key
     given twice inside ``__metadata__``), then ``schema`` (the top level is
@@ -35,14 +38,16 @@ fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
 A folder is read through ``model.safetensors.index.json`` (or is a single
 ``*.safetensors`` file). An index file is UTF-8 (``not_utf8``, offset: the
 first bad byte of the index) and strict JSON (``json``, offset: where the
-parser stopped); then it is checked with kind ``index`` (offset ``None``): an
+parser stopped); then it is checked with kind ``index`` (offset ``None``;
+0 for an index file above 100,000,000 bytes, refused before it is read): an
 object with ``weight_map`` (name -> shard file name) and ``metadata`` null or
 an object whose ``total_size``, if present, is an unsigned int; every named
 shard exists in the folder; each shard
 is valid; every mapped tensor is in the shard the map names and every tensor
 of a shard is mapped to that shard; ``total_size``, if given, is the sum of
 tensor bytes.
-Stray files in the folder are ignored; several shards and no index is an error.
+Stray files in the folder are ignored; several shards and no index is an error,
+no shard and no index :class:`~oracle.errors.NotFound`.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from oracle.errors import NotFound, OracleFormatError
 from oracle.regular import open_regular, read_regular
@@ -192,19 +199,73 @@ def _checked_number(text: str) -> object:
     return float(text) if any(c in text for c in ".eE") else int(text)
 
 
+#: The deepest nesting level the official reader accepts: serde_json's
+#: recursion limit, 128, refuses the 128th level (the top-level value's
+#: bracket is level 1).
+MAX_LEVEL = 127
+
+
+def _backslashes_before(raw: np.ndarray, q: int) -> int:
+    """How many backslashes end ``raw[:q]``."""
+    k = q - 1
+    while k >= 0 and raw[k] == ord("\\"):
+        k -= 1
+    return q - 1 - k
+
+
+def _too_deep(text: str) -> int:
+    """The character position of the first bracket at a level past MAX_LEVEL, or -1.
+
+    Brackets inside strings do not count (a quote ends a string unless an
+    odd run of backslashes precedes it).  One numpy pass over the bytes: a
+    header of 21,504 entries costs milliseconds.
+    """
+    if text.count("[") + text.count("{") <= MAX_LEVEL:
+        return -1
+    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    quotes = np.flatnonzero(raw == ord('"'))
+    escaped = [q for q in quotes[(quotes > 0) & (raw[quotes - 1] == ord("\\"))]
+               .tolist() if _backslashes_before(raw, q) % 2]
+    if escaped:
+        quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
+    opens = (raw == ord("[")) | (raw == ord("{"))
+    closes = (raw == ord("]")) | (raw == ord("}"))
+    at = np.flatnonzero(opens | closes)
+    outside = np.searchsorted(quotes, at) % 2 == 0  # an even count of quotes before
+    at = at[outside]
+    level = np.cumsum(np.where(opens[at], 1, -1))
+    deep = np.flatnonzero(level > MAX_LEVEL)
+    if deep.size == 0:
+        return -1
+    return len(bytes(raw[:at[deep[0]]]).decode("utf-8"))
+
+
 def _strict_json(text: str) -> object:
     """Parse strict JSON; objects come back as ``{"\\0pairs": [(k, v), ...]}``.
 
-    Raises ``_JsonError`` with a character position (or -1) on failure.
+    Raises ``_JsonError`` with a character position (or -1) on failure: the
+    first of a syntax error and a bracket past :data:`MAX_LEVEL`.
     """
+    deep = _too_deep(text)
     try:
-        return json.loads(text, object_pairs_hook=_pairs,
-                          parse_constant=_reject_constant,
-                          parse_float=_checked_number, parse_int=_checked_number)
+        doc = json.loads(text, object_pairs_hook=_pairs,
+                         parse_constant=_reject_constant,
+                         parse_float=_checked_number, parse_int=_checked_number)
     except json.JSONDecodeError as exc:
+        if 0 <= deep < exc.pos:
+            raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep) from None
         raise _JsonError(exc.msg, exc.pos) from None
+    except _JsonError as exc:
+        if deep >= 0:
+            raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep) from None
+        raise exc from None
     except RecursionError:
+        if deep >= 0:
+            raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep) from None
         raise _JsonError("nesting too deep", -1) from None
+    if deep >= 0:
+        raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep)
+    return doc
 
 
 def _is_uint(value: object) -> bool:
@@ -372,6 +433,10 @@ def _index_error(path: Path, detail: str) -> OracleFormatError:
 
 def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     """Validate an index and its shards: tensors, shard and index metadata."""
+    size = os.stat(index).st_size
+    if size > MAX_HEADER_BYTES:  # before a byte is read (docs/DESIGN.md §3)
+        raise OracleFormatError("index", 0, str(index), f"the index is {size} "
+                                f"bytes, above the limit of {MAX_HEADER_BYTES}")
     raw = read_regular(index)
     try:
         text = raw.decode("utf-8")
@@ -456,6 +521,9 @@ class Container:
                 p = p / INDEX_NAME
             else:
                 files = sorted(p.glob("*.safetensors"))
+                if not files:  # docs/DESIGN.md §3: none is NOT_FOUND
+                    raise NotFound(f"{p}: the folder holds no .safetensors file "
+                                   f"and no {INDEX_NAME}")
                 if len(files) != 1:
                     raise _index_error(p, f"{len(files)} safetensors files and no "
                                        f"{INDEX_NAME}")

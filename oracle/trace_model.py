@@ -21,8 +21,8 @@ The rules, from the format's description:
 The model reaches every decision through the same few steps (``_count_demand``
 for demand, ``_touch`` and ``_victim`` inside a batch's reserve pass), so the
 records are taken there and cannot drift from the model's own choices.
-Nothing is ever in flight in the model, so ``inflight`` never occurs, and
-``wait_hit`` only when the caller says so: a get that, in the engine,
+A batch key whose read is under way (``begin_read``) is ``inflight``, and
+``wait_hit`` occurs only when the caller says so: a get that, in the engine,
 claims a stream's reservation nobody has read yet reads it and then hits as
 after a wait (docs/CACHE.md "Claiming"); the caller sets ``wait_next``
 before that get.
@@ -80,6 +80,11 @@ class TracingCacheModel(CacheModel):
         if self._decisions is not None:
             self._decisions.append(RESIDENT)
         super()._touch(slot)
+
+    def _skip_inflight(self, slot: int) -> None:
+        if self._decisions is not None:
+            self._decisions.append(_INFLIGHT)
+        super()._skip_inflight(slot)
 
     def _victim(self) -> int | None:
         slot = super()._victim()

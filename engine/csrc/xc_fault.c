@@ -15,9 +15,18 @@
  * the nth and every later one (persistent).  The decision is taken under a
  * mutex; the forwarded read and any delay happen outside it, so concurrent
  * readers are serialised only for the bookkeeping.
+ *
+ * A *stall* (XC_FAULT_STALL) is the one fault that waits for the test: the
+ * pread that meets it blocks, before it reads, until xc_fault_release (or a
+ * disarm) lets it go, or its bound of arg microseconds passes -- so a test
+ * holds a chosen read under way for exactly as long as it needs, without
+ * sleeping, and a stall nobody releases still ends.  xc_fault_stalled says
+ * how many preads are blocked now: the test knows the read has begun (its
+ * slot reserved, INFLIGHT) before it makes the call that races it.
  */
 #include "xc_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
@@ -43,6 +52,11 @@ struct xc_fault {
     char *filter;         /* NULL = every file */
     uint64_t reads;       /* matching preads since arming */
     uint64_t fired;
+    /* stalls (XC_FAULT_STALL) */
+    pthread_cond_t stall_cv;  /* signalled when the release epoch moves */
+    uint64_t stall_epoch;     /* moved by every release and disarm */
+    uint64_t n_stalled;       /* preads blocked in a stall now */
+    uint64_t stall_timeouts;  /* stalls that ended by their bound */
 };
 
 /* Path of handle h, or NULL; caller holds f->mu. */
@@ -116,6 +130,39 @@ static int meets_fault(xc_fault *f, int64_t handle)
     return 0;
 }
 
+/* The CLOCK_MONOTONIC time us microseconds (>= 0) from now. */
+static struct timespec deadline(int64_t us)
+{
+    struct timespec end;
+    assert(us >= 0);
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += (time_t)(us / 1000000);
+    end.tv_nsec += (long)(us % 1000000) * 1000;
+    if (end.tv_nsec >= 1000000000L) {
+        end.tv_sec++;
+        end.tv_nsec -= 1000000000L;
+    }
+    return end;
+}
+
+/* Blocks the calling pread (f->mu held, and held again on return) until the
+ * release epoch moves or bound_us microseconds pass. */
+static void stall(xc_fault *f, int64_t bound_us)
+{
+    struct timespec end = deadline(bound_us);
+    uint64_t epoch = f->stall_epoch;
+    assert(bound_us > 0);
+    f->n_stalled++;
+    pthread_cond_broadcast(&f->stall_cv); /* a waiter for the count */
+    while (f->stall_epoch == epoch)
+        if (pthread_cond_timedwait(&f->stall_cv, &f->mu, &end) == ETIMEDOUT) {
+            if (f->stall_epoch == epoch)
+                f->stall_timeouts++;
+            break;
+        }
+    f->n_stalled--;
+}
+
 static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
                            uint64_t offset)
 {
@@ -127,6 +174,8 @@ static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
         kind = f->kind;
         arg = f->arg;
     }
+    if (kind == XC_FAULT_STALL)
+        stall(f, arg); /* then read normally */
     pthread_mutex_unlock(&f->mu);
     switch (kind) {
     case XC_FAULT_PARTIAL:
@@ -188,6 +237,22 @@ int xc_fault_open(const xc_io *inner, xc_fault **out)
     f->vt.size = fault_size;
     f->vt.close = fault_close;
     f->vt.ctx = f;
+    {
+        pthread_condattr_t ca;
+        int rc = pthread_condattr_init(&ca);
+        if (rc == 0) {
+            rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+            if (rc == 0)
+                rc = pthread_cond_init(&f->stall_cv, &ca);
+            pthread_condattr_destroy(&ca);
+        }
+        if (rc != 0) {
+            xc_free(f);
+            return xc_fail(XC_E_NOMEM, -1, -1, -1, "fault injector: its "
+                           "stall condition could not be made (%s)",
+                           strerror(rc));
+        }
+    }
     pthread_mutex_init(&f->mu, NULL);
     *out = f;
     return XC_OK;
@@ -201,6 +266,7 @@ void xc_fault_close(xc_fault *f)
         xc_free(f->handles[i].path);
     xc_free(f->handles);
     xc_free(f->filter);
+    pthread_cond_destroy(&f->stall_cv);
     pthread_mutex_destroy(&f->mu);
     xc_free(f);
 }
@@ -211,10 +277,10 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
                  int64_t arg, const char *path_filter)
 {
     char *filter = NULL;
-    if (kind < XC_FAULT_PARTIAL || kind > XC_FAULT_DELAY)
+    if (kind < XC_FAULT_PARTIAL || kind > XC_FAULT_STALL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "unknown fault kind %d (valid: 1 partial, 2 eof, "
-                       "3 eio, 4 eintr, 5 delay)", kind);
+                       "3 eio, 4 eintr, 5 delay, 6 stall)", kind);
     if (nth == 0)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "fault countdown must start at 1, not 0");
@@ -222,6 +288,9 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "fault argument must not be negative (got %lld)",
                        (long long)arg);
+    if (kind == XC_FAULT_STALL && arg == 0)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "a stall needs its bound: arg microseconds above 0");
     if (path_filter != NULL && path_filter[0] != '\0') {
         filter = xc_strdup(path_filter);
         if (filter == NULL)
@@ -247,7 +316,50 @@ void xc_fault_disarm(xc_fault *f)
     f->kind = XC_FAULT_NONE;
     xc_free(f->filter);
     f->filter = NULL;
+    f->stall_epoch++; /* disarming lets every stalled read go */
+    pthread_cond_broadcast(&f->stall_cv);
     pthread_mutex_unlock(&f->mu);
+}
+
+void xc_fault_release(xc_fault *f)
+{
+    assert(f != NULL);
+    pthread_mutex_lock(&f->mu);
+    f->stall_epoch++;
+    pthread_cond_broadcast(&f->stall_cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+int xc_fault_await_stalled(xc_fault *f, uint64_t n, int64_t timeout_us)
+{
+    struct timespec end = deadline(timeout_us > 0 ? timeout_us : 0);
+    int met;
+    assert(f != NULL);
+    pthread_mutex_lock(&f->mu);
+    while (f->n_stalled < n && timeout_us > 0)
+        if (pthread_cond_timedwait(&f->stall_cv, &f->mu, &end) == ETIMEDOUT)
+            break;
+    met = f->n_stalled >= n;
+    pthread_mutex_unlock(&f->mu);
+    return met;
+}
+
+uint64_t xc_fault_stalled(const xc_fault *f)
+{
+    uint64_t n;
+    pthread_mutex_lock((pthread_mutex_t *)&f->mu);
+    n = f->n_stalled;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->mu);
+    return n;
+}
+
+uint64_t xc_fault_stall_timeouts(const xc_fault *f)
+{
+    uint64_t n;
+    pthread_mutex_lock((pthread_mutex_t *)&f->mu);
+    n = f->stall_timeouts;
+    pthread_mutex_unlock((pthread_mutex_t *)&f->mu);
+    return n;
 }
 
 uint64_t xc_fault_reads(const xc_fault *f)

@@ -139,6 +139,16 @@ static int malformed_value(const xj *j, size_t at)
     return xj_skip(&probe, 2);
 }
 
+/* As malformed_value, for a value held by a container at level depth (the
+ * top-level object is 1; malformed_value's values are held at 2, an
+ * entry's fields): xj_skip counts the value's own brackets from there. */
+static int malformed_at_level(const xj *j, size_t at, int depth)
+{
+    xj probe = *j;
+    probe.pos = at;
+    return xj_skip(&probe, depth);
+}
+
 static int parse_metadata(st_parse *p)
 {
     xj *j = &p->j;
@@ -149,7 +159,7 @@ static int parse_metadata(st_parse *p)
     if (xj_peek(j) == 'n') /* null: the official reader's Option::None */
         return xj_skip(j, 1);
     if (xj_peek(j) != '{')
-        return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+        return malformed_at_level(j, j->pos, 1) ? XC_E_FORMAT_JSON
                : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
                          "__metadata__ must be an object of strings");
     j->pos++;
@@ -216,6 +226,18 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
             return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos,
                            "tensor \"%.200s\": %s has more than %d entries",
                            name, field, max);
+        /* An element is held at level 3 (xj_uint probes another type as
+         * a value held at 2, an entry's field): a nested one is probed and
+         * refused here, at its own level (a second probe would meet the
+         * strings the first decoded in place). */
+        if (xj_peek(j) == '[' || xj_peek(j) == '{') {
+            int c = xj_peek(j);
+            if ((rc = malformed_at_level(j, j->pos, 3)) != XC_OK)
+                return rc;
+            return xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "%s must be a "
+                           "non-negative integer, found %s", what,
+                           c == '[' ? "an array" : "an object");
+        }
         if ((rc = xj_uint(j, limit, XC_E_FORMAT_SCHEMA, what, &v[n])) !=
             XC_OK)
             return rc;
@@ -345,7 +367,7 @@ static int parse_entry(st_parse *p, st_tensor *t)
     if (parse_entry_fast(p, t, dims, &nd, offs))
         goto parsed;
     if (xj_peek(j) != '{')
-        return malformed_value(j, j->pos) ? XC_E_FORMAT_JSON
+        return malformed_at_level(j, j->pos, 1) ? XC_E_FORMAT_JSON
                : xj_fail(j, XC_E_FORMAT_SCHEMA, j->pos, "tensor \"%.200s\": "
                        "expected an object with dtype, shape and "
                        "data_offsets", name);

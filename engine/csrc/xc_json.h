@@ -19,7 +19,12 @@
 #include "xc_internal.h"
 
 #define XJ_PAD 16
-#define XJ_MAX_DEPTH 128 /* serde_json's recursion limit; a header needs 3 */
+/* The deepest nesting level accepted, the top-level value's bracket being
+ * level 1: serde_json's recursion limit is 128 and refuses the 128th level
+ * (the official reader, measured: an entry's field nested 126 deep, level
+ * 128, is "recursion limit exceeded").  xj_skip(j, depth) is given the
+ * level of the container holding the value.  A header needs 3. */
+#define XJ_MAX_DEPTH 127
 
 typedef struct xj {
     char *buf;         /* len bytes of JSON, then XJ_PAD zero bytes */

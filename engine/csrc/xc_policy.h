@@ -189,4 +189,32 @@ static inline int xc_policy_check_nop(const xc_policy *p)
  * test hooks). */
 const xc_hset *xc_policy_hotness_set(const xc_policy *p);
 
+/* TEST HOOKS ONLY (xc_testhooks_check.c): pointers into a policy's private
+ * state, so that the test hook can break each thing the policy's check()
+ * tests.  Each policy with private state appends its filler
+ * xc_policy_<name>_test_view to its file; fields a policy lacks stay NULL
+ * or 0.  Never used by the cache itself. */
+typedef struct xc_ptest {
+    xc_klinks *kl;         /* the link set of its key lists, or NULL */
+    xc_klist *lists;       /* its key lists (n_lists), lists[i] marked
+                            * list_mark + i */
+    size_t n_lists;
+    uint8_t list_mark;
+    uint8_t *mark;         /* per key: on (lru, fifo) or where (arc, s3fifo) */
+    uint8_t mark_none;     /* the mark of a key on no list */
+    uint64_t *tick;        /* per key: the order the list keeps, or NULL */
+    double *arc_p;         /* arc's target size of T1 */
+    size_t *g_cap;         /* s3fifo's ghost capacity */
+    uint64_t *to_halve;    /* hotness: requests to the next halving */
+    uint8_t *held;         /* hotness: per key, inserted and not evicted */
+    xc_hset *hset;         /* hotness's buckets */
+    xc_bset *bset;         /* lfu's buckets */
+} xc_ptest;
+void xc_policy_lru_test_view(xc_policy *p, xc_ptest *out);
+void xc_policy_fifo_test_view(xc_policy *p, xc_ptest *out);
+void xc_policy_lfu_test_view(xc_policy *p, xc_ptest *out);
+void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out);
+void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out);
+void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out);
+
 #endif /* XC_POLICY_H */

@@ -238,3 +238,17 @@ const xc_policy_ops xc_policy_arc_ops = {
     arc_on_hit, arc_on_insert, arc_on_evict, arc_check, XC_POLICY_ORDER_NONE,
     1, xc_policy_row_nop, 0,
 };
+
+/* TEST HOOKS ONLY (xc_policy.h): the state arc_check tests. */
+void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out)
+{
+    arc *a = p->priv;
+    *out = (xc_ptest){0};
+    out->kl = &a->kl;
+    out->lists = &a->l[W_T1];
+    out->n_lists = 4;
+    out->list_mark = W_T1;
+    out->mark = a->where;
+    out->mark_none = W_NONE;
+    out->arc_p = &a->p;
+}

@@ -102,3 +102,17 @@ const xc_policy_ops xc_policy_fifo_ops = {
     xc_policy_nop, xc_policy_row_nop, fifo_on_insert, fifo_on_evict,
     fifo_check, XC_POLICY_ORDER_INSERT, 0, xc_policy_row_nop, 0,
 };
+
+/* TEST HOOKS ONLY (xc_policy.h): the state fifo_check tests. */
+void xc_policy_fifo_test_view(xc_policy *p, xc_ptest *out)
+{
+    fifo *s = p->priv;
+    *out = (xc_ptest){0};
+    out->kl = &s->kl;
+    out->lists = &s->q;
+    out->n_lists = 1;
+    out->list_mark = 1;
+    out->mark = s->on;
+    out->mark_none = 0;
+    out->tick = s->tick;
+}

@@ -159,3 +159,13 @@ const xc_hset *xc_policy_hotness_set(const xc_policy *p)
     return p->ops == &xc_policy_hotness_ops ? &((const hot *)p->priv)->bs
                                             : NULL;
 }
+
+/* TEST HOOKS ONLY (xc_policy.h): the state hot_check tests. */
+void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out)
+{
+    hot *h = p->priv;
+    *out = (xc_ptest){0};
+    out->to_halve = &h->to_halve;
+    out->held = h->held;
+    out->hset = &h->bs;
+}

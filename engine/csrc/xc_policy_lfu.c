@@ -62,3 +62,10 @@ const xc_policy_ops xc_policy_lfu_ops = {
     xc_policy_nop, lfu_place, lfu_place, lfu_on_evict,
     lfu_check, XC_POLICY_ORDER_NONE, 0, lfu_place, 0,
 };
+
+/* TEST HOOKS ONLY (xc_policy.h): the state lfu_check tests. */
+void xc_policy_lfu_test_view(xc_policy *p, xc_ptest *out)
+{
+    *out = (xc_ptest){0};
+    out->bset = p->priv;
+}

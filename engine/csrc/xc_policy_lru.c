@@ -101,3 +101,17 @@ const xc_policy_ops xc_policy_lru_ops = {
     xc_policy_nop, lru_place, lru_place, lru_on_evict,
     lru_check, XC_POLICY_ORDER_LAST_USE, 0, lru_place, 0,
 };
+
+/* TEST HOOKS ONLY (xc_policy.h): the state lru_check tests. */
+void xc_policy_lru_test_view(xc_policy *p, xc_ptest *out)
+{
+    lru *s = p->priv;
+    *out = (xc_ptest){0};
+    out->kl = &s->kl;
+    out->lists = &s->q;
+    out->n_lists = 1;
+    out->list_mark = 1;
+    out->mark = s->on;
+    out->mark_none = 0;
+    out->tick = s->tick;
+}

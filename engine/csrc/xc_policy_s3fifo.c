@@ -291,3 +291,17 @@ const xc_policy_ops xc_policy_s3fifo_ops = {
     s3_fini, s3_to_evict, s3_on_request, s3_on_hit, s3_on_insert,
     s3_on_evict, s3_check, XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop, 0,
 };
+
+/* TEST HOOKS ONLY (xc_policy.h): the state s3_check tests. */
+void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out)
+{
+    s3 *q = p->priv;
+    *out = (xc_ptest){0};
+    out->kl = &q->kl;
+    out->lists = &q->q[W_S];
+    out->n_lists = 3;
+    out->list_mark = W_S;
+    out->mark = q->where;
+    out->mark_none = W_NONE;
+    out->g_cap = &q->g_cap;
+}

@@ -128,6 +128,9 @@ enum {
     XC_FAULT_EIO = 3,     /* fail with -EIO */
     XC_FAULT_EINTR = 4,   /* fail with -EINTR (the read loop must retry) */
     XC_FAULT_DELAY = 5,   /* sleep arg microseconds, then read normally */
+    XC_FAULT_STALL = 6,   /* block until xc_fault_release or a disarm, or
+                           * at most arg microseconds (> 0), then read
+                           * normally: a read held under way */
 };
 
 typedef struct xc_fault xc_fault;
@@ -147,12 +150,30 @@ const xc_io *xc_fault_io(const xc_fault *f);
  * transient or persistent, arg (bytes for PARTIAL, microseconds for DELAY),
  * and path_filter: only reads of files whose opened path contains this
  * substring match (NULL or "" = every file).  Replaces any earlier arming
- * and restarts the count.  XC_E_MISUSE for an unknown kind or nth == 0. */
+ * and restarts the count (a read stalled now stays stalled until released
+ * or its bound).  XC_E_MISUSE, nothing changed, for an unknown kind,
+ * nth == 0, a negative arg, or a stall without its bound (arg 0). */
 int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
                  int64_t arg, const char *path_filter);
 
-/* Disarms; reads pass through unchanged.  Cannot fail. */
+/* Disarms; reads pass through unchanged, and every read stalled now is let
+ * go (as xc_fault_release).  Cannot fail. */
 void xc_fault_disarm(xc_fault *f);
+
+/* Stalls (XC_FAULT_STALL).  xc_fault_release lets every pread stalled now
+ * go on to read; a pread that meets the stall later blocks again (a
+ * persistent or later-nth arming).  Cannot fail.  xc_fault_await_stalled
+ * waits at most timeout_us microseconds (0: not at all) until at least n
+ * preads are stalled at once, and returns 1 if they are, else 0; it blocks
+ * nothing else, and a caller that must stay interruptible (Python's
+ * Ctrl-C) calls it in short slices.  xc_fault_stalled is the number of
+ * preads stalled now, xc_fault_stall_timeouts the number of stalls that
+ * ended by their bound rather than a release (since the injector opened).
+ * None can fail. */
+void xc_fault_release(xc_fault *f);
+int xc_fault_await_stalled(xc_fault *f, uint64_t n, int64_t timeout_us);
+uint64_t xc_fault_stalled(const xc_fault *f);
+uint64_t xc_fault_stall_timeouts(const xc_fault *f);
 
 /* Matching preads seen since arming, and how many met the fault. */
 uint64_t xc_fault_reads(const xc_fault *f);
@@ -206,6 +227,42 @@ int xc_testhook_break_check(xc_cache *c, int what, int a, int b);
  * nothing written, for a NULL cache or out, or a policy that is not
  * hotness. */
 int xc_testhook_halving_work(xc_cache *c, uint64_t *out);
+
+/* For the test suite only.  The address (*addr) and size (*bytes) of the
+ * condition every call waiting for a read under way blocks on, so that a
+ * test can tell a thread blocked there (its futex word lies inside) from
+ * one not there yet (xc_testhooks.c).  XC_E_MISUSE, nothing written, for
+ * a NULL argument; cannot fail otherwise, and changes nothing. */
+int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes);
+
+/* TEST HOOKS ONLY to the end (xc_testhooks_check.c) ----------------- */
+/* ------------------------------------------------------------------ */
+/* Test hook: check()'s cross-checks                                  */
+/* ------------------------------------------------------------------ */
+
+/* For the test suite only; never call from production code.  The same
+ * contract as xc_testhook_break_check for the breaks below, which reach
+ * the tests check() makes beyond one field per invariant: the owners of
+ * reads under way against the open streams and the read-ahead ring, a
+ * stream's items, the ring's counts and entries, and the policy's check()
+ * (its own counts and the key lists, buckets and heap buckets of
+ * xc_order.h).  a names a slot, b the variant (xc_testhooks_check.c says
+ * which test each makes fail).  XC_E_MISUSE, nothing changed, when the
+ * cache lacks the structure the break needs.  Needs io_threads = 0 and no
+ * other thread using the cache. */
+enum {
+    XC_TH_CROSS_FIRST = 100,
+    XC_TH_OWNER_RANGE = 100,
+    XC_TH_STREAM_OWNER = 101,
+    XC_TH_STREAM_ITEM = 102,
+    XC_TH_QUEUE_COUNT = 103,
+    XC_TH_QUEUE_ENTRY = 104,
+    XC_TH_LIST = 105,
+    XC_TH_POLICY_OWN = 106,
+    XC_TH_BUCKETS = 107,
+    XC_TH_HEAPS = 108,
+};
+int xc_testhook_break_cross(xc_cache *c, int what, int a, int b);
 
 #ifdef __cplusplus
 }

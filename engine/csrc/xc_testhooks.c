@@ -286,3 +286,26 @@ int xc_testhook_halving_work(xc_cache *c, uint64_t *out)
                        c->pol.ops->name);
     return XC_OK;
 }
+
+/* ------------------------------------------------------------------ */
+/* Where a call waiting for a read under way blocks (the gate's stalls) */
+/* ------------------------------------------------------------------ */
+
+/* Every call that waits for another thread's read -- a get of a key in
+ * flight, a stream's next over a key another read holds, hold_layer, a
+ * stream's end, drain -- blocks on one condition, c->ended.  A test that
+ * holds a read under way (a stall, xc_fault.c) and makes such a call on a
+ * thread of its own needs to know the call has got there before it lets
+ * the read go, or the call may find the read ended and never wait: so it
+ * asks the kernel where that thread is blocked (Linux:
+ * /proc/self/task/TID/syscall names the futex word) and compares it with
+ * the span this returns.  Changes nothing. */
+int xc_testhook_wait_span(const xc_cache *c, uint64_t *addr, uint64_t *bytes)
+{
+    if (c == NULL || addr == NULL || bytes == NULL)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "test hook: NULL cache or output");
+    *addr = (uint64_t)(uintptr_t)&c->ended;
+    *bytes = sizeof c->ended;
+    return XC_OK;
+}

@@ -57,8 +57,14 @@ from faults.mutants.catalogue import Mutant
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Files of engine/csrc that are test instrumentation, not engine code: the
-#: hook that corrupts a live cache for check(), the fault-injecting io table.
-EXCLUDED: frozenset[str] = frozenset({"xc_testhooks.c", "xc_fault.c"})
+#: hooks that corrupt a live cache for check(), the fault-injecting io table.
+EXCLUDED: frozenset[str] = frozenset({"xc_testhooks.c", "xc_testhooks_check.c",
+                                      "xc_fault.c"})
+
+#: A line that starts with this begins a file's test instrumentation: it and
+#: every line after it are not mutated (the policies' test views at the end
+#: of their files, xc_policy.h's xc_ptest).
+TEST_ONLY_MARK = "/* TEST HOOKS ONLY"
 
 #: The rule sets, as universalmutator names its built-in files.
 RULE_FILES: tuple[str, ...] = ("universal.rules", "c_like.rules")
@@ -193,8 +199,12 @@ def population(engine_dir: Path) -> list[RuleMutant]:
                     ignoreStringOnly=True)
             finally:
                 sys.stdout = saved
+        cut = next((i for i, ln in enumerate(source, 1)
+                    if ln.startswith(TEST_ONLY_MARK)), len(source) + 1)
         seen: dict[tuple[str, str], int] = {}
         for lineno, mutated, rule, (lhs, rhs) in found:
+            if lineno >= cut:
+                continue
             original = source[lineno - 1]
             if _PREPROCESSOR.match(original) or '".+"' == lhs.pattern:
                 continue

@@ -133,3 +133,69 @@ def test_a_delayed_read_keeps_its_slot_in_flight_until_it_lands(k3_shard):
         cache.check()
         cache.close()
         c.close()
+
+
+def _read_on_thread(faults: IOFaults, path: str, length: int) -> tuple:
+    """Start a read of ``length`` bytes on a thread; (thread, its result list)."""
+    import threading  # noqa: PLC0415
+
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_read(faults, path, length)),
+                         daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_stalled_read_waits_for_its_release(data_file):
+    """A stalled pread is reported, reads nothing until released, then reads whole."""
+    with IOFaults() as f:
+        f.arm(Fault("stall", nth=1))
+        t, out = _read_on_thread(f, str(data_file), 4096)
+        assert f.await_stalled(1, 30.0)
+        assert (f.stalled, f.fired, out) == (1, 1, [])
+        t.join(0.05)
+        assert t.is_alive()  # still held: no bound has passed
+        f.release()
+        t.join(30.0)
+        assert out == [(0, data_file.read_bytes()[:4096])]
+        assert (f.stalled, f.stall_timeouts) == (0, 0)
+        # transient: the next read is not stalled
+        assert _read(f, str(data_file), 10) == (0, data_file.read_bytes()[:10])
+
+
+def test_a_stall_nobody_releases_ends_at_its_bound(data_file):
+    """A stall bounded at 1 ms ends by itself (a timeout); the read succeeds."""
+    with IOFaults() as f:
+        f.arm(Fault("stall", nth=1, arg=1000))
+        assert _read(f, str(data_file), 100) == (0, data_file.read_bytes()[:100])
+        assert (f.fired, f.stalled, f.stall_timeouts) == (1, 0, 1)
+
+
+def test_disarm_lets_a_stalled_read_go(data_file):
+    """Disarming an injector releases the read stalled in it."""
+    with IOFaults() as f:
+        f.arm(Fault("stall", nth=1))
+        t, out = _read_on_thread(f, str(data_file), 64)
+        assert f.await_stalled(1, 30.0)
+        f.disarm()
+        t.join(30.0)
+        assert out == [(0, data_file.read_bytes()[:64])]
+        assert (f.stalled, f.stall_timeouts) == (0, 0)
+
+
+def test_await_stalled_says_when_none_is_stalled(data_file):
+    """await_stalled returns False after its timeout when no read stalls."""
+    with IOFaults() as f:
+        f.arm(Fault("stall", nth=2))
+        assert _read(f, str(data_file), 10)[0] == 0  # the 1st: not stalled
+        assert f.await_stalled(1, 0.0) is False
+        assert f.stalled == 0
+
+
+def test_a_stall_without_a_bound_is_refused():
+    """Arming a stall with no bound (arg 0) in C is misuse: a stall always ends."""
+    with IOFaults() as f:
+        lib = _lib.lib()
+        assert lib.xc_fault_arm(f._ptr, lib.XC_FAULT_STALL, 1, 0, 0,
+                                _lib.ffi().NULL) == lib.XC_E_MISUSE
+        assert "bound" in _lib.last_error()[4]

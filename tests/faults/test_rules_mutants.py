@@ -50,6 +50,19 @@ def test_population_leaves_comments_and_preprocessor_lines_alone(
     assert lines == {3, 4, 5, 6, 7, 8, 9, 10}
 
 
+def test_test_instrumentation_is_not_mutated(engine_dir: Path) -> None:
+    """Test instrumentation (a TEST HOOKS ONLY tail, the hook files) is left out."""
+    csrc = engine_dir / "csrc"
+    (csrc / "tiny.c").write_text(SOURCE + "/* TEST HOOKS ONLY: a view */\n"
+                                 "int view(int a) {\n    return a + 1;\n}\n",
+                                 encoding="utf-8")
+    (csrc / "xc_testhooks_check.c").write_text("int poke(int a) { return a - 1; }\n",
+                                               encoding="utf-8")
+    every = rules.population(engine_dir)
+    assert {m.file for m in every} == {"tiny.c"}
+    assert {m.line for m in every} == {3, 4, 5, 6, 7, 8, 9, 10}
+
+
 def test_each_rule_lands_in_its_operator_class(engine_dir: Path) -> None:
     """The relational, arithmetic, constant and condition rules are told apart."""
     got = {(_flat(m.mutated), m.klass) for m in rules.population(engine_dir)}

@@ -209,13 +209,34 @@ def test_lone_surrogate_is_json(tmp_path):
     assert (e.kind, e.offset) == ("json", at(h, "\\ud800"))
 
 
-def test_nesting_deeper_than_128_is_json(tmp_path):
+def test_nesting_to_level_128_is_json(tmp_path):
     """An unknown field nested 200 deep: json where the limit is crossed."""
     deep = "[" * 200 + "]" * 200
     h = '{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":' + deep + "}}"
     e = fail(tmp_path, st_bytes(h, b"x"))
-    # depth 1 is the header, 2 the entry: the 127th '[' is the 129th level.
-    assert (e.kind, e.offset) == ("json", at(h, "[[[") + 126)
+    # level 1 is the header, 2 the entry: the 126th '[' is the 128th level,
+    # the first the official reader (serde_json) refuses.
+    assert (e.kind, e.offset) == ("json", at(h, "[[[") + 125)
+
+
+@pytest.mark.parametrize(("site", "level"), [
+    ('{"a":%s}', 2),                                          # the entry
+    ('{"__metadata__":%s}', 2),                               # the metadata
+    ('{"a":{"dtype":%s,"shape":[1],"data_offsets":[0,1]}}', 3),
+    ('{"a":{"dtype":"U8","shape":%s,"data_offsets":[0,1]}}', 3),
+    ('{"a":{"dtype":"U8","shape":[%s],"data_offsets":[0,1]}}', 4),
+    ('{"__metadata__":{"k":%s}}', 3),
+])
+def test_the_depth_limit_is_level_128_wherever_the_value_is(tmp_path, site, level):
+    """A value of the wrong type nested to level 127 is schema; to level 128 json,
+    at its 128th-level bracket, whichever field holds it."""
+    k = 127 - level + 1  # brackets from the site's level to level 127
+    before, after = site.split("%s")
+    h = before + "[" * k + "]" * k + after
+    assert fail(tmp_path, st_bytes(h, b"x")).kind == "schema"
+    h = before + "[" * (k + 1) + "]" * (k + 1) + after
+    e = fail(tmp_path, st_bytes(h, b"x"))
+    assert (e.kind, e.offset) == ("json", 8 + len(before) + k)
 
 
 def test_header_that_is_not_an_object_is_schema(tmp_path):

@@ -125,7 +125,7 @@ def test_inject_of_an_unknown_fault_cannot_run(k3):
     with pytest.raises(CannotRun) as e:
         compile_steps(_scenario([{"op": "inject", "fault": "slow"}]), k3)
     assert str(e.value) == ("scenario probe: inject fault 'slow' is not one of "
-                            "eof, eio, eintr, partial, delay")
+                            "eof, eio, eintr, partial, delay, stall")
 
 
 def test_a_key_outside_the_layout_served_is_a_wrong_read(k3, tmp_path):
@@ -202,3 +202,31 @@ def test_planted_mid_chunk_bug_is_caught(tmp_path):
     assert any("an empty second chunk fails the load [engine]" in ln
                for ln in failing)
     assert not any("[oracle]" in ln for ln in failing)
+
+
+class _LeakyBackend(OracleBackend):
+    """An oracle whose close is refused, like an engine that leaks a shard's handle."""
+
+    def close(self) -> None:
+        """Refuse as the fault injector does when a descriptor stays open."""
+        super().close()
+        from engine.errors import misuse  # noqa: PLC0415
+
+        raise misuse("the fault injector still has 1 open handle(s): close "
+                     "the containers using it first")
+
+
+def test_a_close_that_fails_is_a_failed_check_not_cannot_run(k3, tmp_path):
+    """A backend whose close fails (a leaked descriptor) fails the scenario's
+    check "the backend closed cleanly" with the error; the run goes on."""
+    make = BackendFactory.of(_LeakyBackend,
+                             lambda folder: _LeakyBackend(
+                                 folder, k3, {"n_slots": 8, "chunk_bytes": 0}))
+    report = Report()
+    sc = _scenario([{"op": "get", "keys": [0]}])
+    run = ScenarioRun(sc, {}, compile_steps(sc, k3), k3, tmp_path, make, report)
+    run.run()
+    assert [(c["check"], c["passed"], c["actual"]) for c in report.checks] == [
+        ("the backend closed cleanly", False,
+         "MisuseError: the fault injector still has 1 open handle(s): close "
+         "the containers using it first")]

@@ -147,12 +147,12 @@ def test_na_lines_and_the_summary_count(limited, capsys):
                 if ln.startswith(f"{'limits':<22} on")) == (
         f"{'limits':<22} on k3-mini         PASS  12  FAIL 0  N/A 8")
     summary = out.splitlines()[-1]
-    assert summary.startswith("PASS: 1 scenario (2 variants), 3 differential "
-                              "runs, 15 checks, 8 N/A "
+    assert summary.startswith("PASS: 1 scenario (2 variants), 9 differential "
+                              "runs, 21 checks, 8 N/A "
                               "on its home container k3-mini, engine build ")
     written = json.loads(report.read_text())
-    # the scenario's 12 and the 3 differential checks
-    assert len(written["checks"]) == 15 and written["passed"] is True
+    # the scenario's 12 and the 9 differential checks
+    assert len(written["checks"]) == 21 and written["passed"] is True
     assert written["not_applicable"][:2] == [
         {"scenario": "limits", "backend": "limited", "check": "batch",
          "missing": ["counter:prefetch_loads"]},
@@ -209,3 +209,14 @@ def test_what_the_judge_lacks_is_na_for_the_judged_too(tmp_path, monkeypatch):
             ("stream" + suffix, "judge", "N/A op:stream"),
             ("after the stream" + suffix, "judge", "N/A op:stream")]
     assert _verdicts(report) == sorted(want)
+
+
+def test_an_in_process_run_gives_the_callers_engine_back(limited):
+    """After an in-process gate run (which binds the engine to the build it
+    made and then removes), the caller's own build is in use again."""
+    from engine import _lib
+
+    before = _lib.module()
+    assert cli.run([str(limited / "out2")]) == 0
+    assert _lib.module() is before
+    assert Path(before.__file__ or "").is_file()

@@ -126,3 +126,139 @@ def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     assert names == ["completion-order", "completion-order (fifo)",
                      "reads-under-way", "stream-claim-kinds"]
     assert not report.skipped
+
+
+def test_the_stall_scenarios_pass_on_a_k3_mini_folder(tmp_path):
+    """The scenarios built on stalls pass, derived, on a k3-mini folder."""
+    import engine
+    import fixtures
+    from gate.scenarios import run_scenarios
+
+    folder = tmp_path / "k3"
+    fixtures.generate("k3-mini", folder)
+    report = Report()
+    names = run_scenarios(engine, tmp_path / "work", report,
+                          ["stalled-reads", "stalled-read-ahead",
+                           "files-changed-in-place"], container=str(folder))
+    assert not report.failed, [c["detail"] for c in report.failed]
+    assert names == ["files-changed-in-place", "stalled-read-ahead",
+                     "stalled-reads"]
+    assert not report.skipped
+
+
+def test_a_stall_never_released_fails_its_join_on_both_backends(
+        tmp_path, monkeypatch):
+    """A join of a get whose read a stall holds, with no unstall, is stuck on both."""
+    abandoned = len(race_ops._ABANDONED)
+    names, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "inject", "fault": "stall", "nth": 1},
+        {"op": "background_get", "keys": [5]},
+        {"op": "await_read"},
+        {"op": "join", "bound_s": 0.1},
+        {"op": "check", "name": "never", "expect": {"reads": 1}}])
+    assert names == ["race"]
+    assert sorted((c["backend"], c["check"], c["detail"]) for c in report.failed
+                  ) == [(b, "scenario ran to completion",
+                         "Stuck: a background get of layer 0 expert 5 did not "
+                         "return within 0.1 s (a waiter nobody woke)")
+                        for b in ("engine", "oracle")]
+    assert len(race_ops._ABANDONED) == abandoned + 2
+    for _ in range(2):  # closing lets the stalled read go, then waits for it
+        race_ops._ABANDONED.pop().close()
+
+
+def test_a_call_that_would_wait_for_a_stalled_read_cannot_run(
+        tmp_path, monkeypatch):
+    """A plain get of the key a stall holds is refused by the oracle as CANNOT RUN."""
+    from gate import CannotRun
+
+    with pytest.raises(CannotRun, match="waits for its read held under way"):
+        _run_one(tmp_path, monkeypatch, [  # (the engine's get: 0.2 s at most)
+            {"op": "inject", "fault": "stall", "nth": 1, "arg": 200_000},
+            {"op": "background_get", "keys": [5]},
+            {"op": "await_read"},
+            {"op": "get", "keys": [5]},
+            {"op": "unstall"},
+            {"op": "join"}])
+
+
+def test_await_waiting_fails_when_the_call_did_not_wait(tmp_path, monkeypatch):
+    """A background get of a resident key does not wait: stuck on both backends."""
+    abandoned = len(race_ops._ABANDONED)
+    _, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "get", "keys": [5]},
+        {"op": "inject", "fault": "stall", "nth": 1},
+        {"op": "background_get", "keys": [6]},
+        {"op": "await_read"},
+        {"op": "background_get", "keys": [5]},
+        {"op": "await_waiting", "bound_s": 0.2},
+        {"op": "unstall"}, {"op": "join"},
+        {"op": "check", "name": "never", "expect": {"reads": 2}}])
+    assert sorted((c["backend"], c["detail"]) for c in report.failed) == [
+        ("engine", "Stuck: await_waiting: 0 of 1 background calls wait for a "
+                   "read under way within 0.2 s (one ended, or never got "
+                   "there)"),
+        ("oracle", "Stuck: await_waiting: 0 of 1 background calls wait for a "
+                   "read under way")]
+    assert len(race_ops._ABANDONED) == abandoned  # nothing stuck in a call
+
+
+def test_await_waiting_sees_a_get_blocked_on_the_read_held(tmp_path, monkeypatch):
+    """A get of the key a stall holds is seen waiting, then hits after the release."""
+    names, report = _run_one(tmp_path, monkeypatch, [
+        {"op": "inject", "fault": "stall", "nth": 1},
+        {"op": "background_get", "keys": [6]},
+        {"op": "await_read"},
+        {"op": "background_get", "keys": [6, 6]},
+        {"op": "await_waiting", "count": 2},
+        {"op": "unstall"}, {"op": "join"},
+        {"op": "check", "name": "both waited",
+         "expect": {"reads": 3, "wrong_reads": 0, "requests": 3, "hits": 2,
+                    "misses": 1, "wait_hits": 2, "held": 0,
+                    "inflight_slots": 0, "resident": [[0, 6]]}}],
+        trace=True)
+    assert names == ["race"] and not report.failed, report.failed
+    assert len(report.checks) == 2
+
+
+def test_ctrl_c_ends_a_run_whose_read_a_stall_holds(tmp_path):
+    """SIGINT ends a run whose read a 50 s stall holds, long before that bound."""
+    import signal
+    import subprocess
+    import sys
+
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    (folder / "hang-k3-mini.json").write_text(json.dumps({
+        "name": "hang", "container": "k3-mini", "timeout_s": 60,
+        "cache": {"n_slots": 8, "faults": True, "batch_threads": 1,
+                  "io_threads": 1},
+        "steps": [{"op": "inject", "fault": "stall", "nth": 1,
+                   "arg": 50_000_000},
+                  {"op": "prefetch", "keys": [3]}, {"op": "await_read"},
+                  {"op": "background_get", "keys": [3]},
+                  {"op": "await_waiting"},
+                  {"op": "join", "bound_s": 40}]}))
+    code = ("import sys, engine\nfrom pathlib import Path\n"
+            "from gate import scenarios as gs, race_ops\n"
+            "from gate.report import Report\n"
+            f"gs.SCENARIO_DIR = Path({str(folder)!r})\n"
+            "real = race_ops.join\n"
+            "def join(run, step):\n"
+            "    if run.backend.name == 'engine':  # its read is held now\n"
+            "        print('held', flush=True)\n"
+            "    real(run, step)\n"
+            "import dataclasses\n"
+            "gs.OPS['join'] = dataclasses.replace(gs.OPS['join'], run=join)\n"
+            f"gs.run_scenarios(engine, Path({str(tmp_path / 'work')!r}), "
+            "Report(), [])\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "held\n"
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) != 0  # interrupted, not run to the stall's bound
+    finally:
+        p.kill()
+        p.wait()

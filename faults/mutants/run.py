@@ -222,8 +222,12 @@ def failed_checks(report: dict[str, Any]) -> list[str]:
 
 
 def _replay(root: Path, scratch: Path, timeout: float, replay_timeout: float,
-            keep: bool) -> Stage:
-    """Re-pin and replay the mutated engine in ``scratch``; the replay stage."""
+            keep: bool, sanitize: bool = False) -> Stage:
+    """Re-pin and replay the mutated engine in ``scratch``; the replay stage.
+
+    With ``sanitize`` the replay runs ``--sanitize`` (gate/sanitize.py): a
+    sanitizer report is a failed check named ``sanitizer``.
+    """
     py = sys.executable
     rc, out, err = _run([py, "replay.py", "--engine-src", str(scratch),
                          "--repin"], root, timeout)
@@ -234,6 +238,8 @@ def _replay(root: Path, scratch: Path, timeout: float, replay_timeout: float,
            "--json", str(report), "--timeout", f"{replay_timeout:g}"]
     if keep:
         cmd.append("--keep")
+    if sanitize:
+        cmd.append("--sanitize")
     rc, out, err = _run(cmd, root, timeout)
     if rc is None:
         return Stage(TIMED_OUT, None,
@@ -296,7 +302,7 @@ def _pytest(scratch: Path, selection: str, timeout: float) -> Stage:
 def run_one(m: Mutant, root: Path, timeout: float = DEFAULT_TIMEOUT_S,
             replay_timeout: float = DEFAULT_REPLAY_TIMEOUT_S,
             pytest_sel: str | None = None, pytest_missed: bool = False,
-            pytest_only: bool = False) -> Result:
+            pytest_only: bool = False, sanitize: bool = False) -> Result:
     """Plant ``m`` in a scratch copy of ``root``, replay it (and pytest).
 
     ``pytest_sel`` "targeted" is :func:`targeted_tests` of the mutant's
@@ -325,7 +331,8 @@ def run_one(m: Mutant, root: Path, timeout: float = DEFAULT_TIMEOUT_S,
                                "re-pin failed: " + _tail(err or out))
         else:
             res.replay = _replay(root, scratch, timeout, replay_timeout,
-                                 keep=pytest_sel is not None)
+                                 keep=pytest_sel is not None,
+                                 sanitize=sanitize)
         if pytest_sel is not None and res.replay.verdict not in (
                 NO_COMPILE, ERROR) and (not pytest_missed
                                         or res.replay.verdict in (MISSED,
@@ -343,7 +350,8 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
             pytest_sel: str | None = None,
             on_result: Callable[[Result], None] | None = None,
             pytest_missed: bool = False,
-            pytest_only: bool = False) -> list[Result]:
+            pytest_only: bool = False,
+            sanitize: bool = False) -> list[Result]:
     """Run every mutant, ``jobs`` at a time; results in catalogue order.
 
     The builds share one object cache (``XC_OBJ_CACHE``, engine/_build.py)
@@ -352,7 +360,7 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
     """
     def one(m: Mutant) -> Result:
         r = run_one(m, root, timeout, replay_timeout, pytest_sel, pytest_missed,
-                    pytest_only)
+                    pytest_only, sanitize)
         if on_result is not None:
             on_result(r)
         return r
@@ -367,6 +375,16 @@ def run_all(mutants: Sequence[Mutant], root: Path, jobs: int,
         finally:
             if before is None:
                 os.environ.pop(OBJ_CACHE_ENV, None)
+
+
+#: The check ``replay.py --sanitize`` names a sanitizer report by.
+SANITIZER_CHECK = "sanitizer"
+
+
+def by_sanitizer(stage: Stage) -> bool:
+    """Whether a caught replay stage was caught by sanitizer reports alone."""
+    return stage.verdict == CAUGHT and bool(stage.caught_by) and all(
+        n.endswith(f": {SANITIZER_CHECK}") for n in stage.caught_by)
 
 
 def survivors(results: Sequence[Result]) -> list[str]:
@@ -462,6 +480,10 @@ def parser() -> argparse.ArgumentParser:
                          "replay verdict is known)")
     ap.add_argument("--json", dest="json_path", metavar="FILE",
                     help="write the report as JSON")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="replay each mutant with --sanitize (an ASan + UBSan "
+                         "engine): a mutant only a sanitizer report catches "
+                         "is caught by the check 'sanitizer'")
     ap.add_argument("--catalogue", metavar="FILE",
                     help="a JSON list of mutants instead of the built-in one")
     ap.add_argument("--allow-known", action="store_true",
@@ -544,14 +566,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def progress(r: Result) -> None:
         extra = f", pytest {r.pytest.verdict}" if r.pytest else ""
-        print(f"  {r.id} {r.replay.verdict}{extra} ({r.seconds:.0f} s)",
+        how = " (by the sanitizer)" if by_sanitizer(r.replay) else ""
+        print(f"  {r.id} {r.replay.verdict}{how}{extra} ({r.seconds:.0f} s)",
               flush=True)
 
     if ns.pytest_only and ns.pytest is None:
         print("faults.mutants: --pytest-only needs --pytest", file=sys.stderr)
         return 2
     results = run_all(mutants, root, ns.jobs, ns.timeout, ns.replay_timeout,
-                      ns.pytest, progress, ns.pytest_missed, ns.pytest_only)
+                      ns.pytest, progress, ns.pytest_missed, ns.pytest_only,
+                      ns.sanitize)
     total = time.perf_counter() - t0
     print(table(results))
     counts: dict[str, int] = {}
@@ -576,8 +600,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                       ns.catalogue is not None]
     stale = sorted(i for i in KNOWN_SURVIVORS
                    if i in {r.id for r in results} and i not in surv)
+    san_kills = [r.id for r in results if by_sanitizer(r.replay)]
     print(f"replay: {', '.join(f'{v} {n}' for v, n in sorted(counts.items()))}"
           f"; {total:.0f} s with --jobs {ns.jobs}")
+    if ns.sanitize:
+        print(f"caught by a sanitizer report alone: {len(san_kills)}"
+              + (f" ({', '.join(san_kills)})" if san_kills else ""))
     if surv:
         print(f"survivors: {', '.join(surv)}")
     if stale:
@@ -586,6 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.json_path:
         doc = {"date": datetime.date.today().isoformat(), "root": str(root),
                "jobs": ns.jobs, "total_s": round(total, 1),
+               "sanitize": ns.sanitize, "sanitizer_kills": san_kills,
                "summary": counts, "survivors": surv,
                "seed": ns.seed if classes else None, "classes": classes,
                "unexpected_survivors": unexpected, "stale_known": stale,

@@ -1,7 +1,7 @@
 """The gate's differential checks beside the scenarios: readers and the simulator.
 
-Three checks every default replay runs after the scenarios and programs,
-each cheap (about two seconds together):
+Four checks every default replay runs after the scenarios and programs,
+each cheap (about three seconds together):
 
 - :mod:`gate.reader_diff`: a few hundred seeded corruptions of headers and
   indexes, the engine's reader against the oracle's, field by field;
@@ -9,7 +9,10 @@ each cheap (about two seconds together):
   a shipped trace, exact counts;
 - :mod:`gate.open_probe`: opening things and the C face -- refused
   allocations during every open, leaks at close, policy parameters and
-  budgets, layouts only a C caller gives, whole messages.
+  budgets, layouts only a C caller gives, whole messages;
+- :mod:`gate.tensor_reads`: every tensor of the home presets read through
+  ``engine.Container`` plain, with verify and with O_DIRECT, byte for byte
+  the oracle's.
 
 Each runs in a worker thread under the watchdog's time
 (:data:`gate.scenarios.WATCHDOG`): an engine that loops forever in its
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gate import open_probe, reader_diff, sim_check
+from gate import open_probe, reader_diff, sim_check, tensor_reads
 from gate.report import Discard
 from gate.scenarios import WATCHDOG
 
@@ -80,11 +83,14 @@ class _Forward:
 
 
 def run_all(engine: Any, work: Path, report: Any) -> list[str]:
-    """Run the reader differential, the simulator check and the open probe; names."""
+    """Run the reader differential, the simulator check, the open probe and the
+    tensor reads; the check names."""
     names = _bounded("reader-diff", report,
                      lambda r: reader_diff.run_checks(engine, work, r))
     names += _bounded("sim-counts", report,
                       lambda r: sim_check.run_checks(engine, r))
     names += _bounded("open-probe", report,
                       lambda r: open_probe.run_checks(engine, work, r))
+    names += _bounded("tensor-reads", report,
+                      lambda r: tensor_reads.run_checks(engine, work, r))
     return names

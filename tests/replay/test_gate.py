@@ -79,7 +79,8 @@ def test_pinned_tree_passes_every_scenario(tmp_path):
 
     differential = ("reader-diff-headers", "reader-diff-indexes",
                     "reader-diff-sweeps", "sim-counts", "open-nomem",
-                    "open-leaks", "open-params", "open-c-face", "open-messages")
+                    "open-leaks", "open-params", "open-c-face", "open-messages",
+                    "tensor-reads")
     lines = p.stdout.splitlines()
     assert lines[2:-1] == [
         f"{sc['name']:<22} on {sc['container']:<14}  PASS "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -206,4 +207,63 @@ def test_corrupt_replace_and_partial_reads_pass_on_huge_sparse(tmp_path):
               for c in report.failed]
     assert not failed, "\n".join(failed[:10])
     assert not report.skipped
+    assert _allocated(tmp_path) < 1 << 30
+
+
+#: the seeded sample of scenarios the normal suite runs on huge-sparse
+#: (``XC_HUGE_SEED``, ``XC_HUGE_SAMPLE``; ``XC_HUGE_SCENARIOS`` names them
+#: instead, comma-separated; the whole set: ``replay.py --container huge-sparse``)
+HUGE_SEED = int(os.environ.get("XC_HUGE_SEED", 20261202))
+HUGE_SAMPLE = int(os.environ.get("XC_HUGE_SAMPLE", 3))
+
+
+def _huge_sample() -> list[str]:
+    """The scenario names the sampled test runs: named, or a seeded sample."""
+    from gate.scenarios import load_scenarios
+
+    names = [sc["name"] for sc in load_scenarios([])]
+    named = [n.strip() for n in os.environ.get("XC_HUGE_SCENARIOS", "").split(",")
+             if n.strip()]
+    if named:
+        unknown = [n for n in named if n not in names]
+        if unknown:
+            raise pytest.UsageError(f"XC_HUGE_SCENARIOS: no scenario {unknown[0]!r}")
+        return named
+    return sorted(random.Random(HUGE_SEED).sample(names, min(HUGE_SAMPLE, len(names))))
+
+
+HUGE_SCENARIOS = _huge_sample()
+print(f"huge-sparse sample: XC_HUGE_SEED={HUGE_SEED} XC_HUGE_SAMPLE={HUGE_SAMPLE}: "
+      f"{', '.join(HUGE_SCENARIOS)}")
+
+
+@pytest.mark.nosan  # runs the gate's scenarios in process on 44 MB experts
+def test_a_seeded_sample_of_scenarios_passes_on_huge_sparse(tmp_path, monkeypatch):
+    """`replay.py --container huge-sparse` on a seeded sample of scenarios:
+    every check passes, nothing is skipped, and the scratch copies stay sparse."""
+    import engine
+    from gate import scenarios
+    from gate.scenarios import run_scenarios
+
+    real = scenarios.load_scenarios  # exact names (stream-claim is in
+    # stream-claim-kinds)
+    monkeypatch.setattr(scenarios, "load_scenarios", lambda only: [
+        sc for sc in real(only) if sc["name"] in only])
+    report = Report()
+    with contextlib.redirect_stdout(io.StringIO()):
+        ran = run_scenarios(engine, tmp_path, report, HUGE_SCENARIOS,
+                            container="huge-sparse")
+    rerun = (f"(XC_HUGE_SEED={HUGE_SEED} XC_HUGE_SAMPLE={HUGE_SAMPLE}; rerun: "
+             f"XC_HUGE_SCENARIOS={','.join(HUGE_SCENARIOS)})")
+    skipped = {s["scenario"]: s["reason"] for s in report.skipped}
+    assert sorted({n.split(" (")[0] for n in ran} | set(skipped)) == HUGE_SCENARIOS
+    failed = [f"{c['scenario']} [{c['backend']}] {c['check']}: {c['detail']}"
+              for c in report.failed]
+    assert not failed, rerun + "\n" + "\n".join(failed[:10])
+    # only a scenario for contiguous experts skips: huge-sparse's are
+    # dtype-sorted (each weight's block scales lie apart from it)
+    by_name = {sc["name"]: sc for sc in real([])}
+    for name, reason in skipped.items():
+        assert "contiguous == 1" in by_name[name].get("requires", []), (name, rerun)
+        assert reason.startswith("requires contiguous == 1"), (name, reason)
     assert _allocated(tmp_path) < 1 << 30

@@ -12,8 +12,9 @@ CI whole, so by default a seeded sample of cells runs:
 * ``XC_MATRIX=all`` runs the whole matrix.
 
 The huge-sparse preset is a cell only with ``--huge`` (for time:
-tests/containers/matrix.py says why; tests/containers/test_huge_sparse.py
-holds what made it fail).
+tests/containers/matrix.py says why); tests/containers/test_huge_sparse.py
+runs a seeded sample of its scenarios (``XC_HUGE_SEED``, printed) and holds
+what made it fail.
 
 The seed and the chosen cells are printed at collection (``pytest -s``) and
 named in every failure, so a failing cell reruns alone with

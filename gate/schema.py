@@ -76,6 +76,9 @@ STEP_FIELDS: dict[str, Schema] = {
     **{f"expect_layout{side}": Fields(rest=expr())
        for side in ("", "_engine", "_oracle")},
 }
+#: Step fields of an earlier form of the scenario files, refused with the
+#: form that replaced them (before the schema's unknown-field refusal).
+OLD_STEP_FIELDS = ("layer", "experts")
 #: The fields a step of an op cannot do without.
 STEP_REQUIRED: dict[str, tuple[str, ...]] = {
     "check": ("name", "expect"), "truncate": ("key",), "corrupt": ("kind",),
@@ -139,6 +142,15 @@ def check_scenario(doc: Any, where: str) -> dict[str, Any]:
     from gate.ops import OPS  # noqa: PLC0415
 
     try:
+        steps = doc.get("steps") if isinstance(doc, dict) else None
+        for i, step in enumerate(steps if isinstance(steps, list) else []):
+            for old in OLD_STEP_FIELDS:
+                if (isinstance(step, dict) and old in step
+                        and step.get("op", "check") != "check"):
+                    raise UserFileError(
+                        f"{where}: steps[{i}]: step field {old!r} is the old "
+                        "form; address keys by flat index with 'keys' or "
+                        "'range', or by [layer index, expert] with 'pairs'")
         check_document(doc, SCENARIO, where)
         for i, step in enumerate(doc["steps"]):
             op = step.get("op", "check")

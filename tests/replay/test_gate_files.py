@@ -21,6 +21,7 @@ import pytest
 
 from faults.fuzz import gate_files
 from gate import SCENARIO_DIR, CannotRun
+from gate.ops import OPS
 from gate.programs import load_programs
 from gate.scenarios import load_scenario, load_scenarios
 
@@ -67,11 +68,8 @@ def _cannot_run(load: Any, p: Path) -> str:
 
 
 SCENARIO_CASES = [
-    (("steps", 0, "op"), "bogus", "steps[0].op: unknown op 'bogus' (ops: open, "
-     "get, getmany, prefetch, hold_layer, unhold_many, drain, pin, unpin, stream, "
-     "reset, inject, inject_alloc, clear, corrupt, open_fault, replace, truncate, "
-     "background_get, await_read, waiting_get, join, hold, release, stream_open, "
-     "stream_next, stream_rest, trace, break_check, check)"),
+    (("steps", 0, "op"), "bogus", "steps[0].op: unknown op 'bogus' (ops: "
+     + ", ".join(OPS) + ")"),
     (("steps", 0, "repeat"), 1e9, "steps[0].repeat: expected an integer in "
      "0..100000 or an expression, got 1000000000.0"),
     (("steps", 0, "repeat"), 10**9, "steps[0].repeat: expected an integer in "

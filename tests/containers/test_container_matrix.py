@@ -35,13 +35,15 @@ DEFAULT_SAMPLE = 8
 #: a twin with few keys skips the scenarios that need more, with a reason
 #: (the found-* scenarios and hold-layer-refused name flat keys of their home
 #: container, the programs' shrunk findings: a twin without them skips them,
-#: saying which key is outside)
+#: saying which key is outside); check-cross-s3fifo's breaks need its home's
+#: five slots filled as written, so a top-k above 4 skips it, naming k)
 ALLOWED_SKIPS = {DIRECT_ONLY, "batch-residents-pins", "key-bounds",
                  "found-claim-wait-hit", "found-direct-partial",
                  "found-fused-chunked-eio", "found-release-twice",
                  "found-stream-of-residents-open", "found-unhold-twice",
                  "found-verify-replaced", "found-verify-truncated",
-                 "hold-layer-refused", "hold-layer-refusal"}
+                 "hold-layer-refused", "hold-layer-refusal",
+                 "check-cross-s3fifo"}
 
 
 def _choose() -> tuple[str, list[Cell]]:

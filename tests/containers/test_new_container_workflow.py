@@ -29,12 +29,13 @@ from fixtures.reader import container_spec, verify
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
-SCENARIO_RUNS = 57
+SCENARIO_RUNS = 69
 #: the scenario files those runs come from (one line each in the output)
-SCENARIOS = 39
+SCENARIOS = 51
 #: scenarios written for their home container's keys (the programs' shrunk
-#: findings and the hold_layer refusals): a twin may lack those keys
-FOUND = ("found-", "hold-layer-refus")
+#: findings and the hold_layer refusals, and check-cross-s3fifo's five
+#: slots filled as written): a twin may lack those keys or that top-k
+FOUND = ("found-", "hold-layer-refus", "check-cross-s3fifo")
 #: runs of the scenario that needs experts in one run each (O_DIRECT cannot
 #: pack a scattered one): a twin whose experts are scattered skips them
 DIRECT_RUNS = ("state-direct", 2)

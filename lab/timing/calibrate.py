@@ -427,8 +427,9 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
             sm.append(xs)
             sr.append(ys)
             c.drain()
-            c.prefetch(now)  # the next round finds this half resident
-            c.drain()
+            if xs:
+                c.prefetch(now)  # the next round finds this half resident
+                c.drain()
     finally:
         c.close()
     t1, t8 = _best_median(s1), _best_median(s8)
@@ -439,7 +440,8 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
             "prefetch_s": max(0.0, prefetch - access_s),
             "queue_s": max(0.0, _best_median(pm) - prefetch),
             "wake_s": max(0.0, _best_median(gw) - tau_s - access_s),
-            "reserve_s": max(0.0, (_best_median(sm) - _best_median(sr)) / 8)}
+            "reserve_s": (max(0.0, (_best_median(sm) - _best_median(sr)) / 8)
+                          if any(sm) else 0.0)}
 
 
 def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,

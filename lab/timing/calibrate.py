@@ -45,9 +45,9 @@ streams of 1 and 8 resident keys, ``prefetch_s`` from prefetches of one
 resident key, ``queue_s`` from prefetches of one missing key with the
 readers idle (less the resident one), and ``wake_s`` from a ``get`` of
 that key right after (less the read's ``tau`` at 4 KiB from the page cache
-and a hit), and ``reserve_s`` from the begin of streams of 8 missing keys
-with both readers busy on 8 other reads, less that of 8 resident keys,
-per key.  Each is the best of :data:`ROUNDS` rounds of the median over
+and a hit), and ``reserve_s`` from the begins of streams of 8 and of 1
+missing keys with both readers busy on 8 other reads (the difference over
+7).  Each is the best of :data:`ROUNDS` rounds of the median over
 the round's calls.  ``expert_s`` is what the busy-loop kernel of
 :func:`spin` really takes for the nominal seconds asked (``--expert-s``,
 default 100 us), measured; ``layer_s`` is what ``--layer-s`` gives
@@ -404,26 +404,24 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
             pm.append(xs)
             gw.append(ys)
             c.drain()
-            # streams of 8 missing keys, both readers busy with 8 other reads
-            # (no wake-up), against streams of 8 resident ones
+            # with both readers busy on 8 reads: the begin of a stream of 8
+            # missing keys, then of one more (no wake-up): per key the difference
             now = hv[(r + 1) % 2]  # resident now; the other half is missing
             gone = hv[r % 2]
             xs, ys = [], []
-            for i in range(16, n - 7, 16):
-                c.prefetch(gone[i - 16:i - 8])
+            for i in range(0, n - 16, 17):
+                c.prefetch(gone[i:i + 8])
                 t0 = time.perf_counter()
-                s = c.stream(gone[i - 8:i])
+                st8 = c.stream(gone[i + 8:i + 16])
                 t1 = time.perf_counter()
-                for x in s:
-                    x.release()
-                c.drain()
+                st1 = c.stream(gone[i + 16:i + 17])
                 t2 = time.perf_counter()
-                s = c.stream(now[n - 8:])  # most recent: never evicted here
-                t3 = time.perf_counter()
-                for x in s:
-                    x.release()
+                for s in (st8, st1):
+                    for x in s:
+                        x.release()
+                c.drain()
                 xs.append(t1 - t0)
-                ys.append(t3 - t2)
+                ys.append(t2 - t1)
             sm.append(xs)
             sr.append(ys)
             c.drain()
@@ -440,7 +438,7 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
             "prefetch_s": max(0.0, prefetch - access_s),
             "queue_s": max(0.0, _best_median(pm) - prefetch),
             "wake_s": max(0.0, _best_median(gw) - tau_s - access_s),
-            "reserve_s": (max(0.0, (_best_median(sm) - _best_median(sr)) / 8)
+            "reserve_s": (max(0.0, (_best_median(sm) - _best_median(sr)) / 7)
                           if any(sm) else 0.0)}
 
 

@@ -172,7 +172,7 @@ def test_call_costs_make_the_calls_they_name(warm_container, opened, monkeypatch
     assert set(got) == {"stream_s", "stream_key_s", "prefetch_s", "queue_s", "wake_s",
                         "reserve_s"}
     assert all(v >= 0 for v in got.values())
-    assert got["reserve_s"] == 0.0  # N < 24: no room for its streams
+    assert got["reserve_s"] == 0.0  # N < 17: no room for its streams
     [e] = opened
     assert (e["threads"], e["slots"]) == (2, N)
     s = e["stats"]

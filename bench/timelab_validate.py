@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +54,13 @@ sys.path.insert(0, str(ROOT))
 from engine import Container  # noqa: E402
 from lab.predict.evaluate import predictions, steps_of  # noqa: E402
 from lab.predict.predictors import make_predictor  # noqa: E402
-from lab.timing.calibrate import calibrate, spin, spin_cost  # noqa: E402
+from lab.timing.calibrate import (  # noqa: E402
+    calibrate,
+    compute_factor,
+    spin,
+    spin_cost,
+    write_container,
+)
 from lab.timing.events import Schedule, run_schedule  # noqa: E402
 from lab.timing.live import LiveDecoder, open_live_cache  # noqa: E402
 from lab.timing.outcomes import replay_outcomes  # noqa: E402
@@ -71,7 +78,8 @@ CONFIGS = (Schedule(0), Schedule(1, split=1), Schedule(2, split=1),
 FRACTIONS = (0.0625, 0.25)
 #: The compute model's terms that are the consumer's CPU time (scaled by the
 #: probe's share of a core in the as-loaded model).
-CPU_TERMS = ("access_s", "stream_s", "stream_key_s", "prefetch_s", "queue_s")
+CPU_TERMS = ("access_s", "stream_s", "stream_key_s", "prefetch_s", "queue_s",
+             "reserve_s")
 #: Compute per expert and per step by source (nominal busy-loop seconds).
 COMPUTE = {"page-cache": (40e-6, 40e-6), "device": (300e-6, 100e-6)}
 
@@ -113,6 +121,29 @@ class ComputeOnly:
             for _ in self.steps[i].experts:
                 spin(self.expert_s)
         return time.perf_counter() - t0
+
+
+def kernel_factor(tmp: Path, size: int, direct: bool, nominal: float) -> float:
+    """The kernel's cost while readers read over alone, at ``nominal`` seconds.
+
+    :func:`lab.timing.calibrate.compute_factor` on a one-layer container of
+    256 experts of ``size`` (O_DIRECT when ``direct``, else read once so the
+    page cache serves it): the calibration's measurement at the kernel
+    seconds this source's configurations use.
+    """
+    path = tmp / f"factor-{size}.safetensors"
+    if not path.exists():
+        write_container(path, 256, size)
+    if not direct:
+        with open(path, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    cont = Container(str(path), direct=direct)
+    try:
+        drop = None if direct or cont.direct_active else path
+        return compute_factor(cont, 128, nominal, drop)
+    finally:
+        cont.close()
 
 
 def measure(cont: Container, trace, steps, outcomes, slots: int, expert_s: float,
@@ -179,8 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("device", "page_cache")))
     print(f"  access {c.access_s * 1e6:.2f} us; calls: stream {c.stream_s * 1e6:.2f}"
           f" + {c.stream_key_s * 1e6:.2f}/key, prefetch {c.prefetch_s * 1e6:.2f}, "
-          f"queue {c.queue_s * 1e6:.2f}, wake {c.wake_s * 1e6:.2f} us")
+          f"queue {c.queue_s * 1e6:.2f}, reserve {c.reserve_s * 1e6:.2f}, "
+          f"wake {c.wake_s * 1e6:.2f} us")
     results = []
+    factors: dict[tuple[str, float], float] = {}
     tmp = Path(tempfile.mkdtemp(prefix="xc-tlv-", dir=os.environ.get("TMPDIR")))
     try:
         for tname in ns.traces.split(","):
@@ -204,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
                 ex_nom, layer_nom = COMPUTE[source]
                 ex_s, layer_s = spin_cost(ex_nom), spin_cost(layer_nom)
                 share = 0.0 if direct else 1.0
+                tier = "device" if direct else "page_cache"
+                if (source, ex_nom) not in factors:
+                    factors[(source, ex_nom)] = kernel_factor(tmp, size, direct,
+                                                              ex_nom)
+                f = factors[(source, ex_nom)]
+                machine = replace(machine, **{tier: replace(machine.tier(tier),
+                                                            compute_factor=f)})
                 m = machine.with_(expert_s=ex_s, layer_s=layer_s,
                                   page_cache_share=share)
                 for frac in FRACTIONS:
@@ -234,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{tname} {source} {slots} slots "
                           f"(expert {ex_s * 1e6:.0f} us, layer "
                           f"{layer_s * 1e6:.0f} us; compute-only probe: "
-                          f"{cpu:.2f} of a core):")
+                          f"{cpu:.2f} of a core; compute while reading "
+                          f"x{f:.3f}):")
                     for sch, run in zip(CONFIGS, runs[:-1], strict=True):
                         out = outcomes[sch.predictor]
                         sch_b = Schedule(sch.threads, sch.depth, sch.split,
@@ -256,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                                "model_wait_s": pred_t["wait_s"],
                                "model_compute_s": pred_t["compute_s"],
                                "probe_core_share": cpu,
+                               "compute_factor": f,
+                               "model_contention_s": pred_t["contention_s"],
                                "predicted_loaded_s": pred_l,
                                "ratio_loaded": pred_l / meas}
                         results.append(row)

@@ -33,7 +33,10 @@ depth's (:func:`envelope`).
 Each tier's ``own_read_factor``: a synchronous miss (``get`` and
 ``release`` in a cache with no readers, the same ``n`` slots over ``2 n``
 experts, warmed the same way: depth 0 of the rotation, at the expert
-size) less a hit, over the main curve's ``tau`` at depth 1.
+size) less a hit, over the main curve's ``tau`` at depth 1.  Each tier's
+``compute_factor``: the busy-loop kernel's real cost (at the nominal
+expert seconds) while one and two readers read that tier, over its cost
+alone (:func:`compute_factor`).
 
 The compute model: ``access_s`` is timed as a loop of hits (``get`` and
 ``release`` of a resident expert); the calls' costs on a warm cache with
@@ -42,7 +45,9 @@ streams of 1 and 8 resident keys, ``prefetch_s`` from prefetches of one
 resident key, ``queue_s`` from prefetches of one missing key with the
 readers idle (less the resident one), and ``wake_s`` from a ``get`` of
 that key right after (less the read's ``tau`` at 4 KiB from the page cache
-and a hit).  Each is the best of :data:`ROUNDS` rounds of the median over
+and a hit), and ``reserve_s`` from the begins of streams of 8 and of 1
+missing keys with both readers busy on 8 other reads (the difference over
+7).  Each is the best of :data:`ROUNDS` rounds of the median over
 the round's calls.  ``expert_s`` is what the busy-loop kernel of
 :func:`spin` really takes for the nominal seconds asked (``--expert-s``,
 default 100 us), measured; ``layer_s`` is what ``--layer-s`` gives
@@ -272,6 +277,55 @@ def spin_cost(nominal: float, n: int = 2001) -> float:
     return times[n // 2]
 
 
+def compute_factor(cont: Any, n: int, nominal: float, drop: Path | None = None,
+                   depths: tuple[int, ...] = (1, 2), rounds: int = ROUNDS) -> float:
+    """How much slower :func:`spin` of ``nominal`` seconds runs while readers read.
+
+    For each depth ``q`` of ``depths`` a :class:`Warm` cache over ``cont``
+    (``2 n`` experts, ``n`` slots); each round times ``n`` calls of the
+    kernel alone, then prefetches the other half and times calls while the
+    ``q`` readers read it (until every read has ended).  The factor is the
+    least per-round mean of the calls during reads over the least per-round
+    mean alone (the least disturbed rounds of each), pooled over the
+    depths; at least 1.
+    """
+    alone: list[float] = []
+    during: list[float] = []
+    for q in depths:
+        w = Warm(cont, n, q)
+        try:
+            for _ in range(rounds):
+                xs = []
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    spin(nominal)
+                    xs.append(time.perf_counter() - t0)
+                alone.append(sum(xs) / len(xs))
+                if drop is not None:
+                    from engine import drop_page_cache  # noqa: PLC0415
+
+                    drop_page_cache(drop)
+                keys = list(w.halves[w.next])
+                w.rng.shuffle(keys)
+                w.next ^= 1
+                c = w.cache
+                c.reset_stats()
+                c.prefetch(keys)
+                ys = []
+                while w._ended() < n:
+                    t0 = time.perf_counter()
+                    spin(nominal)
+                    ys.append(time.perf_counter() - t0)
+                c.drain()
+                if ys:
+                    during.append(sum(ys) / len(ys))
+        finally:
+            w.close()
+    if not during:
+        return 1.0
+    return max(1.0, min(during) / min(alone))
+
+
 def hit_cost(cont: Any, n: int) -> float:
     """Seconds of one hit (get and release of a resident expert), best of 9 loops."""
     c = open_cache(cont, n, 0)
@@ -317,6 +371,8 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
         p1: list[list[float]] = []
         pm: list[list[float]] = []
         gw: list[list[float]] = []
+        sr: list[list[float]] = []
+        sm: list[list[float]] = []
         for r in range(ROUNDS):
             here = hv[r % 2]  # resident; the round reads the other half
             one = [[k] for k in here]
@@ -348,6 +404,30 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
             pm.append(xs)
             gw.append(ys)
             c.drain()
+            # with both readers busy on 8 reads: the begin of a stream of 8
+            # missing keys, then of one more (no wake-up): per key the difference
+            now = hv[(r + 1) % 2]  # resident now; the other half is missing
+            gone = hv[r % 2]
+            xs, ys = [], []
+            for i in range(0, n - 16, 17):
+                c.prefetch(gone[i:i + 8])
+                t0 = time.perf_counter()
+                st8 = c.stream(gone[i + 8:i + 16])
+                t1 = time.perf_counter()
+                st1 = c.stream(gone[i + 16:i + 17])
+                t2 = time.perf_counter()
+                for s in (st8, st1):
+                    for x in s:
+                        x.release()
+                c.drain()
+                xs.append(t1 - t0)
+                ys.append(t2 - t1)
+            sm.append(xs)
+            sr.append(ys)
+            c.drain()
+            if xs:
+                c.prefetch(now)  # the next round finds this half resident
+                c.drain()
     finally:
         c.close()
     t1, t8 = _best_median(s1), _best_median(s8)
@@ -357,7 +437,9 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
             "stream_s": max(0.0, t1 - per_key),
             "prefetch_s": max(0.0, prefetch - access_s),
             "queue_s": max(0.0, _best_median(pm) - prefetch),
-            "wake_s": max(0.0, _best_median(gw) - tau_s - access_s)}
+            "wake_s": max(0.0, _best_median(gw) - tau_s - access_s),
+            "reserve_s": (max(0.0, (_best_median(sm) - _best_median(sr)) / 7)
+                          if any(sm) else 0.0)}
 
 
 def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
@@ -375,6 +457,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
         notes: list[str] = []
         n_of: dict[int, int] = {}
         own: dict[str, float] = {}
+        slowed: dict[str, float] = {}
         for size in (SMALL, expert_bytes):
             n = max(64, min(256, READ_BYTES // size))
             n_of[size] = n
@@ -389,6 +472,8 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                 cont = Container(str(path))
                 drop = path
             got = per_depth(cont, n, drop, own=size == expert_bytes)
+            if size == expert_bytes:
+                slowed["device"] = compute_factor(cont, n, expert_s, drop)
             for (q, busy), (tau, s) in sorted(got.items()):
                 if q == 0:
                     own["device"] = tau
@@ -419,6 +504,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
                     f"{tau * 1e6:8.1f} us/request (page_cache_loads "
                     f"{s['page_cache_loads']}, evictions {s['evictions']})")
             if size == expert_bytes:
+                slowed["page_cache"] = compute_factor(cont, n, expert_s)
                 access = hit_cost(cont, n)
                 calls = call_costs(cont, n, access,
                                    tiers["page_cache"][True][1][1])
@@ -430,7 +516,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
             main, waiting = (curve(modes[b], expert_bytes) for b in (True, False))
             factor = max(own[name] - access, 1e-9) / main.tau(1, expert_bytes)
             built[name] = Tier(main.qd, main.latency_s, main.bandwidth_Bps, factor,
-                               waiting)
+                               waiting, slowed[name])
         compute = Compute(expert_s=spin_cost(expert_s), layer_s=layer_s,
                           access_s=access, **calls)
         source = {"calibrated": datetime.datetime.now(datetime.timezone.utc)
@@ -490,10 +576,14 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
     print("own reads (a synchronous miss over a reader's): " + ", ".join(
         f"{name} x{m.tier(name).own_read_factor:.2f}"
         for name in ("device", "page_cache")))
+    print("compute while readers read (the kernel's cost over alone): " + ", ".join(
+        f"{name} x{m.tier(name).compute_factor:.2f}"
+        for name in ("device", "page_cache")))
     print(f"compute: expert {c.expert_s * 1e6:.1f} us, layer {c.layer_s * 1e6:.1f} us, "
           f"access {c.access_s * 1e6:.2f} us; calls: stream {c.stream_s * 1e6:.2f} + "
           f"{c.stream_key_s * 1e6:.2f}/key, prefetch {c.prefetch_s * 1e6:.2f}, queue "
-          f"{c.queue_s * 1e6:.2f}, wake {c.wake_s * 1e6:.2f} us; load "
+          f"{c.queue_s * 1e6:.2f}, reserve {c.reserve_s * 1e6:.2f}, wake "
+          f"{c.wake_s * 1e6:.2f} us; load "
           f"{m.source['load_before']} -> {m.source['load_after']}")
     print(f"wrote {path}")
     return 0

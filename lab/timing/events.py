@@ -41,11 +41,18 @@ token's layer:
    step's non-expert work.
 
 Every read the consumer queues that wakes an idle reader costs it
-``queue_s``, every ``prefetch`` call ``prefetch_s``, and each time it
+``queue_s`` (one queued with every reader busy ``reserve_s``), every
+``prefetch`` call ``prefetch_s``, and each time it
 blocks on a reader's read it runs again ``wake_s`` after that read ended (a
 read it makes itself needs no wake-up).  While it is blocked, the reads
 progress by the tiers' ``waiting`` curves (the consumer's core is theirs);
 otherwise by the main curves, measured with the consumer computing.
+And the consumer's compute is slowed by the reads it overlaps: while a
+reader's read of a tier with ``compute_factor`` ``f`` is in flight, a
+second of compute takes ``f`` seconds of the consumer's clock (the largest
+factor of the tiers then read; the stretch is counted in ``compute`` and
+also alone as ``contention``).  With every factor 1 compute is free to
+overlap, as before.
 
 Which accesses hit, and which speculative reads are issued, come from
 :mod:`lab.timing.outcomes` (the live cache, synchronously); the model adds
@@ -144,6 +151,9 @@ class IO:
             t: [0.0] + [machine.tier(t).while_waiting().tau(q, machine.expert_bytes)
                         for q in range(1, deep + 1)]
             for t in ("device", "page_cache")}
+        #: whether some tier slows the consumer's compute it overlaps
+        self.slowing = any(machine.tier(t).compute_factor != 1.0
+                           for t in ("device", "page_cache"))
         #: until when the consumer is blocked on a reader's read (the
         #: tiers' ``waiting`` curves apply before it)
         self.idle_until = -math.inf
@@ -232,6 +242,34 @@ class IO:
         self._start()
         return True
 
+    def compute_factor(self) -> float:
+        """The factor compute takes now: the largest of the tiers readers read."""
+        f = 1.0
+        for r in self.running:
+            if not r.by_consumer:
+                f = max(f, self.m.tier(r.tier).compute_factor)
+        return f
+
+    def stretch(self, at: float, seconds: float) -> float:
+        """Consumer-clock seconds ``seconds`` of compute from ``at`` take.
+
+        Runs the I/O system along: while reads of a tier with a
+        ``compute_factor`` ``f`` run, compute progresses at ``1 / f``.
+        """
+        self.advance(at)
+        t, left = at, seconds
+        while left > 0:
+            if not self.running:  # nothing starts until the consumer acts
+                return t + left - at
+            f = self.compute_factor()
+            end = t + left * f
+            self._step(end)
+            if self.now >= end:
+                return end - at
+            left -= (self.now - t) / f
+            t = self.now
+        return t - at
+
     def advance(self, t: float) -> None:
         """Run the I/O system up to time ``t``."""
         while self.now < t:
@@ -274,10 +312,15 @@ class Consumer:
         self.spans: list[tuple[float, float, int]] = []  # compute spans
         self.layer = 0
         self.last: dict[tuple[int, int], Read] = {}
+        self.contention_s = 0.0
 
     def work(self, seconds: float) -> None:
-        """Compute for ``seconds``."""
+        """Compute for ``seconds`` (longer while reads that slow it run)."""
         if seconds > 0:
+            if self.io.slowing:
+                wall = self.io.stretch(self.now, seconds)
+                self.contention_s += wall - seconds
+                seconds = wall
             spans = self.spans
             if spans and spans[-1][1] == self.now and spans[-1][2] == self.layer:
                 spans[-1] = (spans[-1][0], self.now + seconds, self.layer)
@@ -319,10 +362,15 @@ class Consumer:
         return r
 
     def submit(self, key: tuple[int, int], spec: bool) -> Read:
-        """Queue a read of ``key`` on the readers (``queue_s`` if it wakes one)."""
+        """Queue a read of ``key`` on the readers (``queue_s`` if it wakes one).
+
+        With every reader busy it costs ``reserve_s`` instead.
+        """
         self.io.advance(self.now)
         if self.io.pool_busy < self.io.threads:
             self.work(self.m.compute.queue_s)
+        else:
+            self.work(self.m.compute.reserve_s)
         r = self.io.submit(self.now, key, spec)
         self.last[key] = r
         return r
@@ -347,7 +395,8 @@ def run_schedule(steps: Sequence[Step], outcomes: Outcomes, schedule: Schedule,
     """Replay ``steps`` through the decode loop under ``schedule``; time and breakdown.
 
     Returns ``s_per_token``, ``compute_s``, ``wait_s``, ``hidden_s``,
-    ``wasted_s`` (each per token), ``per_layer`` (the same four per layer,
+    ``wasted_s``, ``contention_s`` (compute's stretch by overlapped reads,
+    part of ``compute_s``) (each per token), ``per_layer`` (the same four per layer,
     per token), ``reads``, ``spec_reads``, ``spec_unused``, ``io_s`` (the
     service seconds of every read, per token) and ``max_qd`` per tier.
     """
@@ -462,6 +511,7 @@ def _account(c: Consumer, io: IO, n_layers: int, n_tokens: int) -> dict[str, Any
     return {"s_per_token": total,
             "compute_s": sum(c.compute_s) * per, "wait_s": sum(c.wait_s) * per,
             "hidden_s": sum(hidden) * per, "wasted_s": sum(wasted) * per,
+            "contention_s": c.contention_s * per,
             "io_s": sum(r.service for r in io.reads) * per,
             "reads": len(io.reads), "spec_reads": spec, "spec_unused": unused,
             "max_qd": dict(io.max_qd), "per_layer": per_layer}

@@ -16,7 +16,11 @@ serves.
 
 A tier also has ``own_read_factor``: a read the consumer makes itself (a
 synchronous miss, a kept miss) takes that many times a reader's at the same
-depth (default 1); and optionally a second curve, ``waiting``, for the
+depth (default 1); ``compute_factor``: the consumer's compute takes that
+many times its own seconds while a reader's read of this tier is in flight
+(the readers' copies and completions take part of its core, or of the
+memory bandwidth it shares with them; default 1, free overlap); and
+optionally a second curve, ``waiting``, for the
 readers while the consumer is blocked waiting on one of their reads (it
 then leaves its core to them).  The main curve is the readers' while the
 consumer computes -- the steady state of a decode.  Without ``waiting`` the
@@ -30,7 +34,9 @@ consumer more than their keys (all default 0, so a file without them
 models free calls): ``stream_s`` per ``stream`` call and ``stream_key_s``
 per expert a stream hands over (beyond ``access_s``), ``prefetch_s`` per
 ``prefetch`` call, ``queue_s`` per read the consumer queues on the readers
-(reserving its slot, waking a reader), and ``wake_s``, the delay between
+(reserving its slot, waking a reader), ``reserve_s`` per read it queues
+with every reader already busy (reserving its slot, queueing it: no
+wake-up), and ``wake_s``, the delay between
 the end of a reader's read and the consumer waiting on it running again.
 
 A model file is JSON or TOML (by its extension; ``.json`` otherwise)::
@@ -38,13 +44,13 @@ A model file is JSON or TOML (by its extension; ``.json`` otherwise)::
     {"expert_bytes": 131072,
      "page_cache_share": 0.0,
      "device":     {"qd": [1, 2, 4], "latency_s": [...], "bandwidth_Bps": [...],
-                    "own_read_factor": 1.0,
+                    "own_read_factor": 1.0, "compute_factor": 1.0,
                     "waiting": {"qd": [1, 2, 4], "latency_s": [...],
                                 "bandwidth_Bps": [...]}},
      "page_cache": {"qd": [1, 2],    "latency_s": [...], "bandwidth_Bps": [...]},
      "compute": {"expert_s": 1e-4, "layer_s": 0.0, "access_s": 2e-6,
                  "stream_s": 5e-6, "stream_key_s": 4e-6, "prefetch_s": 3e-6,
-                 "queue_s": 4e-6, "wake_s": 1e-5},
+                 "queue_s": 4e-6, "wake_s": 1e-5, "reserve_s": 3e-6},
      "source": {...free text: how and where it was measured...}}
 
 :func:`load_model` refuses a file that is not one (one line naming the file
@@ -65,7 +71,7 @@ from typing import Any
 TIERS = ("device", "page_cache")
 #: The compute model's fields, each seconds (``Compute``).
 COMPUTE_FIELDS = ("expert_s", "layer_s", "access_s", "stream_s", "stream_key_s",
-                  "prefetch_s", "queue_s", "wake_s")
+                  "prefetch_s", "queue_s", "wake_s", "reserve_s")
 #: The model the lab uses when no ``--model`` is given (an NVMe drive's shape).
 DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "nvme.json"
 
@@ -83,11 +89,13 @@ class Tier:
     bandwidth_Bps: tuple[float, ...]
     own_read_factor: float = 1.0
     waiting: Tier | None = None
+    compute_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        f = self.own_read_factor
-        if not (isinstance(f, (int, float)) and math.isfinite(f) and f > 0):
-            raise ModelError(f"own_read_factor {f!r}: not a factor > 0")
+        for name in ("own_read_factor", "compute_factor"):
+            f = getattr(self, name)
+            if not (isinstance(f, (int, float)) and math.isfinite(f) and f > 0):
+                raise ModelError(f"{name} {f!r}: not a factor > 0")
         n = len(self.qd)
         if n == 0 or len(self.latency_s) != n or len(self.bandwidth_Bps) != n:
             raise ModelError("qd, latency_s and bandwidth_Bps need one value "
@@ -140,6 +148,7 @@ class Compute:
     prefetch_s: float = 0.0
     queue_s: float = 0.0
     wake_s: float = 0.0
+    reserve_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in COMPUTE_FIELDS:
@@ -187,7 +196,8 @@ class Machine:
             t = self.tier(name)
             out[name] = {"qd": list(t.qd), "latency_s": list(t.latency_s),
                          "bandwidth_Bps": list(t.bandwidth_Bps),
-                         "own_read_factor": t.own_read_factor}
+                         "own_read_factor": t.own_read_factor,
+                         "compute_factor": t.compute_factor}
             if t.waiting is not None:
                 w = t.waiting
                 out[name]["waiting"] = {"qd": list(w.qd),
@@ -208,7 +218,8 @@ def _tier(data: Any, where: str) -> Tier:
         return Tier(tuple(int(q) for q in data["qd"]),
                     tuple(float(x) for x in data["latency_s"]),
                     tuple(float(x) for x in data["bandwidth_Bps"]),
-                    float(data.get("own_read_factor", 1.0)), wait_tier)
+                    float(data.get("own_read_factor", 1.0)), wait_tier,
+                    float(data.get("compute_factor", 1.0)))
     except KeyError as e:
         raise ModelError(f"{where}: no {e.args[0]}") from None
     except (TypeError, ValueError) as e:

@@ -169,8 +169,10 @@ def test_call_costs_make_the_calls_they_name(warm_container, opened, monkeypatch
     """
     monkeypatch.setattr(calibrate, "ROUNDS", 2)
     got = calibrate.call_costs(warm_container, N, 1e-6, 1e-5)
-    assert set(got) == {"stream_s", "stream_key_s", "prefetch_s", "queue_s", "wake_s"}
+    assert set(got) == {"stream_s", "stream_key_s", "prefetch_s", "queue_s", "wake_s",
+                        "reserve_s"}
     assert all(v >= 0 for v in got.values())
+    assert got["reserve_s"] == 0.0  # N < 17: no room for its streams
     [e] = opened
     assert (e["threads"], e["slots"]) == (2, N)
     s = e["stats"]
@@ -196,3 +198,18 @@ def test_the_model_file_keeps_the_calibrated_terms(tmp_path, monkeypatch, capsys
     assert set(data["source"]["synchronous_miss_s"]) == {"device", "page_cache"}
     printed = capsys.readouterr().out
     assert "own reads (a synchronous miss over a reader's): device x" in printed
+    for tier in ("device", "page_cache"):
+        assert data[tier]["compute_factor"] >= 1.0
+    assert "compute while readers read (the kernel's cost over alone): device x" in (
+        printed)
+
+
+def test_compute_factor_times_the_kernel_during_a_rounds_reads(warm_container,
+                                                               opened):
+    """Depths 1 and 2, 2 rounds each: one Warm cache a depth, N reads a round; >= 1."""
+    f = calibrate.compute_factor(warm_container, N, 1e-5, depths=(1, 2), rounds=2)
+    assert f >= 1.0
+    assert [(e["threads"], e["slots"]) for e in opened] == [(1, N), (2, N)]
+    for e in opened:
+        s = e["stats"]  # the last round's window
+        assert (s["prefetch_loads"], s["evictions"]) == (N, N)

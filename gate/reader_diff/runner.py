@@ -123,14 +123,19 @@ def header_cases(engine: Any, folder: Path, n: int, seed: int) -> Outcome:
         h = base_single(rng)
         rule = _draw(rng, rules)
         expect = rule(rng, h)
-        path = folder / f"h{i:04d}-{rule.__name__[2:]}.safetensors"
-        theirs, bad = judge(engine, path, h, expect)
-        out.cases += 1
-        out.refused += theirs.kind is not None
-        if bad is not None:
-            out.failures.append(f"{path.name}: {bad}")
-        path.unlink()
+        _judge_one(engine, folder / f"h{i:04d}-{rule.__name__[2:]}.safetensors",
+                   h, expect, out)
     return out
+
+
+def _judge_one(engine: Any, path: Path, h: Any, expect: Any, out: Outcome) -> None:
+    """Write, judge and remove one header case, counting it in ``out``."""
+    theirs, bad = judge(engine, path, h, expect)
+    out.cases += 1
+    out.refused += theirs.kind is not None
+    if bad is not None:
+        out.failures.append(f"{path.name}: {bad}")
+    path.unlink()
 
 
 def sweep_cases(engine: Any, folder: Path, seed: int) -> Outcome:
@@ -139,13 +144,8 @@ def sweep_cases(engine: Any, folder: Path, seed: int) -> Outcome:
     out = Outcome("sweeps")
     rng = random.Random(f"reader-diff sweeps {seed}")
     for i, (label, h, expect) in enumerate(sweep(rng)):
-        path = folder / f"s{i:04d}-{label}.safetensors"
-        theirs, bad = judge(engine, path, h, expect)
-        out.cases += 1
-        out.refused += theirs.kind is not None
-        if bad is not None:
-            out.failures.append(f"{path.name}: {bad}")
-        path.unlink()
+        _judge_one(engine, folder / f"s{i:04d}-{label}.safetensors", h,
+                   expect, out)
     for label, bad in path_probes(engine, folder / "paths"):
         out.cases += 1
         out.refused += 1

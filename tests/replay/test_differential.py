@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import engine
-from gate import differential, open_probe, reader_diff, sim_check
+from gate import differential, open_probe, reader_diff, sim_check, tensor_reads
 from gate.report import Report
 from gate.scenarios import WATCHDOG, run_bounded
 
@@ -155,6 +155,7 @@ def test_a_stuck_differential_check_fails_at_the_cap(monkeypatch: pytest.MonkeyP
                         lambda *a, **k: release.wait() and [])
     monkeypatch.setattr(sim_check, "run_checks", lambda e, r: [])
     monkeypatch.setattr(open_probe, "run_checks", lambda e, w, r: [])
+    monkeypatch.setattr(tensor_reads, "run_checks", lambda e, w, r: [])
     WATCHDOG.reset(cap=0.2)
     report = Report()
     try:

@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from engine import alloc
-from gate import differential, open_probe, reader_diff, sim_check
+from gate import differential, open_probe, reader_diff, sim_check, tensor_reads
 from gate.report import Report
 
 
@@ -225,6 +225,7 @@ def test_the_probe_is_a_differential_check(monkeypatch: pytest.MonkeyPatch,
     """run_all runs the probe after the others: its five lines, all passing."""
     monkeypatch.setattr(reader_diff, "run_checks", lambda e, w, r: [])
     monkeypatch.setattr(sim_check, "run_checks", lambda e, r: [])
+    monkeypatch.setattr(tensor_reads, "run_checks", lambda e, w, r: [])
     report = Report()
     names = differential.run_all(engine, tmp_path, report)
     assert names == ["open-nomem", "open-leaks", "open-params", "open-c-face",

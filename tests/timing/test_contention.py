@@ -16,7 +16,7 @@ import pytest
 
 from lab.timing.events import IO, Schedule
 from lab.timing.model import Machine, ModelError, load_model, write_model
-from tests.timing.test_events import MS, machine, timed
+from tests.timing.model_helpers import MS, machine, timed
 
 
 def slowed(device: float = 1.0, page_cache: float = 1.0) -> Machine:
@@ -40,7 +40,7 @@ def test_compute_under_a_read_takes_the_factor():
 def test_the_stretch_is_reported_as_contention():
     """The 1 ms stretch of the test above is run_schedule's contention_s."""
     from lab.timing.events import run_schedule
-    from tests.timing.test_events import BOTH_MISS, ONE
+    from tests.timing.model_helpers import BOTH_MISS, ONE
 
     r = run_schedule(ONE, BOTH_MISS, Schedule(threads=1), slowed(device=2.0), 2)
     assert r["contention_s"] == pytest.approx(1 * MS, abs=1e-12)

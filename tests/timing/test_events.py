@@ -11,32 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from lab.predict.predictors import Step
-from lab.timing.events import IO, Schedule, run_schedule
-from lab.timing.model import Compute, Machine, Tier
+from lab.timing.events import IO, Schedule
+from lab.timing.model import Tier
 from lab.timing.outcomes import Outcomes
-
-MS = 1e-3
-
-
-def machine(share: float = 0.0) -> Machine:
-    """The module's machine, with ``share`` of reads from the page cache."""
-    return Machine(device=Tier((1, 2), (1 * MS, 1 * MS), (1e6, 1e6)),
-                   page_cache=Tier((1,), (0.5 * MS - 1e-6,), (1e9,)),
-                   compute=Compute(expert_s=5 * MS, layer_s=10 * MS),
-                   page_cache_share=share, expert_bytes=1000)
-
-
-ONE = [Step(0, 0, (0, 1))]
-BOTH_MISS = Outcomes([(True, True)], [()], {})
-
-
-def timed(schedule: Schedule, steps=ONE, out=BOTH_MISS, m=None) -> dict:
-    """run_schedule on the module's machine, times in ms."""
-    r = run_schedule(steps, out, schedule, m or machine(), n_layers=2)
-    return {k: round(r[k] / MS, 9) for k in
-            ("s_per_token", "compute_s", "wait_s", "hidden_s", "wasted_s")} | {
-        "reads": r["reads"], "max_qd": r["max_qd"], "per_layer": r["per_layer"]}
+from tests.timing.model_helpers import MS, TWO, machine, timed
 
 
 def test_tau_is_latency_plus_the_share_of_bandwidth():
@@ -110,9 +88,6 @@ def test_page_cache_share_is_exact_by_ordinal():
 def test_page_cache_reads_are_faster():
     """All from the page cache, sync: 10 + (0.5 + 5) x 2 = 21 ms."""
     assert timed(Schedule(), m=machine(1.0))["s_per_token"] == pytest.approx(21.0)
-
-
-TWO = [Step(0, 0, (0,)), Step(0, 1, (5,))]
 
 
 def test_lookahead_hides_the_next_layers_read():

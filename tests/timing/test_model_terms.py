@@ -14,7 +14,7 @@ import pytest
 from lab.timing.events import Schedule
 from lab.timing.model import Machine, ModelError, Tier, load_model, write_model
 from lab.timing.outcomes import Outcomes
-from tests.timing.test_events import MS, ONE, TWO, machine, timed
+from tests.timing.model_helpers import MS, ONE, TWO, machine, timed
 
 
 def test_an_own_read_takes_the_tiers_factor():

@@ -106,12 +106,9 @@ def _load(path: str | os.PathLike[str]) -> ModuleType:
 
 def use(path: str | os.PathLike[str]) -> ModuleType:
     """Load the engine extension at ``path`` and make it the one in use."""
-    global _module
-    _module = _load(path)
-    for table in (slot_state_names, invariant_names, read_kind_names,
-                  trace_outcome_names, stats_fields, policy_table):
-        table.cache_clear()  # read again from the build now in use
-    return _module
+    mod = _load(path)
+    rebind(mod)
+    return mod
 
 
 def bound() -> ModuleType | None:

@@ -81,6 +81,17 @@ class Ref:
     generation: int = 0
 
 
+@dataclass
+class StreamOpen:
+    """What :meth:`CacheModel.open_stream` began: hits, misses to read, gets last."""
+
+    hits: list[Ref]
+    #: reserved and stamped, under way until :meth:`CacheModel.end_read`
+    misses: list[tuple[int, int]]
+    #: keys that found no slot: gets once the rest is yielded
+    no_slot: list[tuple[int, int]]
+
+
 @dataclass(frozen=True)
 class SlotView:
     """A snapshot of one slot."""
@@ -160,6 +171,13 @@ class CacheModel:
         #: the counter window it was reserved in)
         self._under_way: dict[int, tuple[int, str, int]] = {}
         self._window = 0
+        #: docs/CACHE.md "Stamp order", for the queue policies: the stamped
+        #: reservations (stream misses, hold_layer's) whose insert the policy
+        #: has not been told, in stamp order -- INFLIGHT, or READY and untold
+        self._oq: list[int] = []
+        #: the untold READY slots, each with the demand hits it had meanwhile
+        #: (told after its insert)
+        self._untold: dict[int, int] = {}
 
     # -- keys -------------------------------------------------------------
     def key_id(self, layer: int, expert: int) -> int:
@@ -178,14 +196,40 @@ class CacheModel:
         self.tick += 1
         self._last_use[slot] = self.tick
 
+    def _stamp(self, slot: int) -> None:
+        """Stamp a fresh reservation's publish tick; a queue policy lists it."""
+        self._touch(slot)
+        if self.queue is not None:
+            self._oq.append(slot)
+
+    def _tell(self, slot: int) -> None:
+        """Tell the policy an untold slot's insert, then the hits it had meanwhile."""
+        assert self.queue is not None and self._state[slot] == READY
+        key = self._key[slot]
+        self.queue.insert(key)
+        for _ in range(self._untold.pop(slot)):
+            self.queue.hit(key)
+
+    def _tell_ready(self) -> None:
+        """Tell the untold inserts at the front of the order, up to a read under way."""
+        while self._oq and self._state[self._oq[0]] == READY:
+            self._tell(self._oq.pop(0))
+
+    def _tell_all(self) -> None:
+        """Tell every untold insert in stamp order, leaving the reads under way."""
+        for slot in [s for s in self._oq if self._state[s] == READY]:
+            self._oq.remove(slot)
+            self._tell(slot)
+
     def _protected(self, slot: int) -> bool:
         return (self._holds[slot] + self._pins[slot] > 0
                 or slot in self._batch_protected)
 
     def _candidates(self) -> list[int]:
-        """The READY, unprotected slots, ascending."""
+        """The READY, unprotected slots whose insert was told, ascending."""
         return [s for s in range(self.n_slots)
-                if self._state[s] == READY and not self._protected(s)]
+                if self._state[s] == READY and not self._protected(s)
+                and s not in self._untold]
 
     def _victim(self) -> int | None:
         """Victim choice steps 1-3: lowest EMPTY, else the policy; None if none."""
@@ -194,7 +238,11 @@ class CacheModel:
                 return slot
         cands = self._candidates()
         if not cands:
-            return None
+            if not any(not self._protected(s) for s in self._untold):
+                return None
+            # only untold slots are left: tell them all first (stamp order)
+            self._tell_all()
+            return self._victim()
         if self.queue is not None:
             return self._index[self.queue.victim({self._key[s] for s in cands})]
         hot = [self.hot.get(k, 0) if k is not None else 0 for k in self._key]
@@ -250,16 +298,28 @@ class CacheModel:
         self._last_use[slot] = -1
         self.counters["load_failures"] += 1
         self.counters["short_reads" if kind == "short" else "io_errors"] += 1
+        if slot in self._oq:  # off the order: later inserts may be told now
+            self._oq.remove(slot)
+            self._tell_ready()
 
     def _publish(self, slot: int, freq: int) -> None:
-        """READY with ``freq``; touch unless a tick was stamped; *insert* event."""
+        """READY with ``freq``; touch unless a tick was stamped; *insert* event.
+
+        A stamped slot's insert (:meth:`_stamp`) is told once every
+        reservation stamped before it has ended; until then it is untold.
+        """
         self._state[slot] = READY
         self._freq[slot] = freq
         self._generation[slot] += 1
         if self._last_use[slot] < 0:
             self._touch(slot)
         self._insert_tick[slot] = self._last_use[slot]
-        if self.queue is not None:
+        if self.queue is None:
+            return
+        if slot in self._oq:
+            self._untold[slot] = 0
+            self._tell_ready()
+        else:
             self.queue.insert(self._key[slot])
 
     def _hold(self, slot: int, layer: int, expert: int) -> Ref:
@@ -296,7 +356,9 @@ class CacheModel:
                 self.spec_counters["spec_used"] += 1
             self._freq[slot] += 1
             self._touch(slot)
-            if self.queue is not None:
+            if slot in self._untold:
+                self._untold[slot] += 1  # told after its insert
+            elif self.queue is not None:
                 self.queue.hit(key)
             return self._hold(slot, layer, expert)
         slot = self._reserve_miss(key)  # (4) miss: choose a victim
@@ -328,8 +390,8 @@ class CacheModel:
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
                 speculative: bool = False,
-                read: Callable[[tuple[int, int]], str | None] | None = None
-                ) -> int:
+                read: Callable[[tuple[int, int]], str | None] | None = None,
+                stamped: bool = False) -> int:
         """Batch prefetch: reserve serially, read, publish in reservation order.
 
         Every key resident at the call is protected before the first
@@ -342,6 +404,10 @@ class CacheModel:
         already under way is skipped untouched. Returns
         how many were published; fails only with ``Misuse`` (nothing changed).
         ``speculative`` counts the loads as speculative (see :meth:`prefetch`).
+        ``stamped`` makes it a read-ahead's (``io_threads > 0``): every
+        reservation is stamped in reservation order, so a queue policy is
+        told its inserts in that order, behind a read left under way
+        (docs/CACHE.md "Stamp order").
         """
         keys = list(keys)
         failures = dict(failures or {})
@@ -375,10 +441,13 @@ class CacheModel:
             self.spec_counters["spec_issued"] += len(reserved)
         published = 0
         for slot, key in reserved:  # (2) read, (3) publish in order
+            if stamped:
+                self._stamp(slot)
             kind = (failures.get(self.key_of(key)) if read is None
                     else read(self.key_of(key)))
             if kind == UNDER_WAY:  # held under way: stamped now, ends later
-                self._touch(slot)
+                if not stamped:
+                    self._touch(slot)
                 self._under_way[key] = (slot, "spec" if speculative
                                         else "prefetch", self._window)
                 continue
@@ -409,18 +478,18 @@ class CacheModel:
         """
         return self.getmany(keys, failures, speculative=speculative)
 
-    def stream(self, keys: Iterable[tuple[int, int]],
-               split_min_misses: int = 1) -> list[Ref]:
-        """A stream without readers, run to its end: its held refs in yield order.
+    def open_stream(self, keys: Iterable[tuple[int, int]],
+                    split_min_misses: int = 1) -> StreamOpen | None:
+        """A stream's begin with no readers (docs/CACHE.md "stream" steps 1-3).
 
-        docs/CACHE.md "stream": a key named twice is ``Misuse``; with fewer
-        than ``split_min_misses`` keys not READY it is plain gets; else a key
-        whose read is under way (:meth:`begin_read`) is left out, for the
-        caller to ``get`` once that read ended (step 4), and hits now,
-        misses reserved and stamped now, the consumer's reads published in the
-        order given (so every *insert* follows every reservation, in stamp
-        order: the order the engine tells its policy, whatever order its reads
-        end in), then the keys that found no slot as gets.
+        A key named twice is ``Misuse``; with fewer than ``split_min_misses``
+        keys not READY the stream is plain: None, nothing changed (the
+        caller makes each key's ``get``).  Else, in the order given: a hit
+        now (held); a key whose read is under way is left out (the caller
+        gets it once that read ended, step 4), nothing counted; a miss
+        reserved and stamped now and left under way for the consumer
+        (:meth:`end_read` reads and publishes it, held); a key that finds
+        no slot is kept for a ``get`` at the end.
         """
         keys = list(keys)
         ids = [self.key_id(layer, expert) for layer, expert in keys]
@@ -428,29 +497,46 @@ class CacheModel:
             raise Misuse("stream: a key is named twice")
         if sum(k not in self._index or self._state[self._index[k]] != READY
                for k in ids) < max(1, split_min_misses):
-            return [self.get(*k) for k in keys]
-        refs: list[Ref] = []
-        reads: list[tuple[int, int, int]] = []
-        deferred: list[tuple[int, int]] = []
+            return None
+        opened = StreamOpen([], [], [])
         for (layer, expert), key in zip(keys, ids, strict=True):
             if key in self._index:
                 if self._state[self._index[key]] == READY:
-                    refs.append(self.get(layer, expert))
-                # else held under way (begin_read): left for the caller to
-                # get once that read ends (stream step 4), nothing counted
+                    opened.hits.append(self.get(layer, expert))
                 continue
             slot = self._reserve_miss(key)
             if slot is None:
-                deferred.append((layer, expert))
+                opened.no_slot.append((layer, expert))
                 continue
-            self._touch(slot)  # the stamp its publish keeps
-            reads.append((slot, layer, expert))
-        for slot, layer, expert in reads:
-            self.counters["io_bytes"] += self._io_bytes(self._key[slot])
-            self._publish(slot, 1)
-            self.counters["payload_bytes"] += self.expert_bytes
-            refs.append(self._hold(slot, layer, expert))
-        return refs + [self.get(*k) for k in deferred]
+            self._stamp(slot)  # the stamp its publish keeps
+            self._under_way[key] = (slot, "stream", self._window)
+            opened.misses.append((layer, expert))
+        return opened
+
+    def stream(self, keys: Iterable[tuple[int, int]],
+               split_min_misses: int = 1) -> list[Ref]:
+        """A stream without readers, run to its end: its held refs in yield order.
+
+        :meth:`open_stream`, then the consumer's reads in the order given
+        (so every *insert* follows every reservation, in stamp order: the
+        order the engine tells its policy, whatever order its reads end
+        in), then the keys that found no slot as gets.
+        """
+        keys = list(keys)
+        opened = self.open_stream(keys, split_min_misses)
+        if opened is None:
+            return [self.get(*k) for k in keys]
+        refs = list(opened.hits)
+        for layer, expert in opened.misses:
+            ref = self.end_read(layer, expert)
+            assert ref is not None
+            refs.append(ref)
+        return refs + [self.get(*k) for k in opened.no_slot]
+
+    def stream_unread(self, layer: int, expert: int) -> bool:
+        """Whether the key is a stream's miss that nobody has read yet."""
+        got = self._under_way.get(self.key_id(layer, expert))
+        return got is not None and got[1] == "stream"
 
     def hold_layer(self, keys: Iterable[tuple[int, int]],
                    read: Callable[[tuple[int, int]], str | None] | None = None
@@ -487,7 +573,7 @@ class CacheModel:
             if slot is None:
                 stopped = (layer, expert)
                 break
-            self._touch(slot)  # the stamp its publish keeps
+            self._stamp(slot)  # the stamp its publish keeps
             reads.append((slot, layer, expert))
         failed: tuple[int, int, str] | None = None
         for slot, layer, expert in reads:
@@ -610,7 +696,8 @@ class CacheModel:
         """End a read left under way: publish it, or fail it (``fail``).
 
         A demand read publishes as ``get`` step 6 (touched now, ``freq`` 1,
-        held: the returned Ref) or fails as there (raised); a batch read
+        held: the returned Ref) or fails as there (raised); a stream's miss
+        (:meth:`open_stream`) the same, keeping its stamped tick; a batch read
         publishes as a read-ahead publish (keeping the tick stamped at its
         reservation, ``freq`` 0, its mark) or fails quietly (None).  A read
         reserved before a ``reset_stats`` counts in no window: no bytes, no
@@ -632,15 +719,15 @@ class CacheModel:
             self._fail(slot, fail)
             if not counted:
                 self.counters = saved
-            if kind == "get":
+            if kind in ("get", "stream"):
                 cls = ShortRead if fail == "short" else IOFailure
                 raise cls(f"load of (layer {layer}, expert {expert}) failed: "
                           f"{fail}", layer, expert)
             return None
-        self._publish(slot, 1 if kind == "get" else 0)
+        self._publish(slot, 1 if kind in ("get", "stream") else 0)
         if counted:
             self.counters["payload_bytes"] += self.expert_bytes
-        if kind == "get":
+        if kind in ("get", "stream"):
             return self._hold(slot, layer, expert)
         if counted and kind == "spec":
             self._spec[slot] = True
@@ -686,6 +773,20 @@ class CacheModel:
         """The slot holding a key (any non-EMPTY state), or None."""
         return self._index.get(self.key_id(layer, expert))
 
+    def _order_broken(self) -> bool:
+        """Whether the stamp order is not what docs/CACHE.md keeps: each entry
+        INFLIGHT or READY and untold, every untold slot on it, stamps rising."""
+        if not set(self._untold) <= set(self._oq):
+            return True
+        stamps = []
+        for s in self._oq:
+            ready = self._state[s] == READY
+            if self._state[s] == EMPTY or ready != (s in self._untold):
+                return True
+            stamps.append(self._insert_tick[s] if s in self._untold
+                          else self._last_use[s])
+        return stamps != sorted(set(stamps))
+
     def check(self) -> str | None:
         """The first broken invariant of the model itself, or None."""
         live = [0] * self.n_slots
@@ -707,6 +808,8 @@ class CacheModel:
                 if self._state[s] == READY]
         if len(set(uses)) != len(uses) or any(u > self.tick or u < 1 for u in uses):
             return "INV-CLOCK"
+        if self._order_broken():
+            return "INV-ORDER"
         c = self.counters
         if (c["hits"] + c["misses"] != c["requests"]
                 or c["prefetch_first_uses"] > c["prefetch_loads"]

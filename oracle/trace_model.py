@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from oracle.cache import READY, CacheModel, Ref
+from oracle.cache import READY, CacheModel, Ref, StreamOpen
 from oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
 
 # The oracle's own names (its one copy, in oracle.traces, written from the
@@ -111,11 +111,20 @@ class TracingCacheModel(CacheModel):
         finally:
             self._demand_kind = GET
 
+    def open_stream(self, keys: Iterable[tuple[int, int]],
+                    split_min_misses: int = 1) -> StreamOpen | None:
+        """As the model's open_stream; every demand record is of kind ``stream``."""
+        kind, self._demand_kind = self._demand_kind, STREAM
+        try:
+            return super().open_stream(keys, split_min_misses)
+        finally:
+            self._demand_kind = kind
+
     def getmany(self, keys: Iterable[tuple[int, int]],
                 failures: Mapping[tuple[int, int], str] | None = None,
                 speculative: bool = False,
-                read: Callable[[tuple[int, int]], str | None] | None = None
-                ) -> int:
+                read: Callable[[tuple[int, int]], str | None] | None = None,
+                stamped: bool = False) -> int:
         """As the model's getmany, recording one batch record per key named."""
         keys = list(keys)
         ids = [self.key_id(layer, expert) for layer, expert in keys]
@@ -123,7 +132,7 @@ class TracingCacheModel(CacheModel):
         # touch (resident) or a victim choice; publishing comes after all
         self._decisions = []
         try:
-            n = super().getmany(keys, failures, speculative, read)
+            n = super().getmany(keys, failures, speculative, read, stamped)
             decisions = self._decisions
         finally:
             self._decisions = None

@@ -91,10 +91,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 69 scenario runs, 762 checks, all pinned, none
+    """On their home containers: 70 scenario runs, 776 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 69 and len(report.checks) == 762
+    assert len(names) == 70 and len(report.checks) == 776
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -105,9 +105,9 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-refused names
-    ("mixtral-mini", 64, ["found-direct-partial", "hold-layer-refusal",
+    ("mixtral-mini", 65, ["found-direct-partial", "hold-layer-refusal",
                           "hold-layer-refused", "state-direct"]),
-    ("deepseek-mini", 66, ["found-direct-partial", "state-direct"])])
+    ("deepseek-mini", 67, ["found-direct-partial", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
     """Every scenario runs on another fixture folder and passes on both backends."""
@@ -217,6 +217,7 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
                                   "found-fused-chunked-eio", "found-release-twice",
                                   "found-stream-of-residents-open",
                                   "found-unhold-twice", "found-verify-replaced",
+                                  "found-stream-get-between-reads",
                                   "found-verify-truncated", "hold-layer-refused",
                                   "stalled-reads", "stalled-read-ahead",
                                   "files-changed-in-place", "check-cross-arc",
@@ -331,10 +332,10 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 51 scenarios (66 variants), 744 checks, 2 skipped, 12 N/A on {where} "
+        f"PASS: 52 scenarios (67 variants), 758 checks, 2 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 51
+    assert len(scenario_lines) == 52
     assert all(ln.split()[1:3] == ["on", where] for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")

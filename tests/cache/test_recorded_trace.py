@@ -94,6 +94,36 @@ def test_header_and_records(k3_shard, tmp_path):
     assert read_engine_trace(tr2)[0].fingerprint == header.fingerprint
 
 
+def _fingerprint(path, layout: dict) -> int:
+    """docs/TRACE_FORMAT.md's container fingerprint, from the oracle's reader."""
+    from oracle.layout import expert_pieces
+    from oracle.safetensors import open_container as oracle_open
+
+    reader = oracle_open(path)
+    words = []
+    for layer in layout["layers"]:
+        for e in range(layout["n_experts"]):
+            first = expert_pieces(reader, layout["expert_template"],
+                                  layout["tensors"], layout["n_experts"], layer, e)[0]
+            words += [layer, first.offset]
+    expert_bytes = sum(p.nbytes for p in expert_pieces(
+        reader, layout["expert_template"], layout["tensors"],
+        layout["n_experts"], layout["layers"][0], 0))
+    h = 0xCBF29CE484222325
+    for w in [expert_bytes, layout["n_experts"], *words]:
+        for b in struct.pack("<Q", w):
+            h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_header_fingerprint_is_the_documented_hash(k3_shard, tmp_path):
+    """The header's fingerprint is FNV-1a 64 over the words TRACE_FORMAT.md names."""
+    tr = tmp_path / "f.xctrace"
+    engine.ExpertCache(open_container(k3_shard), **K3_LAYOUT, n_slots=8, top_k=4,
+                       trace_path=tr).close()
+    assert read_engine_trace(tr)[0].fingerprint == _fingerprint(k3_shard, K3_LAYOUT)
+
+
 def test_reader_refuses_bad_files(tmp_path):
     """Bad magic, version or a torn record is TraceFormatError."""
     good = b"XCTRACE1" + struct.pack("<IIQIIIIQ", 1, 24, 7, 1, 24, 4, 8, 0)

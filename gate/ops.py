@@ -30,6 +30,7 @@ from typing import Any
 
 from gate import CannotRun, check_probe, race_ops, state_ops, trace_check
 from gate.backend import COUNTERS, Fact
+from gate.backend_common import FAULT_KINDS
 
 Handler = Callable[[Any, dict[str, Any]], None]
 Compiler = Callable[[Any, dict[str, Any]], dict[str, Any]]
@@ -103,8 +104,6 @@ def _counts(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
 
 def _fault(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     """An ``inject`` step: a known fault kind, ``nth`` and ``arg`` as numbers."""
-    from gate.backends import FAULT_KINDS  # noqa: PLC0415
-
     if step.get("fault") not in FAULT_KINDS:
         raise ctx.fail(f"inject fault {step.get('fault')!r} is not one of "
                        f"{', '.join(FAULT_KINDS)}")

@@ -27,6 +27,7 @@ from gate.backend import (
     Option,
     Pins,
 )
+from gate.backend_common import FAULT_KINDS
 from gate.outside.build import Manifest
 
 #: the shim's stats bits (xcs_shim.h), by counter or fact name
@@ -225,8 +226,6 @@ class OutsideBackend(Backend):
 
     def inject(self, step: dict[str, Any]) -> None:
         """Arm the linked-in injector the step names (``second``: the inner one)."""
-        from gate.backends import FAULT_KINDS  # noqa: PLC0415
-
         kind = ("partial", "eof", "eio", "eintr", "delay").index(step["fault"])
         assert step["fault"] in FAULT_KINDS
         self._rc("inject", self.lib.xcs_fault_arm(

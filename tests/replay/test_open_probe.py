@@ -159,7 +159,7 @@ def test_countdown_names_a_refusal_that_let_the_open_succeed(
         except engine.EngineError:
             return engine.Container(str(files.one))  # retried: not allowed
 
-    assert open_probe.countdown(p, "retry", op, open_probe._close,
+    assert open_probe.countdown(p, "retry", op, open_probe.close_if_open,
                                 lambda m: True) is None
     assert p.failures == ["retry: allocation 1 was refused yet the open "
                           "succeeded"]
@@ -179,7 +179,7 @@ def test_countdown_names_a_leak_and_wrong_fields(files: open_probe.Files,
         alloc.fail_alloc(1)
         return engine.Container(str(files.one))
 
-    assert open_probe.countdown(p, "leaky", leaky, open_probe._close,
+    assert open_probe.countdown(p, "leaky", leaky, open_probe.close_if_open,
                                 lambda m: True) is None
     assert p.failures[0].startswith("leaky: allocation 1 refused: ")
     assert p.failures[0].endswith(" allocation(s) left behind")
@@ -194,7 +194,7 @@ def test_countdown_names_a_leak_and_wrong_fields(files: open_probe.Files,
             raise engine.OutOfMemoryError(str(e), kind="nomem", offset=8
                                           ) from None
 
-    assert open_probe.countdown(p, "offset", offset, open_probe._close,
+    assert open_probe.countdown(p, "offset", offset, open_probe.close_if_open,
                                 lambda m: True) is None
     assert p.failures[0].startswith(
         "offset: allocation 1 refused: error (kind, offset, layer, expert) "
@@ -239,7 +239,7 @@ def test_the_probe_is_a_differential_check(monkeypatch: pytest.MonkeyPatch,
 def test_a_nomem_whose_message_names_nothing_fails(files: open_probe.Files
                                                    ) -> None:
     """The container's no-memory forms name one of its files."""
-    ok = open_probe._container_nomem([files.one])
+    ok = open_probe.container_nomem([files.one])
     assert ok(f"{files.one}: out of memory (shard path)")
     assert ok(f"{files.one}: no memory for the O_DIRECT probe buffer")
     assert not ok("(container): out of memory (shard path)")

@@ -1,0 +1,396 @@
+"""The program generator: a seed, a container and an option set give a program.
+
+:func:`generate` draws the steps of one program (:mod:`gate.programs` says
+what a program is and runs it); :func:`with_checks` puts a derived check
+after each operation.  Generation is deterministic from (seed, container,
+option set, policy) and never depends on timing.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from gate import CannotRun
+from gate.containers import Target
+
+#: The option sets a program's cache may take, by name.
+OPTION_SETS: dict[str, dict[str, Any]] = {
+    "plain": {"batch_threads": 1},
+    "pool": {"batch_threads": 2},
+    "chunked": {"chunk_bytes": 256, "batch_threads": 1},
+    "direct": {"direct": True, "batch_threads": 1},
+    "direct-chunked": {"direct": True, "chunk_bytes": 4096, "batch_threads": 1},
+    "readers": {"io_threads": 2, "batch_threads": 1},
+    "verify": {"verify": True, "batch_threads": 1},
+    "traced": {"trace": True, "batch_threads": 1},
+}
+
+#: Corruptions a program's last step may make of its container.
+CORRUPTIONS = ("too_short", "header_too_large", "header_past_end", "length",
+               "offsets", "dtype")
+
+#: The fault kinds a program arms (an ``eintr`` storm is a persistent one).
+FAULTS = ("eof", "eio", "eintr", "partial", "eintr_storm")
+
+
+class _Gen:
+    """The state a program's generator tracks, conservatively."""
+
+    def __init__(self, rng: random.Random, target: Target,
+                 opts: dict[str, Any], n_slots: int) -> None:
+        self.rng, self.opts, self.n_slots = rng, opts, n_slots
+        q = target.quantities
+        self.n_keys, self.E, self.k = q["N"], q["E"], q["k"]
+        self.layers = list(target.layout["layers"])
+        self.readers = bool(opts.get("io_threads"))
+        self.steps: list[dict[str, Any]] = []
+        self.holds: dict[str, int] = {}      # hold label -> references
+        self.layer_holds: dict[str, int] = {}  # hold_layer label -> experts
+        self.released: list[tuple[str, str]] = []  # (op, label) given back
+        self.pinned: dict[int, int] = {}     # flat key -> pins asked
+        self.stream: tuple[str, int] | None = None  # open label, keys
+        self.serial = 0
+        # a small hot set makes hits, the rest of the keys misses
+        self.hot = rng.sample(range(self.n_keys), min(self.n_keys, 2 * self.k))
+
+    # -- helpers -------------------------------------------------------------
+
+    def key(self) -> int:
+        """A flat key index: mostly from the hot set."""
+        if self.rng.random() < 0.6:
+            return self.rng.choice(self.hot)
+        return self.rng.randrange(self.n_keys)
+
+    def keys(self, most: int) -> list[int]:
+        """One to ``most`` distinct flat key indices."""
+        n = self.rng.randint(1, max(1, min(most, self.n_keys)))
+        out: list[int] = []
+        while len(out) < n:
+            k = self.key()
+            if k not in out:
+                out.append(k)
+        return out
+
+    def busy(self) -> int:
+        """Slots that may be held, pinned or reserved now (an upper bound)."""
+        stream = self.stream[1] if self.stream else 0
+        return (sum(self.holds.values()) + sum(self.layer_holds.values())
+                + sum(1 for v in self.pinned.values() if v > 0) + stream)
+
+    def room(self) -> int:
+        """Slots surely free for new misses."""
+        return self.n_slots - self.busy()
+
+    def label(self, prefix: str) -> str:
+        self.serial += 1
+        return f"{prefix}{self.serial}"
+
+    def add(self, step: dict[str, Any]) -> None:
+        self.steps.append(step)
+
+    def read_ahead(self, keys: list[int], speculative: bool) -> None:
+        step: dict[str, Any] = {"op": "prefetch", "keys": keys}
+        if speculative:
+            step["speculative"] = True
+        if self.readers:  # the reads end before anything is compared
+            step["then"] = "drain"
+        self.add(step)
+        if self.readers:
+            self.add({"op": "drain"})
+
+    # -- operations ------------------------------------------------------------
+
+    def op_get(self) -> None:
+        self.add({"op": "get", "keys": self.keys(3)})
+
+    def op_getmany(self) -> None:
+        self.add({"op": "getmany", "keys": self.keys(self.k + 1),
+                  **({"then_get": True} if self.rng.random() < 0.3 else {})})
+
+    def op_prefetch(self) -> None:
+        self.read_ahead(self.keys(self.k), self.rng.random() < 0.5)
+
+    def op_drain(self) -> None:
+        self.add({"op": "drain"})
+
+    def op_hold(self) -> None:
+        if self.busy() >= self.n_slots // 2:
+            return self.op_give_back()
+        label = self.label("h")
+        keys = self.keys(2)
+        self.holds[label] = len(keys)
+        self.add({"op": "hold", "keys": keys, "label": label})
+        return None
+
+    def op_give_back(self) -> None:
+        rng = self.rng
+        if self.released and rng.random() < 0.15:  # a second release: misuse
+            op, label = rng.choice(self.released)
+            self.add({"op": op, "label": label})
+            return
+        if self.holds and (not self.layer_holds or rng.random() < 0.5):
+            label = rng.choice(sorted(self.holds))
+            del self.holds[label]
+            self.released.append(("release", label))
+            self.add({"op": "release", "label": label})
+        elif self.layer_holds:
+            label = rng.choice(sorted(self.layer_holds))
+            del self.layer_holds[label]
+            self.released.append(("unhold_many", label))
+            self.add({"op": "unhold_many", "label": label})
+        elif self.pinned:
+            self.op_unpin()
+
+    def op_hold_layer(self) -> None:
+        rng = self.rng
+        li = rng.randrange(len(self.layers))
+        base = li * self.E
+        if rng.random() < 0.12:  # misuse: an expert twice, or too many
+            e = rng.randrange(self.E)
+            raw = ([["layer_first", e], ["layer_first", e]]
+                   if rng.random() < 0.5 else
+                   [["layer_first", i % self.E] for i in range(self.n_slots + 1)])
+            self.add({"op": "hold_layer", "raw": raw, "label": self.label("m")})
+            return
+        if rng.random() < 0.2:  # perhaps too few slots: refused all or none
+            n = rng.randint(1, min(self.E, self.n_slots))
+            label = self.label("L")
+            self.layer_holds[label] = n  # (an upper bound: it may hold none)
+            self.add({"op": "hold_layer", "label": label, "keys": [
+                base + e for e in rng.sample(range(self.E), n)]})
+            return None
+        # every expert may miss: hits and misses alike need a slot of their own
+        most = min(self.k + 1, self.E, self.room() - 1)
+        if most < 1:
+            return self.op_give_back()
+        n = rng.randint(1, most)
+        experts = rng.sample(range(self.E), n)
+        label = self.label("L")
+        self.layer_holds[label] = n
+        self.add({"op": "hold_layer", "keys": [base + e for e in experts],
+                  "label": label})
+        return None
+
+    def op_pin(self) -> None:
+        if self.busy() >= self.n_slots // 2:
+            return self.op_unpin()
+        k = self.key()
+        self.pinned[k] = self.pinned.get(k, 0) + 1
+        self.add({"op": "pin", "keys": [k]})
+        return None
+
+    def op_unpin(self) -> None:
+        live = sorted(k for k, v in self.pinned.items() if v > 0)
+        if live and self.rng.random() < 0.8:
+            k = self.rng.choice(live)
+            self.pinned[k] -= 1
+        else:  # perhaps unpinned, perhaps never pinned: misuse then
+            k = self.key()
+        self.add({"op": "unpin", "keys": [k]})
+
+    def op_stream(self) -> None:
+        most = min(self.k + 1, self.room() - 1)
+        if most < 1:
+            return self.op_give_back()
+        keys = self.keys(most)
+        if self.stream is None and not self.readers and self.rng.random() < 0.5:
+            label = self.label("s")
+            self.stream = (label, len(keys))
+            first = [k for k in keys if self.rng.random() < 0.3]
+            # opened, taken in part, finished: compared after each (the
+            # model leaves the misses under way until they are read)
+            self.add({"op": "stream_open", "keys": keys, "label": label,
+                      **({"get_first": first[:1]} if first else {})})
+            self.add({"op": "stream_next", "label": label,
+                      "count": self.rng.randint(0, len(keys))})
+            self.add({"op": "stream_rest", "label": label})
+            self.stream = None
+            return None
+        self.add({"op": "stream", "keys": keys})
+        return None
+
+    def op_stream_rest(self) -> None:
+        if self.stream is not None:
+            self.add({"op": "stream_rest", "label": self.stream[0]})
+            self.stream = None
+
+    def op_reset(self) -> None:
+        self.add({"op": "reset"})
+
+    def op_misuse(self) -> None:
+        rng = self.rng
+        bad = rng.choice([["layer_last+1", 0], ["layer_first", "E"],
+                          ["layer_first", -1], ["layer_first-1", 0]])
+        op = rng.choice(["get", "pin", "unpin", "prefetch", "getmany"])
+        self.add({"op": op, "raw": [bad]})
+
+    def op_trace(self) -> None:
+        if self.opts.get("trace"):
+            self.add({"op": "trace"})
+
+    def op_fault(self) -> None:
+        """Arm one fault, make one call that meets it, disarm."""
+        if self.stream is not None:  # a reservation's read would meet it
+            return self.op_stream_rest()
+        rng = self.rng
+        kind = rng.choice(FAULTS)
+        if rng.random() < 0.2:
+            self.add({"op": "inject_alloc", "nth": 1})
+        elif kind == "eintr_storm":
+            self.add({"op": "inject", "fault": "eintr", "nth": 1,
+                      "persistent": True})
+        else:
+            step: dict[str, Any] = {"op": "inject", "fault": kind,
+                                    "nth": rng.randint(1, 3)}
+            if kind == "partial":
+                step.update(arg=rng.choice([1, 7, 100]),
+                            persistent=rng.random() < 0.5)
+            self.add(step)
+        serial = (self.opts.get("batch_threads", 2) == 1 and not self.readers
+                  and not self.opts.get("direct"))
+        most = min(self.k, self.E, self.room() - 1)
+        if serial and self.steps[-1]["op"] == "inject" and most >= 1 \
+                and rng.random() < 0.3:  # a read of the layer's fails: none held
+            li = rng.randrange(len(self.layers))
+            label = self.label("L")
+            self.layer_holds[label] = most
+            self.add({"op": "hold_layer", "label": label, "keys": [
+                li * self.E + e for e in rng.sample(range(self.E),
+                                                    rng.randint(1, most))]})
+        elif serial and rng.random() < 0.5:
+            self.add({"op": "getmany", "keys": self.keys(self.k)})
+        else:
+            self.add({"op": "get", "keys": self.keys(2)})
+        self.steps[-2]["then"] = self.steps[-1]["op"]  # armed, met, cleared
+        self.steps[-1]["then"] = "clear"
+        self.add({"op": "clear"})
+        return None
+
+    def op_truncate(self) -> None:
+        k = self.key()
+        self.add({"op": "truncate", "key": k, "then": "get",
+                  "at": self.rng.choice([0, 1, 100, 4096])})
+        self.add({"op": "get", "keys": [k]})
+
+    def op_replace(self) -> None:
+        self.add({"op": "replace", "then": "get"})
+        self.add({"op": "get", "keys": self.keys(2)})
+
+    def op_held_read(self, rng: random.Random) -> None:
+        """A get whose read a stall holds (if it reads), the calls over its key
+        meanwhile, the release: checked once, after the join.
+
+        The key may be resident (the get then hits and reads nothing): the
+        wait ends either way (``or_ended``), and the stall is then replaced
+        by a harmless fault so that no later read meets it.
+        """
+        k = self.key()
+        steps: list[dict[str, Any]] = [
+            {"op": "inject", "fault": "stall", "nth": 1},
+            {"op": "background_get", "keys": [k]},
+            {"op": "await_read", "or_ended": True},
+            {"op": "inject", "fault": "delay", "nth": 1, "arg": 0},
+            {"op": "getmany", "keys": [k, *self.keys(self.k)][:self.k + 1]},
+            {"op": "background_get", "keys": [k]},
+            {"op": "await_waiting", "if_held": True},
+            {"op": "unstall"}, {"op": "join"}, {"op": "clear"}]
+        if rng.random() < 0.5:  # a prefetch instead: it skips the key too
+            steps[4] = {"op": "prefetch", "keys": steps[4]["keys"]}
+            if self.readers:  # its reads end (the held one is a get's)
+                steps.insert(5, {"op": "drain"})
+        for st in steps[:-1]:
+            st["then"] = "held"
+        for st in steps:
+            self.add(st)
+
+    def op_file_time(self, rng: random.Random) -> None:
+        """With verify: a shard's mtime moved alone, or rewritten in place
+        with its mtime put back, then gets (refused: changed)."""
+        k = self.key()
+        step: dict[str, Any] = ({"op": "touch", "key": k} if rng.random() < 0.5
+                                else {"op": "rewrite", "key": k,
+                                      "keep_mtime": True})
+        self.add({**step, "then": "get"})
+        self.add({"op": "get", "keys": [k, *self.keys(1)]})
+
+
+#: Operation -> weight in a program (sums need not be 100).
+_WEIGHTS: dict[str, int] = {
+    "get": 16, "getmany": 8, "prefetch": 8, "drain": 2, "hold": 6,
+    "give_back": 8, "hold_layer": 8, "pin": 4, "unpin": 4, "stream": 6,
+    "stream_rest": 3, "reset": 2, "misuse": 5, "trace": 3, "fault": 8,
+}
+
+
+def generate(seed: int, target: Target, option_set: str = "plain",
+             policy: str | None = None, length: int = 24,
+             policies: list[str] | None = None) -> dict[str, Any]:
+    """The program (a scenario dict) of ``seed`` on ``target`` with ``option_set``.
+
+    ``policy`` is the cache's policy, else one drawn from ``policies``
+    (default: the oracle's).  ``length`` operations are drawn; some make
+    more than one step (a fault is armed, met and cleared).  Every step is
+    followed by a check of :data:`gate.programs.COMPARED`.
+    """
+    from oracle.cache import POLICIES  # noqa: PLC0415
+
+    if option_set not in OPTION_SETS:
+        raise CannotRun(f"program option set {option_set!r} is not one of "
+                        f"{', '.join(OPTION_SETS)}")
+    rng = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}")
+    q = target.quantities
+    opts: dict[str, Any] = {**OPTION_SETS[option_set], "faults": True}
+    if policy is None:
+        policy = rng.choice(sorted(policies or POLICIES))
+    opts["policy"] = policy
+    n_slots = rng.randint(q["k"] + 2, max(q["k"] + 2, min(3 * q["k"], q["N"])))
+    opts["n_slots"] = n_slots
+    gen = _Gen(rng, target, opts, n_slots)
+    names = list(_WEIGHTS)
+    weights = [_WEIGHTS[n] for n in names]
+    for _ in range(length):
+        getattr(gen, "op_" + rng.choices(names, weights)[0])()
+    gen.op_stream_rest()
+    tail = rng.random()
+    if tail < 0.25:
+        gen.op_truncate()
+    elif tail < 0.35 and opts.get("verify"):
+        gen.op_replace()
+    elif tail < 0.55:
+        gen.add({"op": "corrupt", "kind": rng.choice(CORRUPTIONS)})
+    else:  # no tail: perhaps a read held under way, a file changed in place
+        # (drawn from a generator of their own: the steps above stay as
+        # they were before these existed)
+        held = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/held")
+        if held.random() < 0.5:
+            gen.op_held_read(held)
+        if opts.get("verify") and held.random() < 0.5:
+            gen.op_file_time(held)
+    return {
+        "name": f"program-{target.ref}-{option_set}-{seed}",
+        "title": f"generated program: seed {seed}, {target.ref}, "
+                 f"{option_set}, {policy}",
+        "container": target.ref, "cache": opts,
+        "program": {"seed": seed, "option_set": option_set},
+        **({"requires": ["contiguous == 1"]} if opts.get("direct") else {}),
+        "steps": with_checks(gen.steps),
+    }
+
+
+def with_checks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operation steps each followed by a derived check (numbered).
+
+    A step with ``"then"`` is checked together with the one after it (a
+    prefetch with its drain, a fault with the call that meets it, a stream
+    opened with its end).
+    """
+    out: list[dict[str, Any]] = []
+    for i, step in enumerate(ops):
+        out.append(step)
+        if step.get("then") and i + 1 < len(ops):
+            continue
+        out.append({"op": "check", "name": f"step {i + 1} {step['op']}",
+                    "expect": ({"wrong_reads": 0} if step["op"] == "corrupt"
+                               else {"wrong_reads": 0, "invariants": "clean"})})
+    return out

@@ -176,3 +176,19 @@ def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
     assert group_members(proc.pid) == []
     assert _files(out) == before
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]
+
+
+def test_work_is_removed_when_ctrl_c_came_inside_a_scenario_threads_start(
+        tmp_path, monkeypatch):
+    """A scenario thread Ctrl-C left unstarted (in ``start()``) stops no cleanup."""
+    from gate import cli
+
+    work = tmp_path / "replay-work"
+    (work / "run").mkdir(parents=True)
+    (work / "run" / "a.bin").write_bytes(b"x")
+    unstarted = threading.Thread(target=lambda: None, name="scenario s [engine]")
+    monkeypatch.setattr(cli.threading, "enumerate", lambda: [unstarted])
+    t0 = time.monotonic()
+    cli._remove_after_scenarios(work, wait_s=0.2)
+    assert not work.exists()
+    assert time.monotonic() - t0 < 5

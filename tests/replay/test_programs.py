@@ -225,8 +225,9 @@ def test_a_long_search_prints_progress_and_stops_at_ctrl_c(tmp_path: Path) -> No
         finally:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-    assert rc == 130
     assert p.stderr is not None
-    assert p.stderr.read().decode().strip().splitlines()[-1] == (
+    err = p.stderr.read().decode()
+    assert rc == 130, err
+    assert err.strip().splitlines()[-1] == (
         "replay.py: interrupted; nothing of this run is left")
     assert list((tmp_path / "run").iterdir()) == []

@@ -37,7 +37,7 @@ import pytest
 
 import fixtures
 import fixtures.content
-from gate import oracle_backend
+from gate import oracle_reads
 from gate.backend import BackendFactory
 from gate.backends import EngineBackend, OracleBackend
 from gate.containers import Target, _layout_of_spec, make_target
@@ -123,7 +123,7 @@ def _preads(monkeypatch) -> list[tuple[int, int, int]]:
     """Record every os.pread the gate's backends make: (fd, n, offset)."""
     calls: list[tuple[int, int, int]] = []
     real = os.pread
-    monkeypatch.setattr(oracle_backend.os, "pread",
+    monkeypatch.setattr(oracle_reads.os, "pread",
                         lambda fd, n, at: calls.append((fd, n, at)) or real(fd, n, at))
     return calls
 

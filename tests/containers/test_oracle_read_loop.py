@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from gate import oracle_backend
+from gate import oracle_reads
 from gate.backends import OracleBackend
 from gate.containers import make_target
 
@@ -86,7 +86,7 @@ def test_shortcut_equals_the_step_by_step_model(backend, data_file, monkeypatch,
     _arm(backend, faults)
     calls = []
     real = os.pread
-    monkeypatch.setattr(oracle_backend.os, "pread",
+    monkeypatch.setattr(oracle_reads.os, "pread",
                         lambda *a: calls.append(a) or real(*a))
     fast = backend._read_full(fd, offset, n)
     assert fast == slow

@@ -192,17 +192,25 @@ class OracleBackend(ReadPath, Backend):
         if self.model.slot_of(layer, expert) is not None:
             ref = self.model.get(layer, expert)
         else:
-            data, failure = self._load(layer, expert)
-            try:
-                ref = self.model.get(layer, expert, fail=_model_failure(failure))
-            except Exception as e:
-                if failure == "changed":
-                    raise Changed(e) from e
-                raise
-            assert data is not None
-            self._publish({key: data})
+            ref, _ = self._get_missed(layer, expert)
         self.model.release(ref)
         return self.payload[key]
+
+    def _get_missed(self, layer: int, expert: int) -> tuple[Any, bytes]:
+        """The model's ``get`` of a key it lacks: read it, then (ref, bytes).
+
+        The read's failure is the model's (a file changed: :class:`Changed`).
+        """
+        data, failure = self._load(layer, expert)
+        try:
+            ref = self.model.get(layer, expert, fail=_model_failure(failure))
+        except Exception as e:
+            if failure == "changed":
+                raise Changed(e) from e
+            raise
+        assert data is not None
+        self._publish({(layer, expert): data})
+        return ref, data
 
     def stream_get(self, key: Key) -> tuple[Any, bytes]:
         """A plain stream's ``get`` of ``key``, held (its trace record a stream's)."""
@@ -388,16 +396,7 @@ class OracleBackend(ReadPath, Backend):
         model = self.model
         if model.slot_of(layer, expert) is not None:
             return model.get(layer, expert), self.payload[key]
-        data, failure = self._load(layer, expert)
-        try:
-            ref = model.get(layer, expert, fail=_model_failure(failure))
-        except Exception as e:
-            if failure == "changed":
-                raise Changed(e) from e
-            raise
-        assert data is not None
-        self._publish({key: data})
-        return ref, data
+        return self._get_missed(layer, expert)
 
     def release(self, ref: Any) -> None:
         """The model's ``release`` of a reference :meth:`hold` took."""

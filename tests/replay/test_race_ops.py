@@ -252,13 +252,21 @@ def test_ctrl_c_ends_a_run_whose_read_a_stall_holds(tmp_path):
             "gs.OPS['join'] = dataclasses.replace(gs.OPS['join'], run=join)\n"
             f"gs.run_scenarios(engine, Path({str(tmp_path / 'work')!r}), "
             "Report(), [])\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as e:
+        p = subprocess.Popen([sys.executable, "-c", code],
+                             stdout=subprocess.PIPE, stderr=e, text=True,
+                             cwd=Path(__file__).resolve().parents[2])
     try:
-        assert p.stdout is not None and p.stdout.readline() == "held\n"
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line == "held\n", (line, err.read_text())
         p.send_signal(signal.SIGINT)
-        assert p.wait(30) != 0  # interrupted, not run to the stall's bound
+        try:  # interrupted, not run to the stall's bound
+            assert p.wait(30) != 0, err.read_text()
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit 30 s after SIGINT: {err.read_text()}"
+                                 ) from None
     finally:
         p.kill()
         p.wait()

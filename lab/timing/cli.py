@@ -209,7 +209,7 @@ def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> N
 
 def run(argv: Sequence[str]) -> int:
     """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
-    from lab.cli import _stop  # noqa: PLC0415
+    from lab.cli import _stop, unmake_folders  # noqa: PLC0415
 
     ap = parser()
     try:
@@ -232,22 +232,26 @@ def run(argv: Sequence[str]) -> int:
               file=sys.stderr)
         return 2
     made: list[Executor] = []
+    dirs: list[str] = []  # the OUTDIR folders the run made
     with ExitStack() as stack:
         try:
-            return _run(ns, stack, made.append)
+            rc = _run(ns, stack, made.append, dirs)
         except KeyboardInterrupt:
             _stop(made[-1] if made else None)
             stack.pop_all()
+            unmake_folders(dirs)
             print(f"{PROG}: interrupted; {ns.outdir} left as it was",
                   file=sys.stderr)
             return 130
-    return 2  # pragma: no cover
+    if rc:
+        unmake_folders(dirs)
+    return rc
 
 
 def _run(ns: argparse.Namespace, stack: ExitStack,
-         seen: Callable[[Executor], None]) -> int:
-    """The run after parsing."""
-    from lab.cli import _can_plot, _check_options, _writable_folder, read_for  # noqa: PLC0415
+         seen: Callable[[Executor], None], dirs: list[str]) -> int:
+    """The run after parsing; ``dirs`` learns the OUTDIR folders made for it."""
+    from lab.cli import _can_plot, _check_options, read_for, writable_folder  # noqa: PLC0415
     from lab.predict.evaluate import check_shape, steps_of  # noqa: PLC0415
     from lab.sweep import EXECUTOR_REFUSALS, executor_refusal, make_executor  # noqa: PLC0415
     from lab.timing.model import ModelError, load_model  # noqa: PLC0415
@@ -271,7 +275,7 @@ def _run(ns: argparse.Namespace, stack: ExitStack,
         grid = _grid(ns, trace.top_k, sizes)
         _check_predictors(grid, trace.n_layers, trace.n_experts, trace.top_k)
         machines = grid.machines(machine)
-        _writable_folder(ns.outdir)
+        dirs += writable_folder(ns.outdir)
     except (OSError, ValueError, ModelError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

@@ -159,7 +159,7 @@ def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
 @pytest.mark.nosan
 @pytest.mark.parametrize("executor", ["process", "thread", "dask"])
 def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
-    """One SIGINT mid-sweep: exit 130, no traceback, no process left, no file."""
+    """One SIGINT mid-sweep: exit 130, no traceback, no process left, no OUT."""
     if executor == "dask":
         pytest.importorskip("distributed")
     out = tmp_path / "out"
@@ -174,7 +174,7 @@ def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
     assert "Traceback" not in err
     assert err.endswith(f"replay.py lab: interrupted; {out} left as it was\n")
     assert group_members(pgid) == []
-    assert sorted(x.name for x in out.iterdir()) == []
+    assert not out.exists()  # the run made it: gone with the run
 
 
 def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
@@ -190,7 +190,7 @@ def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
     assert main(["lab", MIXTRAL, str(tmp_path / "out"), "--export-csv",
                  str(export), "--quiet", "--executor", "thread"]) == 130
     assert "interrupted" in capsys.readouterr().err
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == []
 
 
 def test_a_huge_worker_count_is_a_usage_error(capsys):
@@ -222,3 +222,56 @@ def test_an_export_never_replaces_the_input_or_a_users_file(option, tmp_path, ca
     assert trace.read_bytes() == Path(MIXTRAL).read_bytes()
     assert notes.read_text() == "my numbers\n"
     assert not (tmp_path / "out").exists()
+
+
+def _ends(how: str) -> object:
+    """A stand-in for the sweep that ends the run: Ctrl-C or an engine error."""
+    def sweep(*_args: object, **_kw: object) -> None:
+        if how == "ctrl-c":
+            raise KeyboardInterrupt
+        raise RuntimeError("policy lru: refused by the engine")
+    return sweep
+
+
+@pytest.mark.parametrize("how, rc", [("ctrl-c", 130), ("error", 2)])
+@pytest.mark.parametrize("command", ["lab", "time"])
+def test_a_run_that_ends_without_results_removes_the_out_it_made(
+        command, how, rc, tmp_path, monkeypatch, capsys):
+    """Ctrl-C or an error mid-sweep: the OUT the run made (three deep) is gone."""
+    import lab.timing.sweep
+
+    if command == "lab":
+        monkeypatch.setattr(lab_cli, "run_sweep", _ends(how))
+    else:
+        monkeypatch.setattr(lab.timing.sweep, "run_time_sweep", _ends(how))
+    out = tmp_path / "a" / "b" / "out"
+    assert main([command, MIXTRAL, str(out), "--quiet", "--executor",
+                 "thread"]) == rc
+    err = capsys.readouterr().err
+    assert err == (f"replay.py {command}: interrupted; {out} left as it was\n"
+                   if how == "ctrl-c" else
+                   f"replay.py {command}: policy lru: refused by the engine\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("how, rc", [("ctrl-c", 130), ("error", 2)])
+@pytest.mark.parametrize("command", ["lab", "time"])
+def test_a_run_that_ends_without_results_keeps_an_out_that_was_there(
+        command, how, rc, tmp_path, monkeypatch):
+    """An OUT that existed (empty, or with the user's file) stays as it was."""
+    import lab.timing.sweep
+
+    if command == "lab":
+        monkeypatch.setattr(lab_cli, "run_sweep", _ends(how))
+    else:
+        monkeypatch.setattr(lab.timing.sweep, "run_time_sweep", _ends(how))
+    empty, mine = tmp_path / "empty", tmp_path / "mine"
+    empty.mkdir()
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's\n")
+    for out in (empty, mine):
+        assert main([command, MIXTRAL, str(out), "--quiet", "--executor",
+                     "thread"]) == rc
+    assert list(empty.iterdir()) == []
+    assert [(p.name, p.read_text()) for p in mine.iterdir()] == [
+        ("notes.txt", "the user's\n")]

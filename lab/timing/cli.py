@@ -209,7 +209,8 @@ def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> N
 
 def run(argv: Sequence[str]) -> int:
     """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
-    from lab.cli import _stop, unmake_folders  # noqa: PLC0415
+    from fixtures.folders import unmake_folders  # noqa: PLC0415
+    from lab.cli import _stop  # noqa: PLC0415
 
     ap = parser()
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import Container, ExpertCache, drop_page_cache  # noqa: E402
+from xcache.engine import Container, ExpertCache, drop_page_cache  # noqa: E402
 
 N_EXPERTS, EXPERT_BYTES, BATCH, ROUNDS = 256, 1 << 20, 8, 3
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-import engine
+from xcache import engine
 
 LAYERS, EXPERTS = 92, 384
 PARTS = [(w, p) for w in ("w1", "w2", "w3")

@@ -25,8 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import fixtures  # noqa: E402
-from engine import Container, ExpertCache, _lib  # noqa: E402
+from xcache.engine import Container, ExpertCache, _lib  # noqa: E402
+
+from xcache import fixtures  # noqa: E402
 
 
 def best_ns(stmt, n, **names):

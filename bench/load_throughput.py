@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads
 
-from engine import Container, ExpertCache  # noqa: E402
+from xcache.engine import Container, ExpertCache  # noqa: E402
 
 N_EXPERTS, TOP_K, SLOTS, INNER = 64, 4, 8, 3
 TENSOR_BYTES = 256 * 1024

@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import Container, ExpertCache  # noqa: E402
-from oracle.traces import load_trace  # noqa: E402
+from xcache.engine import Container, ExpertCache  # noqa: E402
+from xcache.oracle.traces import load_trace  # noqa: E402
 
 TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 EXPERT_BYTES = 128 * 1024

@@ -51,21 +51,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import Container  # noqa: E402
-from lab.predict.evaluate import predictions, steps_of  # noqa: E402
-from lab.predict.predictors import make_predictor  # noqa: E402
-from lab.timing.calibrate import (  # noqa: E402
+from xcache.engine import Container  # noqa: E402
+from xcache.lab.predict.evaluate import predictions, steps_of  # noqa: E402
+from xcache.lab.predict.predictors import make_predictor  # noqa: E402
+from xcache.lab.timing.calibrate import (  # noqa: E402
     calibrate,
     compute_factor,
     spin,
     spin_cost,
     write_container,
 )
-from lab.timing.events import Schedule, run_schedule  # noqa: E402
-from lab.timing.live import LiveDecoder, open_live_cache  # noqa: E402
-from lab.timing.outcomes import replay_outcomes  # noqa: E402
-from lab.timing.sweep import steps_window  # noqa: E402
-from oracle.traces import load_trace  # noqa: E402
+from xcache.lab.timing.events import Schedule, run_schedule  # noqa: E402
+from xcache.lab.timing.live import LiveDecoder, open_live_cache  # noqa: E402
+from xcache.lab.timing.outcomes import replay_outcomes  # noqa: E402
+from xcache.lab.timing.sweep import steps_window  # noqa: E402
+from xcache.oracle.traces import load_trace  # noqa: E402
 
 TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"

@@ -1,9 +1,9 @@
 """The streaming expert cache: a C core with a Python face."""
 
-from engine import errors, layout
-from engine.cache import Expert, ExpertCache
-from engine.container import Container, TensorInfo
-from engine.errors import (
+from xcache.engine import errors, layout
+from xcache.engine.cache import Expert, ExpertCache
+from xcache.engine.container import Container, TensorInfo
+from xcache.engine.errors import (
     AllPinnedError,
     BudgetError,
     EngineError,
@@ -17,8 +17,8 @@ from engine.errors import (
     OutOfMemoryError,
     ShortReadError,
 )
-from engine.layout import Layout
-from engine.pagecache import drop_page_cache
+from xcache.engine.layout import Layout
+from xcache.engine.pagecache import drop_page_cache
 
 __all__ = [
     "AllPinnedError",

@@ -143,7 +143,7 @@ def _digest_definition(root: Path, storage: str) -> str:
 
 
 def make_builder(src_dir: Path | None = None,
-                 module_name: str = "engine._xc",
+                 module_name: str = "xcache.engine._xc",
                  digest_inline: bool = True) -> FFI:
     """Return an FFI builder for the engine sources under ``src_dir``.
 

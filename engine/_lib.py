@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine import errors
+from xcache.engine import errors
 
 ENV_LIB = "XC_ENGINE_LIB"
 
@@ -49,7 +49,7 @@ def stale_reason(built: str | None, engine_dir: Path,
     sources are not there to compare with (an installed package without
     ``csrc/``).
     """
-    from engine._build import CDEFS, source_digest
+    from xcache.engine._build import CDEFS, source_digest
 
     engine_dir = Path(engine_dir)
     if not (engine_dir / "csrc" / "xc.h").is_file() or not all(
@@ -96,7 +96,7 @@ def check_fresh(mod: ModuleType, engine_dir: Path = _ENGINE_DIR) -> None:
 
 def _load(path: str | os.PathLike[str]) -> ModuleType:
     """Load the extension file at ``path`` as ``engine._xc``."""
-    spec = importlib.util.spec_from_file_location("engine._xc", os.fspath(path))
+    spec = importlib.util.spec_from_file_location("xcache.engine._xc", os.fspath(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the engine extension at {path}")
     mod = importlib.util.module_from_spec(spec)
@@ -140,7 +140,7 @@ def module() -> ModuleType:
             mod = _load(override)
         else:
             try:
-                from engine import _xc as mod  # type: ignore[attr-defined]
+                from xcache.engine import _xc as mod  # type: ignore[attr-defined]
             except ImportError as e:
                 raise BuildError(not_built_reason(_ENGINE_DIR, e)) from e
         check_fresh(mod)

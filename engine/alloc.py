@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from engine import _lib
+from xcache.engine import _lib
 
 
 class AllocStats(NamedTuple):

@@ -35,11 +35,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-
-from engine import _lib
-from engine import errors as _err
-from engine.errors import InvariantError, misuse
-from engine.hold import (
+from xcache.engine import _lib
+from xcache.engine import errors as _err
+from xcache.engine.errors import InvariantError, misuse
+from xcache.engine.hold import (
     Expert,
     HoldViews,
     LayerHold,
@@ -47,10 +46,10 @@ from engine.hold import (
     hold_layer,
     pinned_bytes,
 )
-from engine.layout import UNSET, cache_keywords
-from engine.layout_core import FUSED, check_family
-from engine.stream import Stream
-from engine.stream import key_arrays as _key_arrays
+from xcache.engine.layout import UNSET, cache_keywords
+from xcache.engine.layout_core import FUSED, check_family
+from xcache.engine.stream import Stream
+from xcache.engine.stream import key_arrays as _key_arrays
 
 __all__ = ["TIMING_COUNTERS", "Expert", "ExpertCache", "LayerHold", "Stream"]
 
@@ -171,8 +170,8 @@ class ExpertCache:
         every other option to the cache.  The cache owns the container:
         :meth:`close` closes both.
         """
-        from engine.container import Container  # noqa: PLC0415
-        from engine.layout import resolve  # noqa: PLC0415
+        from xcache.engine.container import Container  # noqa: PLC0415
+        from xcache.engine.layout import resolve  # noqa: PLC0415
 
         copts = {k: cache_options.pop(k) for k in ("direct", "verify", "io")
                  if k in cache_options}

@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
-
-from engine import _lib
-from engine import errors as _err
-from engine.errors import misuse
+from xcache.engine import _lib
+from xcache.engine import errors as _err
+from xcache.engine.errors import misuse
 
 #: numpy dtypes of the safetensors dtypes numpy can hold (little-endian, as
 #: the format stores them).  The others (BF16, F8_*, F4, F6_*) are read as

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.container import Container, TensorInfo
-from engine.errors import LayoutError
-from engine.layout_core import (
+from xcache.engine.container import Container, TensorInfo
+from xcache.engine.errors import LayoutError
+from xcache.engine.layout_core import (
     FUSED,
     I32_MAX,
     LAYOUT_FILE,
@@ -48,7 +48,7 @@ from engine.layout_core import (
     ranges,
     shape_text,
 )
-from engine.regular import NotRegularFileError, read_regular
+from xcache.engine.regular import NotRegularFileError, read_regular
 
 #: config.json keys giving the experts per layer, the first present wins.
 CONFIG_EXPERTS = ("num_local_experts", "n_routed_experts", "num_experts")

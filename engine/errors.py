@@ -67,7 +67,7 @@ class MisuseError(EngineError, ValueError):
 
 def misuse(message: str) -> MisuseError:
     """A MisuseError with the C misuse status, as the C side would record it."""
-    from engine import _lib  # noqa: PLC0415 - _lib imports this module
+    from xcache.engine import _lib  # noqa: PLC0415 - _lib imports this module
 
     return MisuseError(message, status=int(_lib.lib().XC_E_MISUSE), kind="misuse")
 
@@ -92,7 +92,7 @@ _BY_KIND: dict[str, type[EngineError]] = {
 
 def _format_statuses() -> frozenset[int]:
     """Every ``XC_E_FORMAT_*`` status of the loaded engine."""
-    from engine import _lib  # noqa: PLC0415 - _lib imports this module
+    from xcache.engine import _lib  # noqa: PLC0415 - _lib imports this module
 
     lib = _lib.lib()
     return frozenset(int(getattr(lib, n)) for n in dir(lib)

@@ -28,14 +28,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from engine import _lib
-from engine import errors as _err
-from engine.container import NUMPY_DTYPES
-from engine.errors import misuse
+from xcache.engine import _lib
+from xcache.engine import errors as _err
+from xcache.engine.container import NUMPY_DTYPES
+from xcache.engine.errors import misuse
 
 if TYPE_CHECKING:
-    from engine.cache import ExpertCache
+    from xcache.engine.cache import ExpertCache
 
 
 #: Whether ``release()`` refuses while a view of the hold is alive (a

@@ -1,6 +1,6 @@
 """Validate a safetensors container, print a summary line and its expert layout.
 
-    python -m engine.inspect <file.safetensors | folder | index.json> [--layout FILE]
+    xcache-inspect <file.safetensors | folder | index.json> [--layout FILE]
 
 Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
 and, when anything describes experts (``--layout FILE``, an
@@ -14,7 +14,7 @@ for a from-header twin with stand-in tensors a ``stand-ins`` line naming
 them (their shapes are declared stand-ins, not the checkpoint's).  Exits
 0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
 <message>`` and exits 1 (a checkpoint's index and config without shard
-data add a ``hint:`` line naming ``python -m fixtures from-header``); a
+data add a ``hint:`` line naming ``python -m xcache.fixtures from-header``); a
 layout that cannot be found or does not fit prints (after the OK line)
 ``FAIL layout: <message>`` and exits 1.  A path
 that names nothing, or that cannot be passed to the C reader, is a mistaken
@@ -31,18 +31,18 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from engine._lib import BuildError
-from engine.container import Container
-from engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
-from engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resolve
-from engine.layout import summarize as summarize_layout
-from engine.regular import open_regular, read_regular
+from xcache.engine._lib import BuildError
+from xcache.engine.container import Container
+from xcache.engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
+from xcache.engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resolve
+from xcache.engine.layout import summarize as summarize_layout
+from xcache.engine.regular import open_regular, read_regular
 
 
 def package_version() -> str:
     """The installed xcache version, else the one in this checkout's pyproject.toml.
 
-    ``python -m fixtures`` and ``replay.py`` keep their own copies: the
+    ``python -m xcache.fixtures`` and ``replay.py`` keep their own copies: the
     generator and the gate must not import the engine to print a version.
     """
     try:
@@ -139,7 +139,7 @@ def stand_in_line(path: str, c: Container) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m engine.inspect",
+    ap = argparse.ArgumentParser(prog="python -m xcache.engine.inspect",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("path", help="a .safetensors file, a folder, or an index")
     ap.add_argument("--direct", action="store_true",
@@ -202,7 +202,7 @@ def weightless_hint(path: str) -> str:
         return ""
     return (f"hint: {path} is a checkpoint's index and config without shard "
             f"data (missing, Git-LFS pointers or header-only); make a twin "
-            f"the cache can read with `python -m fixtures from-header {path} "
+            f"the cache can read with `python -m xcache.fixtures from-header {path} "
             f"TWIN --scale 0.01` and inspect TWIN")
 
 

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.container import Container
-from engine.detect import detect
-from engine.errors import LayoutError, misuse
-from engine.layout_core import (
+from xcache.engine.container import Container
+from xcache.engine.detect import detect
+from xcache.engine.errors import LayoutError, misuse
+from xcache.engine.layout_core import (
     FAMILIES,
     FUSED,
     I32_MAX,
@@ -54,7 +54,7 @@ from engine.layout_core import (
     is_int,
     ranges,
 )
-from engine.regular import read_regular
+from xcache.engine.regular import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib

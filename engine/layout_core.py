@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.container import TensorInfo
-from engine.errors import LayoutError
+from xcache.engine.container import TensorInfo
+from xcache.engine.errors import LayoutError
 
 #: One tensor per expert: the template holds ``{expert}``.
 PER_EXPERT = "per-expert"

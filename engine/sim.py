@@ -22,9 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from engine import _lib
-from engine.errors import EngineError
+from xcache.engine import _lib
+from xcache.engine.errors import EngineError
 
 __all__ = ["MODES", "POLICIES", "PROGRESS_EVERY", "SimulationStopped",
            "simulate", "trace_arrays"]

@@ -7,13 +7,13 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from engine import _lib
-from engine import errors as _err
-from engine.errors import EngineError
-from engine.hold import Expert
+from xcache.engine import _lib
+from xcache.engine import errors as _err
+from xcache.engine.errors import EngineError
+from xcache.engine.hold import Expert
 
 if TYPE_CHECKING:
-    from engine.cache import ExpertCache
+    from xcache.engine.cache import ExpertCache
 
 #: xc_cache_stream_next's "every key was yielded" (xc.h XC_STREAM_END)
 STREAM_END = 1

@@ -3,8 +3,8 @@
     python examples/decode_loop.py TWIN TRACE [--tokens N] [--slots N] [--no-prefetch]
 
 TWIN is a container with experts (a twin of a real checkpoint, made by
-``python -m fixtures from-header``, or a preset made by ``python -m
-fixtures new``); TRACE is a routing trace of the same shape (layers and
+``python -m xcache.fixtures from-header``, or a preset made by ``python -m
+xcache.fixtures new``); TRACE is a routing trace of the same shape (layers and
 experts), e.g. ``fixtures/traces/olmoe_299.jsonl`` for an OLMoE twin.  The
 trace says which experts the router chose at every (token, layer); this
 loop does what an engine does around those choices:
@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from anywhere, as `python examples/...`
     sys.path.insert(0, str(ROOT))
 
-import engine  # noqa: E402
-from engine.layout import resolve  # noqa: E402
-from oracle.traces import load_trace  # noqa: E402
+from xcache.engine.layout import resolve  # noqa: E402
+from xcache.oracle.traces import load_trace  # noqa: E402
+
+from xcache import engine  # noqa: E402
 
 #: The SwiGLU projections under the names real checkpoints give them.
 ROLES = {"gate": ("gate_proj.weight", "w1.weight"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine import _lib
+from xcache.engine import _lib
 
 #: Fault kinds by name, as the C injector numbers them.
 KINDS: dict[str, int] = {
@@ -141,7 +141,7 @@ class IOFaults:
     def close(self) -> None:
         """Free the injector; MisuseError while a container still reads through it."""
         if self._ptr is not None:
-            from engine.errors import misuse
+            from xcache.engine.errors import misuse
             if self.open_handles:
                 raise misuse(f"the fault injector still has "
                              f"{self.open_handles} open handle(s): close "

@@ -10,8 +10,8 @@ format check's own name (``offsets``, ``duplicate``, ...).
 
 from __future__ import annotations
 
-from engine import errors as eerr
-from oracle import errors as oerr
+from xcache.engine import errors as eerr
+from xcache.oracle import errors as oerr
 
 #: Engine exception classes and oracle exception classes by kind, most
 #: derived first (the first isinstance match wins).

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import engine
-import fixtures
-from engine import alloc
-from faults.io import Fault, IOFaults
-from oracle.cache import COUNTERS, CacheModel
+from xcache.engine import alloc
+from xcache.faults.io import Fault, IOFaults
+from xcache.oracle.cache import COUNTERS, CacheModel
+
+from xcache import engine, fixtures
 
 Key = tuple[int, int]
 

@@ -22,7 +22,7 @@ def kind_of(exc: BaseException) -> str:
     """The failure kind of either backend's exception (faults.kinds)."""
     if isinstance(exc, OracleOnly):
         return exc.kind
-    from faults.kinds import kind_of as faults_kind_of  # noqa: PLC0415
+    from xcache.faults.kinds import kind_of as faults_kind_of  # noqa: PLC0415
 
     kind = faults_kind_of(exc)
     if kind.startswith("other:"):

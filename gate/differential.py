@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gate import open_probe, reader_diff, sim_check, tensor_reads
-from gate.report import Discard
-from gate.scenarios import WATCHDOG
+from xcache.gate import open_probe, reader_diff, sim_check, tensor_reads
+from xcache.gate.report import Discard
+from xcache.gate.scenarios import WATCHDOG
 
 #: Seconds a differential check may take when the watchdog sets no cap.
 DEFAULT_TIMEOUT_S = 120.0

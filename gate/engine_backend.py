@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gate import CannotRun
-from gate.backend import (
+from xcache.gate import CannotRun
+from xcache.gate.backend import (
     COUNTERS,
     Backend,
     Capabilities,
@@ -30,7 +30,7 @@ from gate.backend import (
     Stream,
     Stuck,
 )
-from gate.backend_common import holding, kind_of
+from xcache.gate.backend_common import holding, kind_of
 
 
 class EngineBackend(Backend):
@@ -49,8 +49,8 @@ class EngineBackend(Backend):
 
     def __init__(self, engine: Any, folder: Path, target: Any,
                  opts: dict[str, Any]) -> None:
-        from engine import alloc  # noqa: PLC0415 - the tree load_engine chose
-        from faults.io import IOFaults  # noqa: PLC0415
+        from xcache.engine import alloc  # noqa: PLC0415 - the tree load_engine chose
+        from xcache.faults.io import IOFaults  # noqa: PLC0415
 
         self.alloc = alloc
         # two injectors, the first forwarding to the second: a pread meets
@@ -61,7 +61,7 @@ class EngineBackend(Backend):
         self.container = engine.Container(
             str(folder), io=self.faults, verify=bool(opts.get("verify")),
             direct=bool(opts.get("direct")))
-        from gate.trace_check import trace_path  # noqa: PLC0415
+        from xcache.gate.trace_check import trace_path  # noqa: PLC0415
 
         #: the trace file (``"trace": true`` in the options), else None
         self.trace_path = trace_path(folder) if opts.get("trace") else None
@@ -110,7 +110,7 @@ class EngineBackend(Backend):
 
     def hold_layer(self, layer: int, experts: list[int]) -> tuple[Any, list[bytes]]:
         """``xc_cache_hold_layer``: its handles and each held expert's bytes."""
-        from engine import _lib  # noqa: PLC0415 - the tree load_engine chose
+        from xcache.engine import _lib  # noqa: PLC0415 - the tree load_engine chose
 
         ffi, lib = _lib.ffi(), _lib.lib()
         ptr, n = self.cache._ptr, len(experts)
@@ -126,7 +126,7 @@ class EngineBackend(Backend):
 
     def unhold_many(self, handle: Any) -> None:
         """``xc_cache_unhold_many`` of the handles one :meth:`hold_layer` took."""
-        from engine import _lib  # noqa: PLC0415
+        from xcache.engine import _lib  # noqa: PLC0415
 
         handles, n = handle
         _lib.check(_lib.lib().xc_cache_unhold_many(self.cache._ptr, handles, n))
@@ -155,7 +155,7 @@ class EngineBackend(Backend):
 
     def hold(self, layer: int, expert: int) -> tuple[Any, bytes]:
         """``xc_cache_get``: a held ``xc_ref`` and the payload bytes it shows."""
-        from engine import _lib  # noqa: PLC0415 - the tree load_engine chose
+        from xcache.engine import _lib  # noqa: PLC0415 - the tree load_engine chose
 
         ffi, lib = _lib.ffi(), _lib.lib()
         ref = ffi.new("xc_ref *")
@@ -164,13 +164,13 @@ class EngineBackend(Backend):
 
     def release(self, ref: Any) -> None:
         """``xc_cache_release`` of a reference :meth:`hold` took."""
-        from engine import _lib  # noqa: PLC0415
+        from xcache.engine import _lib  # noqa: PLC0415
 
         _lib.check(_lib.lib().xc_cache_release(self.cache._ptr, ref))
 
     def copy_ref(self, ref: Any) -> Any:
         """A second ``xc_ref`` with the same fields: not spent by ``ref``'s release."""
-        from engine import _lib  # noqa: PLC0415
+        from xcache.engine import _lib  # noqa: PLC0415
 
         copy = _lib.ffi().new("xc_ref *")
         copy[0] = ref[0]
@@ -205,7 +205,7 @@ class EngineBackend(Backend):
         the outcome: a call that never gets there is a failure after the
         bound.
         """
-        from engine import _lib  # noqa: PLC0415 - the tree load_engine chose
+        from xcache.engine import _lib  # noqa: PLC0415 - the tree load_engine chose
 
         ffi, lib = _lib.ffi(), _lib.lib()
         addr, size = ffi.new("uint64_t *"), ffi.new("uint64_t *")
@@ -254,7 +254,7 @@ class EngineBackend(Backend):
         """The ``wait_hit`` records of its trace so far (None without a trace)."""
         if self.trace_path is None:
             return None
-        from oracle.traces import (  # noqa: PLC0415
+        from xcache.oracle.traces import (  # noqa: PLC0415
             ENGINE_TRACE_OUTCOMES,
             read_engine_trace,
         )
@@ -266,14 +266,14 @@ class EngineBackend(Backend):
 
     def trace_records(self) -> list[list[Any]]:
         """Every record of its trace file so far, read back by the oracle's reader."""
-        from gate.trace_check import _engine_records  # noqa: PLC0415
+        from xcache.gate.trace_check import _engine_records  # noqa: PLC0415
 
         return _engine_records(self)
 
     def break_check(self, what: str, a: Key | str | None, b: Key | None,
                     variant: int) -> str:
         """Break one field through ``xc_testhook_break_check``; what check() named."""
-        from engine import _lib  # noqa: PLC0415 - the tree load_engine chose
+        from xcache.engine import _lib  # noqa: PLC0415 - the tree load_engine chose
 
         lib = _lib.lib()
         ia = self._slot(a) if a is not None else -1
@@ -317,7 +317,7 @@ class EngineBackend(Backend):
 
     def inject(self, step: dict[str, Any]) -> None:
         """Arm an I/O fault under the C read loop (``second``: the inner one)."""
-        from faults.io import Fault  # noqa: PLC0415
+        from xcache.faults.io import Fault  # noqa: PLC0415
 
         if self.faults is None or self.faults2 is None:
             raise CannotRun("an inject step needs \"faults\": true in the cache")
@@ -369,7 +369,7 @@ class EngineBackend(Backend):
         if self.faults is not None and self.faults2 is not None:
             self.faults.disarm()  # a stalled read is let go
             self.faults2.disarm()
-        from gate.race_ops import DEFAULT_BOUND_S  # noqa: PLC0415
+        from xcache.gate.race_ops import DEFAULT_BOUND_S  # noqa: PLC0415
 
         if not all(t.wait(DEFAULT_BOUND_S) for t in self.threads):
             _RUNNING.append(self)

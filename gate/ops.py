@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate import CannotRun, check_probe, race_ops, state_ops, trace_check
-from gate.backend import COUNTERS, Fact
-from gate.backend_common import FAULT_KINDS
+from xcache.gate import CannotRun, check_probe, race_ops, state_ops, trace_check
+from xcache.gate.backend import COUNTERS, Fact
+from xcache.gate.backend_common import FAULT_KINDS
 
 Handler = Callable[[Any, dict[str, Any]], None]
 Compiler = Callable[[Any, dict[str, Any]], dict[str, Any]]
@@ -211,8 +211,8 @@ def _clear(run: Any, step: dict[str, Any]) -> None:
 
 def _corrupt(run: Any, step: dict[str, Any]) -> None:
     """Open a corrupted copy; the error (kind and offset) is what is checked."""
-    from faults import corrupt  # noqa: PLC0415
-    from gate import corruptions  # noqa: PLC0415
+    from xcache.faults import corrupt  # noqa: PLC0415
+    from xcache.gate import corruptions  # noqa: PLC0415
 
     run._close()
     shard = run.target.corrupt_shard
@@ -255,7 +255,7 @@ def _open_fault(run: Any, step: dict[str, Any]) -> None:
 
 
 def _replace(run: Any, step: dict[str, Any]) -> None:
-    from faults.corrupt import replace_same_size  # noqa: PLC0415
+    from xcache.faults.corrupt import replace_same_size  # noqa: PLC0415
 
     for p in sorted(run.scratch.glob("*.safetensors")):
         replace_same_size(p)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gate import CannotRun
-from gate.backend import (
+from xcache.gate import CannotRun
+from xcache.gate.backend import (
     COUNTERS,
     Backend,
     Capabilities,
@@ -29,14 +29,14 @@ from gate.backend import (
     Stream,
     Stuck,
 )
-from gate.backend_common import (
+from xcache.gate.backend_common import (
     OracleOnly,
     holding,
     kind_of,
 )
-from gate.oracle_reads import ReadPath
-from gate.oracle_stream import OracleStream
-from oracle.cache import POLICIES as ORACLE_POLICIES
+from xcache.gate.oracle_reads import ReadPath
+from xcache.gate.oracle_stream import OracleStream
+from xcache.oracle.cache import POLICIES as ORACLE_POLICIES
 
 
 class Changed(OracleOnly):
@@ -82,7 +82,7 @@ class OracleBackend(ReadPath, Backend):
     kind_of = staticmethod(kind_of)
 
     def __init__(self, folder: Path, target: Any, opts: dict[str, Any]) -> None:
-        from oracle.cache import CacheModel  # noqa: PLC0415
+        from xcache.oracle.cache import CacheModel  # noqa: PLC0415
 
         self.layout = lay = target.layout
         self._open_reads(folder, opts)
@@ -90,7 +90,7 @@ class OracleBackend(ReadPath, Backend):
         eb = target.quantities["expert_bytes"]
         model_cls = CacheModel
         if opts.get("trace"):  # it also lists the engine's trace records
-            from oracle.trace_model import TracingCacheModel  # noqa: PLC0415
+            from xcache.oracle.trace_model import TracingCacheModel  # noqa: PLC0415
 
             model_cls = TracingCacheModel
         self.model = model_cls(list(lay["layers"]), lay["n_experts"],
@@ -238,7 +238,7 @@ class OracleBackend(ReadPath, Backend):
         the reads queued behind it too; a drained one cannot (the engine's
         drain would wait for the stall).
         """
-        from oracle.cache import UNDER_WAY  # noqa: PLC0415
+        from xcache.oracle.cache import UNDER_WAY  # noqa: PLC0415
 
         if self.alloc_fault:  # getmany allocates its key arrays first (F13)
             raise NoMemory("getmany: no memory for its key arrays")
@@ -291,7 +291,7 @@ class OracleBackend(ReadPath, Backend):
         fault with more batch threads, or a refused allocation, the call
         cannot be judged (``CannotRun``).
         """
-        from oracle.cache import Misuse  # noqa: PLC0415
+        from xcache.oracle.cache import Misuse  # noqa: PLC0415
 
         keys = [(layer, e) for e in experts]
         for k in keys:
@@ -348,7 +348,7 @@ class OracleBackend(ReadPath, Backend):
 
     def release_copy(self, copy: Any) -> None:
         """The model's ``release_copy``; a case it does not model cannot run."""
-        from oracle.errors import NotModelled  # noqa: PLC0415
+        from xcache.oracle.errors import NotModelled  # noqa: PLC0415
 
         try:
             self.model.release_copy(copy)
@@ -507,7 +507,7 @@ class OracleBackend(ReadPath, Backend):
         read from changed while it was held (xc_load.c ``end_load``)."""
         if failure is not None or not self.verify:
             return data, failure
-        from oracle.layout import expert_pieces  # noqa: PLC0415
+        from xcache.oracle.layout import expert_pieces  # noqa: PLC0415
 
         lay = self.layout
         pieces = expert_pieces(self.reader, lay["expert_template"],
@@ -557,7 +557,7 @@ class OracleBackend(ReadPath, Backend):
     def break_check(self, what: str, a: Key | str | None, b: Key | None,
                     variant: int) -> str:
         """The invariant docs/CACHE.md says break ``what`` violates."""
-        from gate.check_probe import expected_name  # noqa: PLC0415
+        from xcache.gate.check_probe import expected_name  # noqa: PLC0415
 
         return expected_name(what, variant)
 
@@ -593,7 +593,7 @@ class OracleBackend(ReadPath, Backend):
 
     def values(self) -> dict[str, Any]:
         """Counters and slot facts a check may pin."""
-        from oracle.cache import INFLIGHT, READY  # noqa: PLC0415
+        from xcache.oracle.cache import INFLIGHT, READY  # noqa: PLC0415
 
         v: dict[str, Any] = dict(self.model.stats())
         v["queue_fallbacks"] = 0  # the queue cannot fill (IO_DEPTH)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gate import CannotRun
-from gate.backend import Key
-from gate.backend_common import IO_MAX_RETRIES
+from xcache.gate import CannotRun
+from xcache.gate.backend import Key
+from xcache.gate.backend_common import IO_MAX_RETRIES
 
 
 class ReadPath:
@@ -32,7 +32,7 @@ class ReadPath:
 
     def _open_reads(self, folder: Any, opts: dict[str, Any]) -> None:
         """Open every shard under ``folder`` and set the read options of ``opts``."""
-        from oracle.safetensors import Container  # noqa: PLC0415
+        from xcache.oracle.safetensors import Container  # noqa: PLC0415
 
         self.reader = Container(folder)
         self.chunk_bytes = int(opts.get("chunk_bytes", 0))
@@ -232,7 +232,7 @@ class ReadPath:
         ``"changed"`` when any shard it read from changed in any way.  The
         bytes asked (``io_bytes``) are those of every read made either way.
         """
-        from oracle.layout import expert_pieces, expert_reads  # noqa: PLC0415
+        from xcache.oracle.layout import expert_pieces, expert_reads  # noqa: PLC0415
 
         lay = self.layout
         pieces = expert_pieces(self.reader, lay["expert_template"],
@@ -280,7 +280,7 @@ class ReadPath:
 
 def _direct_shards(backend: ReadPath, want: bool) -> dict[str, bool]:
     """Which shards of ``backend`` read with O_DIRECT (probed as in C)."""
-    from oracle.reads import probe_direct  # noqa: PLC0415
+    from xcache.oracle.reads import probe_direct  # noqa: PLC0415
 
     return {s: want and probe_direct(s) for s in backend.fds}
 
@@ -295,8 +295,8 @@ def _direct_load(backend: ReadPath, pieces: list[Any]
     of file end a piece quietly, whole only if the payload inside it
     arrived; the first failed one ends the load.
     """
-    from oracle.layout import is_contiguous  # noqa: PLC0415
-    from oracle.reads import direct_reads, window_ok  # noqa: PLC0415
+    from xcache.oracle.layout import is_contiguous  # noqa: PLC0415
+    from xcache.oracle.reads import direct_reads, window_ok  # noqa: PLC0415
 
     shard = pieces[0].shard
     if not backend.direct.get(shard):

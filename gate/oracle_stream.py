@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gate import CannotRun
-from gate.backend import Key, Stream
+from xcache.gate import CannotRun
+from xcache.gate.backend import Key, Stream
 
 if TYPE_CHECKING:
-    from gate.oracle_backend import OracleBackend
+    from xcache.gate.oracle_backend import OracleBackend
 
 
 class OracleStream(Stream):
@@ -70,7 +70,7 @@ class OracleStream(Stream):
             self.refs = {(r.layer, r.expert): r
                          for r in backend.stream_begin(keys)}
         else:  # validated as the model's stream validates; nothing counted
-            from oracle.cache import Misuse  # noqa: PLC0415
+            from xcache.oracle.cache import Misuse  # noqa: PLC0415
 
             ids = [model.key_id(*k) for k in keys]
             if len(set(ids)) != len(ids):

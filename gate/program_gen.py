@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from gate import CannotRun
-from gate.containers import Target
+from xcache.gate import CannotRun
+from xcache.gate.containers import Target
 
 #: The option sets a program's cache may take, by name.
 OPTION_SETS: dict[str, dict[str, Any]] = {
@@ -333,7 +333,7 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     more than one step (a fault is armed, met and cleared).  Every step is
     followed by a check of :data:`gate.programs.COMPARED`.
     """
-    from oracle.cache import POLICIES  # noqa: PLC0415
+    from xcache.oracle.cache import POLICIES  # noqa: PLC0415
 
     if option_set not in OPTION_SETS:
         raise CannotRun(f"program option set {option_set!r} is not one of "

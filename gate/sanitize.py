@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, ROOT, CannotRun
+from xcache.gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, ROOT, CannotRun
 
 #: What ``--sanitize`` instruments the engine with (``XC_SANITIZE``).
 SANITIZERS = "address,undefined"
@@ -142,7 +142,7 @@ def child_setup(logs: Path) -> None:
     second SIGINT (the parent forwards the one the terminal also sent) is
     ignored, so the first one's clean-up runs to its end.
     """
-    from gate import differential, programs, scenarios  # noqa: PLC0415
+    from xcache.gate import differential, programs, scenarios  # noqa: PLC0415
 
     current = logs / CURRENT
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gate import CannotRun
-from oracle.bounded import (
+from xcache.gate import CannotRun
+from xcache.oracle.bounded import (
     Anything,
     Either,
     Fields,
@@ -139,7 +139,7 @@ SCENARIO = Fields({
 
 def check_scenario(doc: Any, where: str) -> dict[str, Any]:
     """``doc`` if it is a whole scenario; else CannotRun naming file and field."""
-    from gate.ops import OPS  # noqa: PLC0415
+    from xcache.gate.ops import OPS  # noqa: PLC0415
 
     try:
         steps = doc.get("steps") if isinstance(doc, dict) else None
@@ -186,7 +186,7 @@ def check_programs(doc: Any, where: Path | str,
         check_document(doc, programs_schema(option_sets), str(where))
     except UserFileError as e:
         raise CannotRun(str(e)) from None
-    from gate.containers import precheck  # noqa: PLC0415
+    from xcache.gate.containers import precheck  # noqa: PLC0415
 
     seen: set[str] = set()
     for i, row in enumerate(doc["programs"]):

@@ -6,7 +6,7 @@ per-layer capacity at a few sizes, exactly the counts the oracle's
 simulator (``oracle.sim``) gives: requests, hits, misses, compulsory
 misses, reloads and evictions.  The oracle is pure Python, so its counts
 for the slice of the trace the gate replays are pinned in
-``gate/sim_counts.json`` (written by ``python -m gate.sim_check
+``gate/sim_counts.json`` (written by ``python -m xcache.gate.sim_check
 --repin``; ``tests/replay/test_differential.py`` recomputes them from the
 oracle, so the pin cannot drift from it).  The gate runs only the C side.
 """
@@ -40,7 +40,7 @@ SIZES: tuple[tuple[str, int, bool], ...] = (
 
 def _trace() -> Any:
     """The first :data:`TOKENS` tokens of :data:`TRACE`, as an oracle Trace."""
-    from oracle.traces import Trace, load_trace  # noqa: PLC0415
+    from xcache.oracle.traces import Trace, load_trace  # noqa: PLC0415
 
     full = load_trace(TRACE)
     keep = full.token < full.token.min() + TOKENS
@@ -56,7 +56,7 @@ def cases() -> list[dict[str, Any]]:
 
 def oracle_counts() -> dict[str, Any]:
     """The oracle simulator's counts for every case (slow: pure Python)."""
-    from oracle.sim import simulate  # noqa: PLC0415
+    from xcache.oracle.sim import simulate  # noqa: PLC0415
 
     trace = _trace()
     rows = []
@@ -78,7 +78,7 @@ def run_checks(engine: Any, report: Any, path: Path = COUNTS_FILE) -> list[str]:
     """Replay every case through the C simulator; one check line in ``report``."""
     import importlib  # noqa: PLC0415
 
-    sim = importlib.import_module("engine.sim")
+    sim = importlib.import_module("xcache.engine.sim")
     pinned = load_counts(path)
     trace = _trace()
     wrong = []
@@ -107,7 +107,7 @@ def run_checks(engine: Any, report: Any, path: Path = COUNTS_FILE) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``--repin``: recompute the oracle's counts and write the pinned file."""
-    ap = argparse.ArgumentParser(prog="python -m gate.sim_check",
+    ap = argparse.ArgumentParser(prog="python -m xcache.gate.sim_check",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--repin", action="store_true",
                     help=f"rewrite {COUNTS_FILE.name} from the oracle")

@@ -35,7 +35,7 @@ def _first_difference(got: bytes, want: bytes) -> str:
 
 def compare(engine: Any, folder: Path, direct_ok: bool) -> tuple[int, list[str]]:
     """Tensors read from ``folder`` in every mode, and each difference found."""
-    from oracle.safetensors import Container as OracleContainer  # noqa: PLC0415
+    from xcache.oracle.safetensors import Container as OracleContainer  # noqa: PLC0415
 
     oracle = OracleContainer(folder)
     names = oracle.names()
@@ -59,8 +59,8 @@ def compare(engine: Any, folder: Path, direct_ok: bool) -> tuple[int, list[str]]
 
 def run_checks(engine: Any, work: Path, report: Any) -> list[str]:
     """Read every tensor of every home preset in every mode; one check line."""
-    from gate.containers import make_target  # noqa: PLC0415
-    from oracle.reads import probe_direct  # noqa: PLC0415
+    from xcache.gate.containers import make_target  # noqa: PLC0415
+    from xcache.oracle.reads import probe_direct  # noqa: PLC0415
 
     read, wrong, modes = 0, [], set()
     for ref in PRESETS:

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from oracle.regular import open_regular
+from xcache.oracle.regular import open_regular
 
 #: Largest JSON file a tool reads (DeepSeek-V3's index is about 9 MB).
 MAX_JSON_BYTES = 256 << 20

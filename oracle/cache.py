@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from oracle.errors import (
+from xcache.oracle.errors import (
     AllPinned,
     Budget,
     IOFailure,
@@ -33,8 +32,13 @@ from oracle.errors import (
     NotModelled,
     ShortRead,
 )
-from oracle.policies import POLICIES, choose_victim, make_queue_policy, parse_policy
-from oracle.policies.lfru import lfru_sample, splitmix64
+from xcache.oracle.policies import (
+    POLICIES,
+    choose_victim,
+    make_queue_policy,
+    parse_policy,
+)
+from xcache.oracle.policies.lfru import lfru_sample, splitmix64
 
 __all__ = [
     "EMPTY", "INFLIGHT", "READY", "UNDER_WAY", "ALIGN_BYTES", "POLICIES", "COUNTERS",

@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from oracle.reads import cut_run
-from oracle.regular import open_regular
-from oracle.safetensors import Container
+from xcache.oracle.reads import cut_run
+from xcache.oracle.regular import open_regular
+from xcache.oracle.safetensors import Container
 
 
 class LayoutMismatch(ValueError):

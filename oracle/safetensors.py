@@ -60,9 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from oracle.errors import NotFound, OracleFormatError
-from oracle.regular import open_regular, read_regular
+from xcache.oracle.errors import NotFound, OracleFormatError
+from xcache.oracle.regular import open_regular, read_regular
 
 __all__ = [
     "DTYPE_BITS", "MAX_HEADER_BYTES", "INDEX_NAME", "TensorInfo", "Container",

@@ -29,10 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from oracle.cache import CacheModel, choose_victim, parse_policy
-from oracle.policies import ARC, QUEUE_POLICIES, S3FIFO, make_queue_policy
-from oracle.traces import Trace
+from xcache.oracle.cache import CacheModel, choose_victim, parse_policy
+from xcache.oracle.policies import ARC, QUEUE_POLICIES, S3FIFO, make_queue_policy
+from xcache.oracle.traces import Trace
 
 __all__ = ["SimResult", "next_use", "simulate", "simulate_with_model", "MODES",
            "S3FIFO", "ARC", "QUEUE_POLICIES"]

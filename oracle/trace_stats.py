@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from oracle.sim import simulate
-from oracle.traces import Trace
+from xcache.oracle.sim import simulate
+from xcache.oracle.traces import Trace
 
 __all__ = [
     "reuse_distances", "reuse_histogram", "median_reuse_distance",

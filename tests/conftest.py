@@ -43,7 +43,7 @@ def k3_copy(k3_shard: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A three-shard mixtral-mini folder with its index, shared read-only."""
-    import fixtures
+    from xcache import fixtures
 
     folder = tmp_path_factory.mktemp("mm-shared") / "mixtral-mini"
     fixtures.generate("mixtral-mini", folder)

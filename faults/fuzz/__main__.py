@@ -1,4 +1,4 @@
-"""``python -m faults.fuzz build|run|seed|tools``: the fuzzers.
+"""``python -m xcache.faults.fuzz build|run|seed|tools``: the fuzzers.
 
 ``tools --seconds S`` is the tool fuzzer (``faults/fuzz/tools.py``: every
 file and argument a user hands the tools, hypothesis-driven, no clang
@@ -111,9 +111,9 @@ def run(ns: argparse.Namespace) -> int:
 
 def seed(corpus: Path) -> list[Path]:
     """Write the seeds into ``corpus``: every preset's shard headers, a valid index."""
-    from faults.fuzz import inputs
-    from fixtures.layout import plan
-    from fixtures.presets import PRESETS, preset
+    from xcache.faults.fuzz import inputs
+    from xcache.fixtures.layout import plan
+    from xcache.fixtures.presets import PRESETS, preset
 
     corpus.mkdir(parents=True, exist_ok=True)
     written = []
@@ -134,12 +134,12 @@ def seed(corpus: Path) -> list[Path]:
 def tools_main(ns: argparse.Namespace) -> int:
     """``tools``: replay the corpus, fuzz for ns.seconds; 1 on a new finding."""
     if ns.write_seeds:
-        from faults.fuzz.tool_seeds import write_seeds
+        from xcache.faults.fuzz.tool_seeds import write_seeds
 
         for p in write_seeds():
             print(p.relative_to(ROOT))
         return 0
-    from faults.fuzz import tools
+    from xcache.faults.fuzz import tools
 
     if ns.target:
         bad = [t for t in ns.target if t not in tools.STRATEGIES]
@@ -165,7 +165,7 @@ def tools_main(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(
-        prog="python -m faults.fuzz",
+        prog="python -m xcache.faults.fuzz",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

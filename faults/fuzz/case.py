@@ -103,7 +103,7 @@ def _fixture(work: Path) -> Path:
     """The tiny fixture container made from the seed spec (once per ``work``)."""
     out = work / "_fixture"
     if not (out / "model.safetensors.index.json").exists():
-        subprocess.run([PY, "-m", "fixtures", "new", str(SEED / "spec.toml"),
+        subprocess.run([PY, "-m", "xcache.fixtures", "new", str(SEED / "spec.toml"),
                         str(out)], check=True, capture_output=True, cwd=ROOT,
                        env=_env())
     return out

@@ -1,4 +1,4 @@
-"""``python -m faults.fuzz.gate_files scenarios|programs PATH``: the gate's file steps.
+"""``python -m xcache.faults.fuzz.gate_files scenarios|programs PATH``: gate file steps.
 
 ``replay.py DIR`` builds the engine (about 20 s) before it reads a scenario
 or a programs file, which is too slow to fuzz.  This runs the same steps on
@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, CannotRun
-from gate.report import Report
+from xcache.gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, CannotRun
+from xcache.gate.report import Report
 
 #: How long one scenario variant or program may run (seconds): the fuzzer's
 #: cases are bounded by its own wall clock too.
@@ -31,8 +31,9 @@ TIMEOUT_S = 20.0
 
 def _run(kind: str, path: Path, work: Path) -> tuple[Report, int]:
     """Run the scenarios or programs of ``path``; the report and how many ran."""
-    import engine  # noqa: PLC0415 - this checkout's engine, built in place
-    from gate import programs, scenarios  # noqa: PLC0415
+    from xcache.gate import programs, scenarios  # noqa: PLC0415
+
+    from xcache import engine  # noqa: PLC0415 - this checkout's engine, built in place
 
     report = Report()
     scenarios.WATCHDOG.reset(stop_when_stuck=True, cap=TIMEOUT_S)
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``argv`` (``scenarios FOLDER`` or ``programs FILE``); the exit status."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("scenarios", "programs"):
-        print("usage: python -m faults.fuzz.gate_files scenarios|programs PATH",
+        print("usage: python -m xcache.faults.fuzz.gate_files scenarios|programs PATH",
               file=sys.stderr)
         return EXIT_CANNOT_RUN
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The coverage-guided fuzz target: bytes -> a container on disk -> the C reader.
 
-Run through ``python -m faults.fuzz run`` (which builds the instrumented
+Run through ``python -m xcache.faults.fuzz run`` (which builds the instrumented
 engine and sets up the sanitizer runtime); this file is the libFuzzer
 entry point that command starts.  Each input is decoded by
 ``faults.fuzz.inputs.materialise`` (raw file, header, or index), opened by
@@ -18,8 +18,7 @@ import sys
 import tempfile
 
 import atheris
-
-from faults.fuzz import inputs, verdicts
+from xcache.faults.fuzz import inputs, verdicts
 
 _DIR = tempfile.mkdtemp(
     prefix="xc-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -43,7 +42,7 @@ def test_one_input(data: bytes) -> None:
 
 def main() -> None:
     """Hand sys.argv (libFuzzer flags, corpus folders) to atheris and fuzz."""
-    import engine  # noqa: F401  (load the instrumented build before fuzzing)
+    from xcache import engine  # noqa: F401  (load the instrumented build before fuzzing)
 
     atheris.Setup(sys.argv, test_one_input)
     try:

@@ -1,6 +1,6 @@
 """The tool fuzzer's seed corpus: small valid inputs of every kind the tools read.
 
-``python -m faults.fuzz tools --write-seeds`` rewrites
+``python -m xcache.faults.fuzz tools --write-seeds`` rewrites
 ``faults/fuzz/corpus-tools/seed/`` from this module (deterministic, about 40 KB):
 
 * ``ckpt/``: a tiny real checkpoint (2 MoE layers x 4 experts, top-2, one
@@ -136,7 +136,7 @@ def routes() -> list[list[list[int]]]:
 
 def traces(folder: Path) -> None:
     """Write the seed trace in every format ``read_trace`` reads."""
-    from oracle.traces import (
+    from xcache.oracle.traces import (
         _ENGINE_HEADER,
         _ENGINE_MAGIC,
         _ENGINE_RECORD,

@@ -1,10 +1,10 @@
 """The tool fuzzer: every file and argument a user hands the tools, made hostile.
 
-``python -m faults.fuzz tools --seconds N`` runs it (docs: faults/README.md,
+``python -m xcache.faults.fuzz tools --seconds N`` runs it (docs: faults/README.md,
 "Tool fuzzer").  Each *case* is one command of a tool -- ``engine.inspect``,
 the gate's container step (``faults.fuzz.gate_container``, what
 ``replay.py --container`` does before its scenarios), the gate's scenario
-and programs files (``faults.fuzz.gate_files``), ``python -m fixtures``
+and programs files (``faults.fuzz.gate_files``), ``python -m xcache.fixtures``
 new / verify / from-header / identify, ``replay.py`` lab / predict -- run in
 a fresh folder holding the seed inputs (``faults/fuzz/corpus-tools/seed``)
 with one of them changed.  hypothesis draws the change: a valid document
@@ -41,9 +41,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-
-from faults.fuzz import case as _case
-from faults.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one place
+from xcache.faults.fuzz import case as _case
+from xcache.faults.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one place
     ADDRESS_BYTES,
     CASES,
     CORPUS,
@@ -58,9 +57,9 @@ from faults.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one place
     Target,
     judge,
 )
-from faults.fuzz.mutate import dump_json, dump_toml  # noqa: F401
-from faults.fuzz.targets import containers, fixtures, gate_files, traces
-from faults.fuzz.targets.traces import TRACES  # noqa: F401
+from xcache.faults.fuzz.mutate import dump_json, dump_toml  # noqa: F401
+from xcache.faults.fuzz.targets import containers, fixtures, gate_files, traces
+from xcache.faults.fuzz.targets.traces import TRACES  # noqa: F401
 
 _GROUPS = (containers, fixtures, traces, gate_files)
 #: Every target by name.

@@ -127,7 +127,7 @@ def official_difference(v: Verdict) -> str | None:
 
 def engine_verdict(path: str | os.PathLike[str]) -> Verdict:
     """The C reader's verdict (``engine.Container``)."""
-    import engine
+    from xcache import engine
 
     try:
         with engine.Container(path) as c:
@@ -144,7 +144,7 @@ def engine_verdict(path: str | os.PathLike[str]) -> Verdict:
 
 def oracle_verdict(path: str | os.PathLike[str]) -> Verdict:
     """The oracle reader's verdict (``oracle.safetensors``)."""
-    from oracle.safetensors import OracleFormatError, open_container
+    from xcache.oracle.safetensors import OracleFormatError, open_container
 
     try:
         c = open_container(path)

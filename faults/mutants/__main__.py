@@ -1,7 +1,7 @@
-"""``python -m faults.mutants``: run the engine mutation catalogue."""
+"""``python -m xcache.faults.mutants``: run the engine mutation catalogue."""
 
 import sys
 
-from faults.mutants.run import main
+from xcache.faults.mutants.run import main
 
 sys.exit(main())

@@ -29,9 +29,9 @@ whose object code is byte-identical to the original's is dropped as
 *equivalent* (trivial compiler equivalence): it cannot change behaviour, so
 no test could kill it.  The first ``n`` left are the sample.
 
-``python -m faults.mutants --generated N --seed S`` draws and runs a sample
+``python -m xcache.faults.mutants --generated N --seed S`` draws and runs a sample
 through the same runner as the catalogue (plant, re-pin, build, replay);
-``python -m faults.mutants.rules --generated N --seed S --json FILE`` only
+``python -m xcache.faults.mutants.rules --generated N --seed S --json FILE`` only
 draws it and writes it as a catalogue file (``--catalogue FILE``).
 docs/QUALITY.md holds the scores and the survivors with their reasons.
 """
@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faults.mutants.catalogue import Mutant
+from xcache.faults.mutants.catalogue import Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -219,7 +219,7 @@ def population(engine_dir: Path) -> list[RuleMutant]:
 # -- compiling: did-not-compile and trivial compiler equivalence ------------
 
 def _cflags() -> list[str]:
-    from engine._build import CFLAGS  # noqa: PLC0415  (the recipe, not the lib)
+    from xcache.engine._build import CFLAGS  # noqa: PLC0415  (the recipe, not the lib)
 
     # a call of an undeclared name compiles (with a warning) but cannot
     # link: such a mutant does not build
@@ -355,7 +355,7 @@ def listed_survivors(path: Path = SURVIVORS_FILE) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Draw a sample and write it as a catalogue file; exit 0, or 2 if it cannot."""
-    ap = argparse.ArgumentParser(prog="python -m faults.mutants.rules",
+    ap = argparse.ArgumentParser(prog="python -m xcache.faults.mutants.rules",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--generated", type=int, default=300, metavar="N",
                     help="how many mutants to draw (default 300)")

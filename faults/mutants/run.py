@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults.mutants import rules
-from faults.mutants.catalogue import (
+from xcache.faults.mutants import rules
+from xcache.faults.mutants.catalogue import (
     CATALOGUE,
     KNOWN_SURVIVORS,
     Mutant,
@@ -451,9 +451,9 @@ def select(mutants: Sequence[Mutant], only: str | None) -> list[Mutant]:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m faults.mutants``."""
+    """The command line of ``python -m xcache.faults.mutants``."""
     ap = argparse.ArgumentParser(
-        prog="python -m faults.mutants",
+        prog="python -m xcache.faults.mutants",
         description="Plant each engine mutant in a scratch copy, re-pin, "
                     "build and replay it as CI gates a candidate; report "
                     "which checks caught it.")

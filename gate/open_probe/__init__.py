@@ -58,8 +58,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gate.open_probe.c_face import c_face
-from gate.open_probe.files import (
+from xcache.gate.open_probe.c_face import c_face
+from xcache.gate.open_probe.files import (
     EXPERT_BYTES,
     N_KEYS,
     POLICY_SPECS,
@@ -67,16 +67,16 @@ from gate.open_probe.files import (
     Files,
     expert_bytes,
 )
-from gate.open_probe.leaks import leaks
-from gate.open_probe.messages import messages
-from gate.open_probe.nomem import container_nomem, nomem
-from gate.open_probe.params import (
+from xcache.gate.open_probe.leaks import leaks
+from xcache.gate.open_probe.messages import messages
+from xcache.gate.open_probe.nomem import container_nomem, nomem
+from xcache.gate.open_probe.params import (
     budget_message,
     oracle_verdict,
     params,
     valid_policies,
 )
-from gate.open_probe.probe import Probe, close_if_open, countdown
+from xcache.gate.open_probe.probe import Probe, close_if_open, countdown
 
 __all__ = ["CHECKS", "EXPERT_BYTES", "N_KEYS", "POLICY_SPECS", "STRIDE",
            "Files", "Probe", "budget_message", "close_if_open", "container_nomem",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gate.open_probe.files import FUSED_TEMPLATE, LAYERS, MAX_N, tensor_names
-from gate.open_probe.leaks import c_opts
-from gate.open_probe.params import valid_policies
-from gate.open_probe.probe import Probe
+from xcache.gate.open_probe.files import FUSED_TEMPLATE, LAYERS, MAX_N, tensor_names
+from xcache.gate.open_probe.leaks import c_opts
+from xcache.gate.open_probe.params import valid_policies
+from xcache.gate.open_probe.probe import Probe
 
 #: Status codes of xc.h.
 XC_E_NOMEM, XC_E_NOT_FOUND, XC_E_MISUSE = -1, -5, -7

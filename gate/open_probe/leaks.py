@@ -6,14 +6,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gate.open_probe.files import (
+from xcache.gate.open_probe.files import (
     FUSED_TEMPLATE,
     LAYERS,
     N_EXPERTS,
     POLICY_SPECS,
     TEMPLATE,
 )
-from gate.open_probe.probe import Probe, check_cache, open_cache
+from xcache.gate.open_probe.probe import Probe, check_cache, open_cache
 
 
 @contextmanager

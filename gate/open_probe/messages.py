@@ -7,14 +7,14 @@ import re
 import shutil
 from typing import Any
 
-from gate.open_probe.files import LAYERS, N_EXPERTS, STRIDE
-from gate.open_probe.params import oracle_verdict
-from gate.open_probe.probe import Probe, open_cache
+from xcache.gate.open_probe.files import LAYERS, N_EXPERTS, STRIDE
+from xcache.gate.open_probe.params import oracle_verdict
+from xcache.gate.open_probe.probe import Probe, open_cache
 
 
 def messages(p: Probe) -> None:
     """Whole messages: policies from the oracle's tables, keys, changes, mlock."""
-    from oracle.policies import POLICIES  # noqa: PLC0415
+    from xcache.oracle.policies import POLICIES  # noqa: PLC0415
 
     err_t = p.engine.EngineError
     cont = p.engine.Container(str(p.files.one))

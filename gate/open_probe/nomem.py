@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from gate.open_probe.files import (
+from xcache.gate.open_probe.files import (
     LAYERS,
     MAX_N,
     N_KEYS,
@@ -19,7 +18,7 @@ from gate.open_probe.files import (
     TENSORS,
     expert_bytes,
 )
-from gate.open_probe.probe import (
+from xcache.gate.open_probe.probe import (
     Probe,
     check_cache,
     close_if_open,
@@ -182,8 +181,8 @@ SIM_N_EXPERTS = 5
 
 def sim_expected() -> dict[tuple[str, str, bool], dict[str, int]]:
     """The oracle simulator's counts for every case of :func:`sim_nomem`."""
-    from oracle.sim import simulate  # noqa: PLC0415
-    from oracle.traces import Trace  # noqa: PLC0415
+    from xcache.oracle.sim import simulate  # noqa: PLC0415
+    from xcache.oracle.traces import Trace  # noqa: PLC0415
     keys = np.array(SIM_KEYS)
     tr = Trace(np.arange(len(keys)) // 2, keys // SIM_N_EXPERTS,
                keys % SIM_N_EXPERTS, 2, SIM_N_EXPERTS, 2)

@@ -6,15 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from gate.open_probe.files import STRIDE
-from gate.open_probe.probe import Probe, open_cache
+from xcache.gate.open_probe.files import STRIDE
+from xcache.gate.open_probe.probe import Probe, open_cache
 
 
 def param_specs() -> list[str]:
     """Every spec open-params tries: each parameter of each policy at the
     range's ends, one past each, and wrong types; unknown names and keys."""
-    from oracle.policies import POLICIES  # noqa: PLC0415
+    from xcache.oracle.policies import POLICIES  # noqa: PLC0415
 
     top = 2**64 - 1
     values = ["0", "1", "2", "3", "4", "99", "100", "101", str(top),
@@ -39,7 +38,7 @@ TABLE_ORDER = ("lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc")
 
 def valid_policies() -> str:
     """The oracle's policies and parameters as the engine lists them."""
-    from oracle.policies import POLICIES  # noqa: PLC0415
+    from xcache.oracle.policies import POLICIES  # noqa: PLC0415
 
     if set(POLICIES) != set(TABLE_ORDER):
         raise AssertionError(f"the oracle's policies {sorted(POLICIES)} are "
@@ -54,8 +53,8 @@ def oracle_verdict(spec: str) -> str | None:
     The list of an unknown policy's message is given in the engine's table
     order (:func:`valid_policies`).
     """
-    from oracle.errors import Misuse  # noqa: PLC0415
-    from oracle.policies import parse_policy, valid_specs  # noqa: PLC0415
+    from xcache.oracle.errors import Misuse  # noqa: PLC0415
+    from xcache.oracle.policies import parse_policy, valid_specs  # noqa: PLC0415
 
     try:
         parse_policy(spec)

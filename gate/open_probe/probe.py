@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gate.open_probe.files import (
+from xcache.gate.open_probe.files import (
     FUSED_TEMPLATE,
     LAYERS,
     MAX_N,
@@ -26,9 +26,9 @@ class Probe:
     def __init__(self, engine: Any, files: Files) -> None:
         self.engine = engine
         self.files = files
-        self.alloc = importlib.import_module("engine.alloc")
-        self.sim = importlib.import_module("engine.sim")
-        lib_mod = importlib.import_module("engine._lib")
+        self.alloc = importlib.import_module("xcache.engine.alloc")
+        self.sim = importlib.import_module("xcache.engine.sim")
+        lib_mod = importlib.import_module("xcache.engine._lib")
         self.lib, self.ffi = lib_mod.lib(), lib_mod.ffi()
         self.failures: list[str] = []
         self.cases = 0

@@ -14,8 +14,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from gate import CannotRun
-from gate.backend import (
+from xcache.gate import CannotRun
+from xcache.gate.backend import (
     Backend,
     BackendFactory,
     Capabilities,
@@ -27,8 +27,8 @@ from gate.backend import (
     Option,
     Pins,
 )
-from gate.backend_common import FAULT_KINDS
-from gate.outside.build import Manifest
+from xcache.gate.backend_common import FAULT_KINDS
+from xcache.gate.outside.build import Manifest
 
 #: the shim's stats bits (xcs_shim.h), by counter or fact name
 STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
@@ -299,7 +299,7 @@ class OutsideFactory(BackendFactory):
 
     def inject_open(self, step: dict[str, Any]) -> None:
         """Arm the open injector with the step's fault (``fault:open``)."""
-        from gate.ops import OPEN_FAULTS  # noqa: PLC0415
+        from xcache.gate.ops import OPEN_FAULTS  # noqa: PLC0415
 
         kind = OPEN_FAULTS.index(step["fault"]) + 1
         rc = self.lib.xcs_fault_arm(2, kind, int(step.get("nth", 1)),

@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
-
-from gate import CannotRun
-from gate.outside import HERE, MANIFEST_NAME
+from xcache.gate import CannotRun
+from xcache.gate.outside import HERE, MANIFEST_NAME
 
 HEADER = HERE / "xcs_shim.h"
 

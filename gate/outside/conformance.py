@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gate.backends import factory
-from gate.outside.backend import capabilities_of, check_table, outside_factory
-from gate.outside.build import build, load_manifest, verify_sources
-from gate.report import Report
+from xcache.gate.backends import factory
+from xcache.gate.outside.backend import capabilities_of, check_table, outside_factory
+from xcache.gate.outside.build import build, load_manifest, verify_sources
+from xcache.gate.report import Report
 
 #: contract id -> (what it promises, [(scenario, check name prefix or "")]).
 #: A check belongs to the contract with the longest matching prefix.
@@ -259,10 +259,10 @@ def programs_row(ffi: Any, lib: Any, caps: Any, label: str, work: Path,
     shrunk (:func:`gate.programs.shrink`, ``shrink_s`` seconds at most)
     and kept as a scenario with the oracle's values pinned.
     """
-    from gate import programs  # noqa: PLC0415
-    from gate.containers import make_target  # noqa: PLC0415
-    from gate.outside.programs import Restrict, row  # noqa: PLC0415
-    from oracle.cache import POLICIES  # noqa: PLC0415
+    from xcache.gate import programs  # noqa: PLC0415
+    from xcache.gate.containers import make_target  # noqa: PLC0415
+    from xcache.gate.outside.programs import Restrict, row  # noqa: PLC0415
+    from xcache.oracle.cache import POLICIES  # noqa: PLC0415
 
     def backends(target: Any, opts: dict[str, Any]) -> list[Any]:
         return [factory("oracle", None, target, opts),
@@ -311,7 +311,7 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
     programs to run too (:func:`programs_row`: the ``programs`` row);
     ``scenarios`` False runs them alone (the report then has that row only).
     """
-    from gate.scenarios import run_scenarios  # noqa: PLC0415
+    from xcache.gate.scenarios import run_scenarios  # noqa: PLC0415
 
     m = load_manifest(adapter)
     n = verify_sources(m)

@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gate.backend import Capabilities, option_needs
-from gate.containers import Target
-from gate.ops import OPS, value_needs
-from gate.steps import NotApplicable, cache_options, compile_steps
+from xcache.gate.backend import Capabilities, option_needs
+from xcache.gate.containers import Target
+from xcache.gate.ops import OPS, value_needs
+from xcache.gate.steps import NotApplicable, cache_options, compile_steps
 
 #: Steps that make the call after them fail a read (or an allocation).
 FAILING = ("inject", "inject_alloc", "truncate")
@@ -58,7 +58,7 @@ class Restrict:
     def __call__(self, program: dict[str, Any], target: Target
                  ) -> dict[str, Any] | list[str]:
         """The program the cache can run, or what it lacks for all of it."""
-        from gate.programs import _rebuild, operations  # noqa: PLC0415
+        from xcache.gate.programs import _rebuild, operations  # noqa: PLC0415
 
         opts = cache_options(program, target, dict(program["cache"]))
         lacks = self.caps.missing(option_needs(opts))
@@ -112,7 +112,7 @@ class Restrict:
 
 def not_compared(caps: Capabilities) -> list[str]:
     """The compared values the cache does not report, with what each needs."""
-    from gate.programs import COMPARED  # noqa: PLC0415
+    from xcache.gate.programs import COMPARED  # noqa: PLC0415
 
     return [f"{k} ({', '.join(caps.missing(value_needs(k)))})"
             for k in COMPARED if caps.missing(value_needs(k))]

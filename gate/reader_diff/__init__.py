@@ -55,7 +55,7 @@ The package's modules, in the order of a run:
   (``reader-diff-headers``, ``-indexes``, ``-sweeps``).
 """
 
-from gate.reader_diff.compare import (
+from xcache.gate.reader_diff.compare import (
     KIND_DIFFERENCES,
     NAME_COMPARED,
     NUMBERS_COMPARED,
@@ -65,7 +65,7 @@ from gate.reader_diff.compare import (
     named_tensor,
     oracle_verdict,
 )
-from gate.reader_diff.containers import (
+from xcache.gate.reader_diff.containers import (
     INDEX_NAME,
     SHARDED,
     SINGLE,
@@ -74,10 +74,10 @@ from gate.reader_diff.containers import (
     base_sharded,
     base_single,
 )
-from gate.reader_diff.doc import Doc, Obj, Raw, render
-from gate.reader_diff.header_rules import HEADER_RULES, Expect
-from gate.reader_diff.index_rules import INDEX_RULES
-from gate.reader_diff.runner import (
+from xcache.gate.reader_diff.doc import Doc, Obj, Raw, render
+from xcache.gate.reader_diff.header_rules import HEADER_RULES, Expect
+from xcache.gate.reader_diff.index_rules import INDEX_RULES
+from xcache.gate.reader_diff.runner import (
     DEFAULT_CASES,
     DEFAULT_SEED,
     Outcome,

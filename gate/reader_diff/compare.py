@@ -67,9 +67,9 @@ def engine_verdict(engine: Any, path: Path) -> Verdict:
 
 def oracle_verdict(path: Path) -> Verdict:
     """The oracle reader's verdict on ``path``."""
-    from oracle.errors import NotFound  # noqa: PLC0415
-    from oracle.regular import open_regular  # noqa: PLC0415
-    from oracle.safetensors import OracleFormatError, open_container  # noqa: PLC0415
+    from xcache.oracle.errors import NotFound  # noqa: PLC0415
+    from xcache.oracle.regular import open_regular  # noqa: PLC0415
+    from xcache.oracle.safetensors import OracleFormatError, open_container  # noqa: PLC0415
 
     try:
         c = open_container(path)

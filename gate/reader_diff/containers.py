@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gate.reader_diff.doc import Doc, Obj, render
+from xcache.gate.reader_diff.doc import Doc, Obj, render
 
 INDEX_NAME = "model.safetensors.index.json"
 #: Bits of every dtype of docs/DESIGN.md §3 (as the oracle's DTYPE_BITS).

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 
-from gate.reader_diff import generators as gen
-from gate.reader_diff.containers import Header, base_single
-from gate.reader_diff.doc import Obj, Path_, Raw, Spelled
-from gate.reader_diff.header_rules import (
+from xcache.gate.reader_diff import generators as gen
+from xcache.gate.reader_diff.containers import Header, base_single
+from xcache.gate.reader_diff.doc import Obj, Path_, Raw, Spelled
+from xcache.gate.reader_diff.header_rules import (
     Expect,
     _field,
     _meta_index,

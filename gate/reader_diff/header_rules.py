@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gate.reader_diff.containers import _BITS, Header
-from gate.reader_diff.doc import Doc, Obj, Path_, Raw
+from xcache.gate.reader_diff.containers import _BITS, Header
+from xcache.gate.reader_diff.doc import Doc, Obj, Path_, Raw
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Expect:
     def offset(self, doc: Doc, oracle_name: str | None, top: Any) -> int | None:
         """The offset the engine must report (None: not fixed by this rule)."""
         if self.numbers:
-            from oracle.safetensors import _number_in_range  # noqa: PLC0415
+            from xcache.oracle.safetensors import _number_in_range  # noqa: PLC0415
 
             bad = [doc.values[p] for p, text in self.numbers
                    if not _number_in_range(text)]

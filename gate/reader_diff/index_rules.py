@@ -6,10 +6,10 @@ import json
 import random
 from collections.abc import Callable
 
-from gate.reader_diff import generators as gen
-from gate.reader_diff.containers import Sharded
-from gate.reader_diff.doc import Obj, Path_, Raw, Spelled
-from gate.reader_diff.header_rules import (
+from xcache.gate.reader_diff import generators as gen
+from xcache.gate.reader_diff.containers import Sharded
+from xcache.gate.reader_diff.doc import Obj, Path_, Raw, Spelled
+from xcache.gate.reader_diff.header_rules import (
     _draw,
     r_dtype_unknown,
     r_length,

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gate.reader_diff.compare import compare, engine_verdict, oracle_verdict
-from gate.reader_diff.containers import INDEX_NAME
+from xcache.gate.reader_diff.compare import compare, engine_verdict, oracle_verdict
+from xcache.gate.reader_diff.containers import INDEX_NAME
 
 #: The limit of an index file's size (as a header's: docs/DESIGN.md §3).
 MAX_INDEX_BYTES = 100_000_000

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.reader_diff.compare import (
+from xcache.gate.reader_diff.compare import (
     _QUOTED,
     Verdict,
     compare,
@@ -19,11 +19,16 @@ from gate.reader_diff.compare import (
     named_tensor,
     oracle_verdict,
 )
-from gate.reader_diff.containers import Header, Sharded, base_sharded, base_single
-from gate.reader_diff.drawn import DRAWN_RULES, sweep
-from gate.reader_diff.header_rules import HEADER_RULES, Expect, _draw
-from gate.reader_diff.index_rules import INDEX_RULES
-from gate.reader_diff.paths import path_probes
+from xcache.gate.reader_diff.containers import (
+    Header,
+    Sharded,
+    base_sharded,
+    base_single,
+)
+from xcache.gate.reader_diff.drawn import DRAWN_RULES, sweep
+from xcache.gate.reader_diff.header_rules import HEADER_RULES, Expect, _draw
+from xcache.gate.reader_diff.index_rules import INDEX_RULES
+from xcache.gate.reader_diff.paths import path_probes
 
 #: Corruptions a default replay draws, and their seed (pinned: the same
 #: files every run; ``run_checks`` takes others for a longer search).

@@ -17,7 +17,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from lab.plot import crowd_offsets, draw_series
+from xcache.lab.plot import crowd_offsets, draw_series
 
 #: The figure's size in pixels (width, height) at DPI.
 WIDTH_PX, HEIGHT_PX, DPI = 1200, 650, 100

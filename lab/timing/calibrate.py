@@ -69,7 +69,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.timing.model import Compute, Machine, Tier, write_model
+from xcache.lab.timing.model import Compute, Machine, Tier, write_model
 
 #: Queue depths measured.
 DEPTHS = (1, 2, 3, 4, 6, 8)
@@ -108,7 +108,7 @@ def open_cache(cont: Any, n: int, threads: int, slots: int | None = None) -> Any
 
     ``slots`` defaults to every expert and one more.
     """
-    from engine import ExpertCache  # noqa: PLC0415
+    from xcache.engine import ExpertCache  # noqa: PLC0415
 
     return ExpertCache(cont, n_slots=slots if slots is not None else n + 1,
                        top_k=1, layers=(0,), n_experts=n,
@@ -133,7 +133,7 @@ class Warm:
     """
 
     def __init__(self, cont: Any, n: int, q: int) -> None:
-        from engine import _lib  # noqa: PLC0415
+        from xcache.engine import _lib  # noqa: PLC0415
 
         self.n, self.q = n, q
         self.cache = open_cache(cont, 2 * n, q, slots=n)
@@ -151,7 +151,7 @@ class Warm:
         until the round's reads have ended, as in a decode; else it blocks in
         ``drain`` (the tiers' ``waiting`` curves).
         """
-        from engine import drop_page_cache  # noqa: PLC0415
+        from xcache.engine import drop_page_cache  # noqa: PLC0415
 
         if drop is not None:
             drop_page_cache(drop)
@@ -302,7 +302,7 @@ def compute_factor(cont: Any, n: int, nominal: float, drop: Path | None = None,
                     xs.append(time.perf_counter() - t0)
                 alone.append(sum(xs) / len(xs))
                 if drop is not None:
-                    from engine import drop_page_cache  # noqa: PLC0415
+                    from xcache.engine import drop_page_cache  # noqa: PLC0415
 
                     drop_page_cache(drop)
                 keys = list(w.halves[w.next])
@@ -446,7 +446,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
               layer_s: float = 0.0, folder: str | None = None,
               say: Any = print) -> Machine:
     """Measure this machine (docs in the module); the model."""
-    from engine import Container  # noqa: PLC0415
+    from xcache.engine import Container  # noqa: PLC0415
 
     tmp = Path(tempfile.mkdtemp(prefix="xc-calibrate-", dir=folder))
     load0 = os.getloadavg()[0]

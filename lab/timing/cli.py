@@ -58,8 +58,8 @@ def _time(x: Any) -> bool:
 
 def parser() -> argparse.ArgumentParser:
     """The time lab's options."""
-    from lab.sweep import EXECUTORS  # noqa: PLC0415
-    from oracle.traces import FORMAT_TITLES, FORMATS  # noqa: PLC0415
+    from xcache.lab.sweep import EXECUTORS  # noqa: PLC0415
+    from xcache.oracle.traces import FORMAT_TITLES, FORMATS  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(
         prog=PROG,
@@ -143,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                     metavar="N", help="workers of the executor (default: %(default)s)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    from lab.cli import version_text  # noqa: PLC0415
+    from xcache.lab.cli import version_text  # noqa: PLC0415
 
     ap.add_argument("--version", action="version", version=version_text(),
                     help="print the xcache version and exit")
@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _grid(ns: argparse.Namespace, top_k: int, sizes: Sequence[int]) -> Any:
     """The sweep's :class:`~lab.timing.sweep.Grid` from the options."""
-    from lab.timing.sweep import Grid  # noqa: PLC0415
+    from xcache.lab.timing.sweep import Grid  # noqa: PLC0415
 
     def whole(lo: int) -> Callable[[Any], bool]:
         return lambda v: v >= lo
@@ -191,8 +191,8 @@ def _sizes(ns: argparse.Namespace, test: Sequence[Any], top_k: int) -> list[int]
 
 def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> None:
     """Refuse an unknown predictor or policy before the sweep (ValueError)."""
-    from lab.cli import check_policies  # noqa: PLC0415
-    from lab.predict.predictors import make_predictor  # noqa: PLC0415
+    from xcache.lab.cli import check_policies  # noqa: PLC0415
+    from xcache.lab.predict.predictors import make_predictor  # noqa: PLC0415
 
     for p in grid.predictors:
         if p:
@@ -209,8 +209,8 @@ def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> N
 
 def run(argv: Sequence[str]) -> int:
     """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
-    from fixtures.folders import unmake_folders  # noqa: PLC0415
-    from lab.cli import _stop  # noqa: PLC0415
+    from xcache.fixtures.folders import unmake_folders  # noqa: PLC0415
+    from xcache.lab.cli import _stop  # noqa: PLC0415
 
     ap = parser()
     try:
@@ -218,7 +218,7 @@ def run(argv: Sequence[str]) -> int:
     except SystemExit as e:
         return 2 if e.code else 0
     if ns.calibrate is not None:
-        from lab.timing.calibrate import run_calibration  # noqa: PLC0415
+        from xcache.lab.timing.calibrate import run_calibration  # noqa: PLC0415
 
         try:
             nominal = (_list(ns.expert_s, "--expert-s", float, _time, "a time >= 0")[0]
@@ -252,12 +252,12 @@ def run(argv: Sequence[str]) -> int:
 def _run(ns: argparse.Namespace, stack: ExitStack,
          seen: Callable[[Executor], None], dirs: list[str]) -> int:
     """The run after parsing; ``dirs`` learns the OUTDIR folders made for it."""
-    from lab.cli import _can_plot, _check_options, read_for, writable_folder  # noqa: PLC0415
-    from lab.predict.evaluate import check_shape, steps_of  # noqa: PLC0415
-    from lab.sweep import EXECUTOR_REFUSALS, executor_refusal, make_executor  # noqa: PLC0415
-    from lab.timing.model import ModelError, load_model  # noqa: PLC0415
-    from lab.timing.outcomes import check_keys  # noqa: PLC0415
-    from lab.timing.sweep import run_time_sweep, steps_window  # noqa: PLC0415
+    from xcache.lab.cli import _can_plot, _check_options, read_for, writable_folder  # noqa: PLC0415
+    from xcache.lab.predict.evaluate import check_shape, steps_of  # noqa: PLC0415
+    from xcache.lab.sweep import EXECUTOR_REFUSALS, executor_refusal, make_executor  # noqa: PLC0415
+    from xcache.lab.timing.model import ModelError, load_model  # noqa: PLC0415
+    from xcache.lab.timing.outcomes import check_keys  # noqa: PLC0415
+    from xcache.lab.timing.sweep import run_time_sweep, steps_window  # noqa: PLC0415
 
     try:
         ns.mode, ns.per_layer = "step", False
@@ -340,9 +340,9 @@ def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
 def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
                        rows: list[dict[str, Any]], title: str | None) -> list[str]:
     """Write time.csv, time_layers.csv, time.json and (``title``) time.png as a set."""
-    from lab.summary import install_set  # noqa: PLC0415
-    from lab.timing.plot import plot_time  # noqa: PLC0415
-    from lab.timing.sweep import COLUMNS  # noqa: PLC0415
+    from xcache.lab.summary import install_set  # noqa: PLC0415
+    from xcache.lab.timing.plot import plot_time  # noqa: PLC0415
+    from xcache.lab.timing.sweep import COLUMNS  # noqa: PLC0415
 
     tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staged: dict[str, str] = {}

@@ -73,9 +73,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.predict.predictors import Step
-from lab.timing.model import Machine
-from lab.timing.outcomes import Outcomes
+from xcache.lab.predict.predictors import Step
+from xcache.lab.timing.model import Machine
+from xcache.lab.timing.outcomes import Outcomes
 
 
 @dataclass(frozen=True)

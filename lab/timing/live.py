@@ -39,16 +39,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from lab.predict.predictors import Step
-from lab.timing.calibrate import spin
-from lab.timing.events import Schedule
+from xcache.lab.predict.predictors import Step
+from xcache.lab.timing.calibrate import spin
+from xcache.lab.timing.events import Schedule
 
 
 def open_live_cache(container: Any, schedule: Schedule, slots: int, policy: str,
                     n_layers: int, n_experts: int, top_k: int, template: str,
                     tensors: Sequence[str]) -> Any:
     """An ExpertCache of ``slots`` with the schedule's readers, depth and threshold."""
-    from engine import ExpertCache  # noqa: PLC0415
+    from xcache.engine import ExpertCache  # noqa: PLC0415
 
     return ExpertCache(container, n_slots=slots, policy=policy, top_k=top_k,
                        layers=range(n_layers), n_experts=n_experts,
@@ -67,7 +67,7 @@ class LiveDecoder:
         self.spec, self.expert_s, self.layer_s = spec, expert_s, layer_s
         self.held: list[Any] = []
         self.lookahead = bool(schedule.predictor)
-        from engine import _lib  # noqa: PLC0415
+        from xcache.engine import _lib  # noqa: PLC0415
 
         self._stats_out = _lib.ffi().new("xc_stats *")
         self._stats_fn = _lib.lib().xc_cache_stats

@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from lab.predict.predictors import Step
+from xcache.lab.predict.predictors import Step
 
 #: The tensor template and bytes of an expert in the outcome container.
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"
@@ -86,7 +85,7 @@ def check_keys(n_layers: int, n_experts: int) -> None:
 
 def _container(n_layers: int, n_experts: int) -> Any:
     """A container of ``n_layers`` x ``n_experts`` tiny experts, one per process."""
-    from engine import Container  # noqa: PLC0415
+    from xcache.engine import Container  # noqa: PLC0415
 
     check_keys(n_layers, n_experts)
     with _making:
@@ -132,8 +131,8 @@ def replay_outcomes(steps: Sequence[Step], n_layers: int, n_experts: int,
     checked against the C simulator (``OutcomeMismatch`` if they differ).
     Raises ``engine.MisuseError`` for a policy or size the cache refuses.
     """
-    from engine import ExpertCache  # noqa: PLC0415
-    from oracle.traces import read_engine_trace  # noqa: PLC0415
+    from xcache.engine import ExpertCache  # noqa: PLC0415
+    from xcache.oracle.traces import read_engine_trace  # noqa: PLC0415
 
     cont = _container(n_layers, n_experts)
     fd, rec = tempfile.mkstemp(prefix="outcomes-", suffix=".xctrace",
@@ -199,7 +198,7 @@ def replay_outcomes(steps: Sequence[Step], n_layers: int, n_experts: int,
 def check_against_simulator(steps: Sequence[Step], n_experts: int, slots: int,
                             policy: str, out: Outcomes) -> dict[str, Any]:
     """The C simulator's step-mode row for ``steps``; OutcomeMismatch if it differs."""
-    from engine.sim import simulate  # noqa: PLC0415
+    from xcache.engine.sim import simulate  # noqa: PLC0415
 
     tok = np.array([st.token for st in steps for _ in st.experts], np.int64)
     lay = np.array([st.layer for st in steps for _ in st.experts], np.int64)

@@ -19,12 +19,12 @@ from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lab.cluster import Reporter
-from lab.predict.evaluate import predictions
-from lab.predict.predictors import Step, make_predictor
-from lab.timing.events import Schedule, run_schedule
-from lab.timing.model import Machine
-from lab.timing.outcomes import replay_outcomes
+from xcache.lab.cluster import Reporter
+from xcache.lab.predict.evaluate import predictions
+from xcache.lab.predict.predictors import Step, make_predictor
+from xcache.lab.timing.events import Schedule, run_schedule
+from xcache.lab.timing.model import Machine
+from xcache.lab.timing.outcomes import replay_outcomes
 
 #: Columns of time.csv, in order.
 COLUMNS = ("config", "policy", "slots", "threads", "depth", "split", "predictor",
@@ -132,7 +132,7 @@ def time_cell(shared: dict[str, Any], policy: str, slots: int, predictor: str,
 def run_time_sweep(shared: dict[str, Any], executor: Executor | None,
                    quiet: bool = True) -> list[dict[str, Any]]:
     """Every cell of ``shared["grid"]`` on ``executor``; rows in cell order."""
-    from lab.sweep import run_cells  # noqa: PLC0415
+    from xcache.lab.sweep import run_cells  # noqa: PLC0415
 
     grid: Grid = shared["grid"]
     cells = grid.cells()

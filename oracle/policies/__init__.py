@@ -34,10 +34,9 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-
-from oracle.errors import Misuse
-from oracle.policies.arc import ARC
-from oracle.policies.s3fifo import S3FIFO
+from xcache.oracle.errors import Misuse
+from xcache.oracle.policies.arc import ARC
+from xcache.oracle.policies.s3fifo import S3FIFO
 
 __all__ = ["REGISTRY", "POLICIES", "QUEUE_POLICIES", "S3FIFO", "ARC", "QueuePolicy",
            "parse_policy", "choose_victim", "make_queue_policy", "valid_specs"]

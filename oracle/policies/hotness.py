@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-
-from oracle.errors import Misuse
+from xcache.oracle.errors import Misuse
 
 NAME = "hotness"
 #: Parameters in the C table's order, with their defaults.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oracle.errors import Misuse
+from xcache.oracle.errors import Misuse
 
 NAME = "s3fifo"
 #: Parameters in the C table's order, with their defaults: the small queue's

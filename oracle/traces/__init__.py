@@ -43,40 +43,40 @@ tokens' worth, repeats allowed), and a CSV whose header names column 2
 
 from __future__ import annotations
 
-from oracle.traces.detect import (
+from xcache.oracle.traces.detect import (
     FORMAT_TITLES,
     FORMATS,
     describe_trace,
     detect_trace,
     read_trace,
 )
-from oracle.traces.dumps import (
+from xcache.oracle.traces.dumps import (
     load_int32,
     load_megatron,
     load_pairs,
     load_text_dump,
 )
-from oracle.traces.engine_dump import (
+from xcache.oracle.traces.engine_dump import (
     ENGINE_TRACE_KINDS,
     ENGINE_TRACE_OUTCOMES,
     EngineTraceHeader,
     load_engine_trace,
     read_engine_trace,
 )
-from oracle.traces.general import (
+from xcache.oracle.traces.general import (
     ORACLE_GENERAL_DTYPE,
     load_oracle_general,
     read_oracle_general,
     write_oracle_general,
     write_oracle_general_keys,
 )
-from oracle.traces.jsonl import (
+from xcache.oracle.traces.jsonl import (
     load_csv,
     load_trace,
     write_csv,
     write_jsonl,
 )
-from oracle.traces.model import (
+from xcache.oracle.traces.model import (
     MAX_EXPERTS,
     MAX_LAYERS,
     Trace,

@@ -9,17 +9,21 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
-from oracle.regular import open_regular
-from oracle.traces.dumps import load_int32, load_megatron, load_pairs, load_text_dump
-from oracle.traces.engine_dump import ENGINE_MAGIC, load_engine_trace
-from oracle.traces.general import (
+from xcache.oracle.regular import open_regular
+from xcache.oracle.traces.dumps import (
+    load_int32,
+    load_megatron,
+    load_pairs,
+    load_text_dump,
+)
+from xcache.oracle.traces.engine_dump import ENGINE_MAGIC, load_engine_trace
+from xcache.oracle.traces.general import (
     NO_NEXT_ACCESS,
     ORACLE_GENERAL_DTYPE,
     load_oracle_general,
 )
-from oracle.traces.jsonl import load_csv, load_trace
-from oracle.traces.model import (
+from xcache.oracle.traces.jsonl import load_csv, load_trace
+from xcache.oracle.traces.model import (
     MAX_EXPERTS,
     MAX_LAYERS,
     Trace,

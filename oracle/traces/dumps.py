@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
-from oracle.regular import open_regular
-from oracle.traces.model import (
+from xcache.oracle.regular import open_regular
+from xcache.oracle.traces.model import (
     MAX_EXPERTS,
     MAX_LAYERS,
     Trace,

@@ -20,10 +20,9 @@ import json
 import os
 
 import numpy as np
-
-from oracle.regular import open_regular
-from oracle.traces.dumps import load_megatron
-from oracle.traces.model import (
+from xcache.oracle.regular import open_regular
+from xcache.oracle.traces.dumps import load_megatron
+from xcache.oracle.traces.model import (
     Trace,
     TraceFormatError,
     check_ids,

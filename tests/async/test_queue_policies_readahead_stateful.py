@@ -30,10 +30,9 @@ from hypothesis.stateful import (
     multiple,
     rule,
 )
+from xcache.faults.io import Fault, IOFaults
+from xcache.oracle.cache import CacheModel
 
-import engine
-from faults.io import Fault, IOFaults
-from oracle.cache import CacheModel
 from tests.helpers import (
     COMPARED_STATS,
     QUEUE_POLICIES,
@@ -42,6 +41,7 @@ from tests.helpers import (
     both,
     load_preset,
 )
+from xcache import engine
 
 SPEC_STATS = ("spec_issued", "spec_loads", "spec_used", "spec_evicted_unused",
               "spec_unused_resident")

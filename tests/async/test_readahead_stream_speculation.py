@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xcache.engine import _lib
+from xcache.engine.cache import TIMING_COUNTERS
+from xcache.faults.io import Fault, IOFaults
+from xcache.oracle.cache import CacheModel
 
-import engine
-from engine import _lib
-from engine.cache import TIMING_COUNTERS
-from faults.io import Fault, IOFaults
-from oracle.cache import CacheModel
 from tests.helpers import (
     K3_LAYOUT,
     expert_bytes,
@@ -30,6 +29,7 @@ from tests.helpers import (
     open_container,
     open_preset,
 )
+from xcache import engine
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 KEYS = [(0, e) for e in range(24)]

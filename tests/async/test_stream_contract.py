@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import engine
 from tests.helpers import K3_LAYOUT, expert_bytes, open_container
+from xcache import engine
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_stream_read_straddling_reset_stats_stays_in_the_closed_window(
 def test_prefetch_straddling_reset_stats_publishes_without_mark(k3_shard,
                                                                truth):
     """A read-ahead published after reset_stats is resident, unmarked, uncounted."""
-    from faults.io import Fault, IOFaults
+    from xcache.faults.io import Fault, IOFaults
     with IOFaults() as f:
         cont = engine.Container(str(k3_shard), io=f)
         c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4, io_threads=1)
@@ -159,7 +159,7 @@ def test_prefetch_straddling_reset_stats_publishes_without_mark(k3_shard,
 def test_stream_goes_on_after_a_failed_read_and_raises_it_last(k3_shard, truth,
                                                                io_threads):
     """The other experts are yielded, then the first failure is raised."""
-    from faults.io import Fault, IOFaults
+    from xcache.faults.io import Fault, IOFaults
     with IOFaults() as f:
         cont = engine.Container(str(k3_shard), io=f)
         c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,
@@ -209,7 +209,7 @@ def test_stream_begins_at_call_and_ends_on_close(k3_shard):
 @pytest.mark.parametrize("io_threads", [0, 1])
 def test_stream_error_names_file_and_byte_like_get(k3_shard, io_threads):
     """A streamed short read carries the loader's record, as a plain get does."""
-    from faults.io import Fault, IOFaults
+    from xcache.faults.io import Fault, IOFaults
     with IOFaults() as f:
         cont = engine.Container(str(k3_shard), io=f)
         c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from engine import _lib, errors
+from xcache.engine import _lib, errors
 
 
 def _read_full(path: str, length: int, offset: int) -> tuple[int, bytes, int]:

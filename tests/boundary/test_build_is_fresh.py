@@ -12,8 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from engine import _build, _lib
+from xcache.engine import _build, _lib
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 
@@ -171,7 +170,7 @@ def test_the_policy_table_out_of_range():
 
 def test_every_policy_in_the_table_is_a_spec_the_engine_takes():
     """Each name, with each parameter at its default, replays through xc_sim_run."""
-    from engine import sim
+    from xcache.engine import sim
 
     keys = [0, 1, 2, 0, 3, 1, 0]
     for name, params in _policy_table().items():

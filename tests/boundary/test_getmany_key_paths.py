@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import engine
 from tests.helpers import K3_LAYOUT
+from xcache import engine
 
 
 class _Index:

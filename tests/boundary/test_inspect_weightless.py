@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from xcache.engine.inspect import main
+from xcache.fixtures import realistic
 
-from engine.inspect import main
-from fixtures import realistic
 from tests.helpers import ROOT
 
 MODEL = ROOT / "tests" / "data" / "models" / "mixtral-8x7b.json"
@@ -25,14 +25,14 @@ def test_checkpoint_without_shard_data_names_from_header(tmp_path, capsys, form,
     assert lines[1] == (
         f"hint: {path} is a checkpoint's index and config without shard data "
         f"(missing, Git-LFS pointers or header-only); make a twin the cache "
-        f"can read with `python -m fixtures from-header {path} TWIN --scale "
+        f"can read with `python -m xcache.fixtures from-header {path} TWIN --scale "
         f"0.01` and inspect TWIN")
 
 
 def test_no_hint_when_a_shard_has_its_data_or_there_is_no_config(tmp_path,
                                                                  capsys):
     """A corrupt real container, or an index without config.json, gets no hint."""
-    from fixtures.writer import generate
+    from xcache.fixtures.writer import generate
 
     k3 = tmp_path / "k3"
     generate("mixtral-mini", k3)

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from engine import _build
+from xcache.engine import _build
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 

@@ -3,7 +3,7 @@ gives it (``xc_status_name``), never by a retyped number."""
 
 from __future__ import annotations
 
-from engine import _lib, errors
+from xcache.engine import _lib, errors
 
 
 def _statuses() -> dict[str, int]:

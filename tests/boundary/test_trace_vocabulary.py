@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine import _lib
-from oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
+from xcache.engine import _lib
+from xcache.oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
 
 CSRC = Path(__file__).resolve().parents[2] / "engine" / "csrc"
 

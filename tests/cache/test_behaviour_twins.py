@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
 
-import engine
-from faults.io import Fault, IOFaults
-from faults.loops import k3_expected
 from tests.helpers import K3_LAYOUT, load_preset, st_bytes
+from xcache import engine
 
 Key = tuple[int, int]
 
@@ -143,7 +143,7 @@ def test_getmany_protects_a_resident_named_after_a_miss(k3):
 
 def test_oracle_getmany_protects_a_resident_named_after_a_miss():
     """The oracle's model of the same call: one eviction, (0, 1) the victim."""
-    from oracle.cache import CacheModel
+    from xcache.oracle.cache import CacheModel
 
     m = CacheModel([0], 8, 2, expert_bytes=16, n_slots=3)
     for e in (0, 1, 2):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-import engine
-import fixtures
+from xcache import engine, fixtures
 
 
 def test_an_open_cache_exposes_its_layout(k3_shard: Path) -> None:

@@ -17,8 +17,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from engine import _lib
-from gate.check_probe import BREAK_NAMES, BREAKS, NO_BREAK, SOUND, expected_name
+from xcache.engine import _lib
+from xcache.gate.check_probe import BREAK_NAMES, BREAKS, NO_BREAK, SOUND, expected_name
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "engine" / "csrc"

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
-
-from engine.detect import detect
+from xcache.engine.detect import detect
 
 
 def test_shared_mlp_is_not_a_second_expert_group(tmp_path: Path) -> None:

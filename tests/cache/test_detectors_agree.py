@@ -11,15 +11,19 @@ import json
 from pathlib import Path
 
 import pytest
+from xcache.engine.detect import detect
+from xcache.engine.layout import resolve
+from xcache.fixtures import realistic
+from xcache.fixtures.detect import (
+    DetectError,
+    config_moe_layers,
+    detect_dir,
+    text_config,
+)
+from xcache.fixtures.from_header import from_header
+from xcache.fixtures.reader import container_spec
 
-import engine
-import fixtures
-from engine.detect import detect
-from engine.layout import resolve
-from fixtures import realistic
-from fixtures.detect import DetectError, config_moe_layers, detect_dir, text_config
-from fixtures.from_header import from_header
-from fixtures.reader import container_spec
+from xcache import engine, fixtures
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
 

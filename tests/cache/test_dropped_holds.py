@@ -6,11 +6,11 @@ from __future__ import annotations
 import gc
 
 import pytest
+import xcache.engine.hold as hold_mod
+from xcache.engine import MisuseError
 
-import engine
-import engine.hold as hold_mod
-from engine import MisuseError
 from tests.helpers import K3_LAYOUT, expert_bytes
+from xcache import engine
 
 N_SLOTS = 8
 

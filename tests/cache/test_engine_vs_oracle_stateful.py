@@ -25,10 +25,9 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.errors import Misuse
 
-import engine
-from oracle.cache import CacheModel
-from oracle.errors import Misuse
 from tests.helpers import (
     COMPARED_STATS,
     QUEUE_POLICIES,
@@ -40,6 +39,7 @@ from tests.helpers import (
     load_preset,
     open_preset,
 )
+from xcache import engine
 
 POLICIES = ("lru", "fifo", "lfu", "lfru", "lfru:sample=2,seed=7",
             "lfru:sample=3,seed=12345", "hotness", "hotness:period=3",

@@ -10,12 +10,12 @@ import random
 
 import numpy as np
 import pytest
+from xcache.engine import AllPinnedError, EngineIOError, MisuseError
+from xcache.engine.cache import TIMING_COUNTERS
+from xcache.faults.io import Fault, IOFaults
 
-import engine
-from engine import AllPinnedError, EngineIOError, MisuseError
-from engine.cache import TIMING_COUNTERS
-from faults.io import Fault, IOFaults
 from tests.helpers import K3_LAYOUT, SHAPES, expert_bytes, tensor_bytes
+from xcache import engine
 
 
 def make(path, io=None, **kw):
@@ -280,7 +280,7 @@ def test_after_close_hold_and_release_are_misuse(k3_shard):
 def test_unhold_many_twice_takes_no_other_holders_hold(k3_shard):
     """The same handles given back twice are refused while a get holds the
     same publish (the second unhold_many took that get's hold)."""
-    from engine import _lib
+    from xcache.engine import _lib
     ffi, lib = _lib.ffi(), _lib.lib()
     c = make(k3_shard)
     hs, offs = ffi.new("int64_t[1]"), ffi.new("uint64_t[1]")
@@ -296,7 +296,7 @@ def test_unhold_many_twice_takes_no_other_holders_hold(k3_shard):
 
 def test_unhold_many_is_all_or_none(k3_shard):
     """A batch release with one stale handle gives nothing back (C boundary)."""
-    from engine import _lib
+    from xcache.engine import _lib
     ffi, lib = _lib.ffi(), _lib.lib()
     c = make(k3_shard)
     hs, offs = ffi.new("int64_t[2]"), ffi.new("uint64_t[2]")
@@ -312,7 +312,7 @@ def test_unhold_many_is_all_or_none(k3_shard):
 
 def test_no_memory_for_read_records_still_names_the_key(k3_shard, faults):
     """With the per-read error records refused, a failed read is named by key."""
-    from engine import alloc
+    from xcache.engine import alloc
     c = make(k3_shard, io=faults, batch_threads=1)
     faults.arm(Fault("eio", nth=1))
     alloc.fail_alloc(1, False)  # the call's one allocation: the records
@@ -331,7 +331,7 @@ def test_no_memory_for_read_records_still_names_the_key(k3_shard, faults):
 
 def test_all_hits_allocate_nothing(k3_shard):
     """A hold of resident experts makes no engine allocation (the hit path)."""
-    from engine import alloc
+    from xcache.engine import alloc
     c = make(k3_shard)
     c.hold_layer(0, [1, 2, 3]).release()
     before = alloc.stats()
@@ -431,7 +431,7 @@ def test_queue_policies_keep_every_invariant(k3_shard, policy):
                                     "arc"])
 def test_agrees_with_the_oracles_stream(k3_shard, policy):
     """Every policy: hold_layer leaves the counters and slot keys of oracle.stream."""
-    from oracle.cache import CacheModel
+    from xcache.oracle.cache import CacheModel
     rng = random.Random(5)
     c = make(k3_shard, policy=policy)
     m = CacheModel([0], 24, 4, expert_bytes=1632, n_slots=8, policy=policy)

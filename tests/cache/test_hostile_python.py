@@ -18,10 +18,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from xcache.engine import _lib
 
-import engine
-from engine import _lib
 from tests.helpers import K3_LAYOUT, ROOT, expert_bytes, open_container
+from xcache import engine
 
 
 def run_child(code: str, k3: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -111,7 +111,7 @@ def test_close_waits_for_gets_in_progress(k3_shard):
 def test_one_stream_from_two_threads_and_closed_under_next(k3_shard):
     """Two threads share one stream while a third closes it: each key once, no crash."""
     r = run_child("""
-        from faults.io import Fault, IOFaults
+        from xcache.faults.io import Fault, IOFaults
         ok = True
         with IOFaults() as f:
             f.arm(Fault("delay", persistent=True, arg=2000))  # reads are slow

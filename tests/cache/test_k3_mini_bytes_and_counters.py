@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from xcache.engine import AllPinnedError, BudgetError, MisuseError, NotFoundError
 
-import engine
-from engine import AllPinnedError, BudgetError, MisuseError, NotFoundError
 from tests.helpers import (
     DATA_START,
     FILE_BYTES,
@@ -22,6 +21,7 @@ from tests.helpers import (
     tensor_bytes,
     write_reversed_k3_mini,
 )
+from xcache import engine
 
 STRIDE = 12288  # round_up(1632 + 8192, 4096), docs/CACHE.md
 

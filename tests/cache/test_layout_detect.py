@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xcache.engine.detect import detect
+from xcache.engine.layout import Layout, resolve
 
-import engine
-import fixtures
-from engine.detect import detect
-from engine.layout import Layout, resolve
+from xcache import engine, fixtures
 
 save_file = pytest.importorskip("safetensors.numpy").save_file
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-import engine
 from tests.helpers import K3_LAYOUT, expert_bytes, open_container
+from xcache import engine
 
 
 def test_container_close_is_refused_while_a_cache_is_open(k3_shard):

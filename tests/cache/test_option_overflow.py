@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from xcache.oracle.traces import read_engine_trace
 
-import engine
-from oracle.traces import read_engine_trace
 from tests.helpers import K3_LAYOUT, K3_TENSORS, expert_bytes, open_container
+from xcache import engine
 
 #: The trace record size of docs/TRACE_FORMAT.md, and the most records whose
 #: buffer size fits in 64 bits.
@@ -103,7 +103,7 @@ def test_a_repeated_tensor_list_is_counted_without_a_wrap(cont, k3_shard):
 @pytest.mark.parametrize("call", ["xc_cache_getmany", "xc_cache_stream_begin"])
 def test_a_key_count_no_array_can_hold_is_refused(cont, call):
     """getmany and stream refuse a key count whose arrays' sizes would wrap."""
-    from engine import _lib
+    from xcache.engine import _lib
 
     lib, ffi = _lib.lib(), _lib.ffi()
     cache = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=8, top_k=4)

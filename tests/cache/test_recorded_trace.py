@@ -12,11 +12,11 @@ import random
 import struct
 
 import pytest
+from xcache.oracle.sim import simulate, simulate_with_model
+from xcache.oracle.traces import TraceFormatError, load_engine_trace, read_engine_trace
 
-import engine
-from oracle.sim import simulate, simulate_with_model
-from oracle.traces import TraceFormatError, load_engine_trace, read_engine_trace
 from tests.helpers import K3_LAYOUT, open_container
+from xcache import engine
 
 POLICIES = ["lru", "fifo", "lfu", "hotness:period=16", "lfru:sample=3,seed=7"]
 
@@ -96,8 +96,8 @@ def test_header_and_records(k3_shard, tmp_path):
 
 def _fingerprint(path, layout: dict) -> int:
     """docs/TRACE_FORMAT.md's container fingerprint, from the oracle's reader."""
-    from oracle.layout import expert_pieces
-    from oracle.safetensors import open_container as oracle_open
+    from xcache.oracle.layout import expert_pieces
+    from xcache.oracle.safetensors import open_container as oracle_open
 
     reader = oracle_open(path)
     words = []
@@ -149,8 +149,9 @@ def test_policy_lab_reads_an_engine_trace(k3_shard, tmp_path):
     """The lab reads an engine trace; its simulator gives the live counters."""
     import csv
 
-    import replay
-    from oracle.traces import read_trace
+    from xcache.oracle.traces import read_trace
+
+    from xcache import replay
 
     path = k3_shard
     tr = tmp_path / "run.bin"  # the magic, not the extension, decides

@@ -37,7 +37,7 @@ runs on it, and every served payload was compared with a 44 MB expected
 payload made in Python for it while a load in 4 KiB chunks was 10,755
 modelled preads (``counter-window`` and ``policies`` outlived 120 s).
 
-Each twin is also inspected (``python -m engine.inspect TWIN`` must exit 0).
+Each twin is also inspected (``python -m xcache.engine.inspect TWIN`` must exit 0).
 ``python -m tests.containers.matrix [--all | CELL ...]`` runs cells and
 prints one line each; tests/containers/test_container_matrix.py samples them.
 """
@@ -81,8 +81,8 @@ class Cell:
         """The ``--container`` argument of this cell, writing its twin under work."""
         if self.preset is not None:
             return self.preset
-        from fixtures import realistic  # noqa: PLC0415
-        from fixtures.from_header import from_header  # noqa: PLC0415
+        from xcache.fixtures import realistic  # noqa: PLC0415
+        from xcache.fixtures.from_header import from_header  # noqa: PLC0415
 
         assert self.model is not None
         ckpt = realistic.expand(DATA / f"{self.model}.json", work / "checkpoint",
@@ -108,8 +108,8 @@ def mtp_block(model: str) -> bool:
 
 def _model_facts(model: str) -> tuple[list[int], int, int]:
     """(MoE layers, expert count, decoder layers) of a model description."""
-    from fixtures.detect import config_moe_layers  # noqa: PLC0415
-    from fixtures.realistic import EXPERT_KEYS, _cfg_view  # noqa: PLC0415
+    from xcache.fixtures.detect import config_moe_layers  # noqa: PLC0415
+    from xcache.fixtures.realistic import EXPERT_KEYS, _cfg_view  # noqa: PLC0415
 
     desc = json.loads((DATA / f"{model}.json").read_text("utf-8"))
     c = _cfg_view(desc["config"])
@@ -150,7 +150,7 @@ HUGE = "huge-sparse"
 
 def all_cells(huge: bool = False) -> list[Cell]:
     """The whole matrix: the presets, then every model's twins, in a fixed order."""
-    import fixtures  # noqa: PLC0415
+    from xcache import fixtures  # noqa: PLC0415
 
     cells = [Cell(f"preset:{name}", preset=name) for name in fixtures.PRESETS
              if huge or name != HUGE]
@@ -189,9 +189,10 @@ class Outcome:
 
 def run_cell(cell: Cell, work: Path) -> Outcome:
     """Run the gate's whole scenario set on the cell's container, quietly."""
-    import engine  # noqa: PLC0415
-    from gate.report import Report  # noqa: PLC0415
-    from gate.scenarios import run_scenarios  # noqa: PLC0415
+    from xcache.gate.report import Report  # noqa: PLC0415
+    from xcache.gate.scenarios import run_scenarios  # noqa: PLC0415
+
+    from xcache import engine  # noqa: PLC0415
 
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
@@ -208,9 +209,9 @@ def run_cell(cell: Cell, work: Path) -> Outcome:
 
 
 def inspect(container: str) -> str:
-    """``python -m engine.inspect CONTAINER``: "OK", else its exit status and
+    """``python -m xcache.engine.inspect CONTAINER``: "OK", else its exit status and
     first FAIL line."""
-    from engine.inspect import main as inspect_main  # noqa: PLC0415
+    from xcache.engine.inspect import main as inspect_main  # noqa: PLC0415
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -73,8 +73,8 @@ print(f"container matrix: {HOW}: {', '.join(c.name for c in CELLS)}")
 
 def test_matrix_covers_every_preset_model_scale_and_selection():
     """The matrix names each preset, each model at each scale, dense-lead and MTP."""
-    import fixtures
     from tests.containers.matrix import DATA, SCALES
+    from xcache import fixtures
 
     cells = all_cells()
     assert {c.preset for c in cells if c.preset} == set(fixtures.PRESETS) - {HUGE}

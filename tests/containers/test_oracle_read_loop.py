@@ -16,10 +16,9 @@ import os
 import random
 
 import pytest
-
-from gate import oracle_reads
-from gate.backends import OracleBackend
-from gate.containers import make_target
+from xcache.gate import oracle_reads
+from xcache.gate.backends import OracleBackend
+from xcache.gate.containers import make_target
 
 MIB = 1 << 20
 

@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from gate.containers import Target, copy_sparse
+from xcache.gate.containers import Target, copy_sparse
 
 MIB = 1 << 20
 

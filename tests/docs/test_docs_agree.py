@@ -14,11 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
+from xcache.engine import _lib
+from xcache.fixtures import __main__ as fixtures_cli
 
-import fixtures
-import replay
-from engine import _lib
-from fixtures import __main__ as fixtures_cli
+from xcache import fixtures, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [
@@ -128,7 +127,7 @@ def _documented_counters() -> set[str]:
 
 def test_stats_keys_are_the_documented_counters(k3_shard: Path) -> None:
     """ExpertCache.stats() returns exactly the counters CACHE.md documents."""
-    import engine
+    from xcache import engine
 
     with engine.ExpertCache.open(k3_shard.parent, n_slots=8) as cache:
         keys = set(cache.stats())
@@ -154,10 +153,10 @@ def test_front_door_commands_are_documented() -> None:
 
 
 def test_fixtures_commands_are_documented() -> None:
-    """Each `python -m fixtures` command has a usage line in fixtures/README.md."""
+    """Each `xcache-fixtures` command has a usage line in fixtures/README.md."""
     commands = _subcommands(fixtures_cli._parser())
     readme = _text("fixtures/README.md")
-    usage = set(re.findall(r"python -m fixtures ([a-z-]+)", readme))
+    usage = set(re.findall(r"python -m xcache.fixtures ([a-z-]+)", readme))
     assert sorted(usage) == sorted(commands)
 
 

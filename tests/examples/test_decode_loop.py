@@ -16,10 +16,10 @@ import subprocess
 import sys
 
 import pytest
+from xcache.fixtures import realistic
+from xcache.fixtures.from_header import from_header
+from xcache.oracle.cache import CacheModel
 
-from fixtures import realistic
-from fixtures.from_header import from_header
-from oracle.cache import CacheModel
 from tests.helpers import ROOT
 
 EXAMPLE = ROOT / "examples" / "decode_loop.py"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-import engine
-from faults.loops import (
+from xcache.faults.loops import (
     Baseline,
     K3Harness,
     Run,
@@ -13,7 +11,9 @@ from faults.loops import (
     countdown,
     k3_expected,
 )
+
 from tests.helpers import K3_LAYOUT
+from xcache import engine
 
 OOM = (engine.OutOfMemoryError,)
 

@@ -7,13 +7,13 @@ import os
 import shutil
 
 import pytest
+from xcache.faults import corrupt
+from xcache.faults.loops import Baseline
+from xcache.oracle import safetensors as osf
+from xcache.oracle.errors import OracleFormatError
 
-import engine
-from faults import corrupt
-from faults.loops import Baseline
-from oracle import safetensors as osf
-from oracle.errors import OracleFormatError
 from tests.helpers import DATA_START
+from xcache import engine
 
 
 def _engine_kind(path) -> tuple[str, int | None] | None:
@@ -181,7 +181,7 @@ def test_header_byte_flips_agree_with_the_oracle(k3_shard, tmp_path):
 @pytest.fixture(scope="module")
 def sparse_shard(tmp_path_factory):
     """A 2 GiB safetensors file of one U8 tensor, nearly all holes, and its header."""
-    from fixtures.layout import build_header
+    from xcache.fixtures.layout import build_header
 
     path = tmp_path_factory.mktemp("sparse") / "sparse.safetensors"
     size = 2 << 30

@@ -5,10 +5,9 @@ kind that matches nothing."""
 from __future__ import annotations
 
 import pytest
-
-from engine import errors as eerr
-from faults.kinds import kind_of, model_failure
-from oracle import errors as oerr
+from xcache.engine import errors as eerr
+from xcache.faults.kinds import kind_of, model_failure
+from xcache.oracle import errors as oerr
 
 
 def _engine(cls: type[eerr.EngineError]) -> eerr.EngineError:

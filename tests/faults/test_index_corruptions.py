@@ -7,18 +7,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-import engine
-from engine.errors import FormatError
-from gate.containers import Target, make_target
-from gate.corruptions import (
+from xcache.engine.errors import FormatError
+from xcache.gate.containers import Target, make_target
+from xcache.gate.corruptions import (
     INDEX_KINDS,
     INDEX_NAME,
     make_index_stray_entry,
     make_index_total_size,
 )
-from oracle.errors import OracleFormatError
-from oracle.safetensors import Container
+from xcache.oracle.errors import OracleFormatError
+from xcache.oracle.safetensors import Container
+
+from xcache import engine
 
 pytestmark = pytest.mark.nosan  # Python fixture code and both readers
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from xcache.engine import _lib
+from xcache.faults.io import Fault, IOFaults
 
-from engine import _lib
-from faults.io import Fault, IOFaults
 from tests.helpers import K3_LAYOUT
 
 
@@ -94,7 +94,7 @@ def test_path_filter_spares_other_files(tmp_path, data_file):
 
 def test_bad_arming_is_misuse():
     """Unknown kinds, a zero countdown and negative arguments are refused."""
-    from engine import errors
+    from xcache.engine import errors
 
     with IOFaults() as f:
         with pytest.raises(ValueError, match="unknown fault kind"):
@@ -116,8 +116,8 @@ def test_partial_larger_than_the_read_changes_nothing(data_file):
 
 def test_a_delayed_read_keeps_its_slot_in_flight_until_it_lands(k3_shard):
     """A demand get of a key whose read-ahead is delayed waits for it and hits."""
-    import engine
     from tests.helpers import expert_bytes
+    from xcache import engine
 
     shard = k3_shard
     with IOFaults() as f:

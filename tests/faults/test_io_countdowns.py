@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-import engine
-from faults.io import Fault, IOFaults
-from faults.loops import (
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import (
     K3Harness,
     Run,
     countdown,
@@ -14,6 +12,8 @@ from faults.loops import (
     k3_expected,
     primed_baseline,
 )
+
+from xcache import engine
 
 #: (kind, persistent) -> what a read that meets it becomes ("short", "io" or
 #: None: the read loop absorbs it and the load succeeds).
@@ -194,7 +194,7 @@ def test_container_keeps_the_injector_alive(k3_shard):
 
 def test_alloc_stats_and_fail_alloc():
     """engine.alloc arms the countdown and counts the refusal."""
-    from engine import alloc
+    from xcache.engine import alloc
 
     before = alloc.stats()
     alloc.fail_alloc(1)

@@ -8,9 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from faults.mutants import run as mrun
-from faults.mutants.catalogue import (
+from xcache.faults.mutants import run as mrun
+from xcache.faults.mutants.catalogue import (
     CATALOGUE,
     CONTRACTS,
     KNOWN_SURVIVORS,
@@ -176,7 +175,7 @@ def test_runner_verdicts_on_a_tiny_catalogue(
 
 def test_the_behaviour_selection_names_existing_test_files() -> None:
     """Every path of BEHAVIOUR_TESTS is a test file or folder of this checkout."""
-    from faults.mutants.run import BEHAVIOUR_TESTS, ROOT
+    from xcache.faults.mutants.run import BEHAVIOUR_TESTS, ROOT
 
     assert len(BEHAVIOUR_TESTS) == len(set(BEHAVIOUR_TESTS)) == 15
     for rel in BEHAVIOUR_TESTS:

@@ -17,12 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from xcache.oracle.regular import NotRegularFileError, open_regular
+from xcache.oracle.traces import read_trace
 
-import engine
-import oracle.safetensors
-from oracle.regular import NotRegularFileError, open_regular
-from oracle.traces import read_trace
 from tests.helpers import ROOT as REPO
+from xcache import engine, oracle
 
 SHARD = "model-00001-of-00003.safetensors"
 #: A guard, not a measurement: a run that blocks is killed and fails.
@@ -122,7 +121,7 @@ def test_a_fifo_config_json_is_refused_by_detection(mixtral_dir, tmp_path):
     """engine.detect over a folder with a FIFO config.json: LayoutError naming it."""
     folder = Path(shutil.copytree(mixtral_dir, tmp_path / "mm"))
     os.mkfifo(folder / "config.json")
-    from engine.detect import detect  # noqa: PLC0415
+    from xcache.engine.detect import detect  # noqa: PLC0415
 
     with engine.Container(folder) as c, pytest.raises(engine.LayoutError) as info:
         detect(folder, container=c)

@@ -10,8 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from faults.mutants import catalogue, rules
+from xcache.faults.mutants import catalogue, rules
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")
 
@@ -133,7 +132,7 @@ def test_a_draw_of_nothing_is_refused(engine_dir: Path) -> None:
 def test_every_targeted_test_path_exists_and_a_file_without_one_gets_all() -> None:
     """--pytest targeted names only test paths that exist; an engine file with no
     entry gets the behaviour selection."""
-    from faults.mutants import run
+    from xcache.faults.mutants import run
 
     root = Path(__file__).resolve().parents[2]
     named = {p for paths in run.FILE_TESTS.values() for p in paths}

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xcache.engine import _lib
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
 
-import engine
-from engine import _lib
-from faults.io import Fault, IOFaults
-from faults.loops import k3_expected
 from tests.helpers import K3_LAYOUT
+from xcache import engine
 
 
 @pytest.fixture()

@@ -6,11 +6,18 @@ import errno
 import os
 
 import pytest
+from xcache.engine import alloc
+from xcache.faults.loops import (
+    Baseline,
+    Run,
+    countdown,
+    k3_expected,
+    n_threads,
+    thread_hooks,
+)
 
-import engine
-from engine import alloc
-from faults.loops import Baseline, Run, countdown, k3_expected, n_threads, thread_hooks
 from tests.helpers import K3_LAYOUT
+from xcache import engine
 
 OOM = (engine.OutOfMemoryError,)
 EAGAIN_TEXT = f"{os.strerror(errno.EAGAIN)} (errno {errno.EAGAIN})"

@@ -2,7 +2,7 @@
 
 Each test draws its cases with hypothesis' derandomized generator, so the
 same cases run every time; ``XC_TOOL_FUZZ_SCALE=K`` multiplies every
-budget (``python -m faults.fuzz tools --seconds N`` runs for a time
+budget (``python -m xcache.faults.fuzz tools --seconds N`` runs for a time
 instead, with fresh cases).
 """
 
@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from faults.fuzz import tools
-from faults.fuzz.tools import Case, Outcome, Report, Target
+from xcache.faults.fuzz import tools
+from xcache.faults.fuzz.tools import Case, Outcome, Report, Target
 
 pytestmark = pytest.mark.nosan  # runs the tools as subprocesses on the plain build
 
@@ -150,8 +149,8 @@ def test_config_layer_count_is_not_listed(ckpt: Path) -> None:
     """num_hidden_layers 10**9 lists only the layers present; 2**31 is refused."""
     import json
 
-    from engine.errors import LayoutError
-    from engine.layout import resolve
+    from xcache.engine.errors import LayoutError
+    from xcache.engine.layout import resolve
 
     cfg = json.loads((ckpt / "config.json").read_text())
     (ckpt / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 10**9}))
@@ -166,8 +165,8 @@ def test_config_layer_count_is_not_listed(ckpt: Path) -> None:
 
 def test_nested_config_and_layout_are_one_error(ckpt: Path) -> None:
     """A config.json or layout file nested 5000 deep is a LayoutError naming it."""
-    from engine.errors import LayoutError
-    from engine.layout import load_file, resolve
+    from xcache.engine.errors import LayoutError
+    from xcache.engine.layout import load_file, resolve
 
     (ckpt / "config.json").write_text("[" * 5000 + "]" * 5000)
     with pytest.raises(LayoutError) as ei:
@@ -186,7 +185,7 @@ def test_spec_file_errors_name_the_file(tmp_path: Path) -> None:
     """load_spec names the file: for a bad field, a JSON list, a nested document."""
     import json
 
-    from fixtures.spec import SpecError, load_spec
+    from xcache.fixtures.spec import SpecError, load_spec
 
     spec = json.loads((tools.SEED / "spec.json").read_text())
     p = tmp_path / "s.json"
@@ -209,8 +208,8 @@ def test_spec_file_errors_name_the_file(tmp_path: Path) -> None:
 
 def test_gate_spec_file_nested_or_list(tmp_path: Path) -> None:
     """replay --container SPEC: a nested or non-table spec file is CannotRun."""
-    from gate import CannotRun
-    from gate.containers import make_target
+    from xcache.gate import CannotRun
+    from xcache.gate.containers import make_target
 
     p = tmp_path / "s.toml"
     p.write_text("config = " + "{a = " * 1000 + "1" + "}" * 1000 + "\n")
@@ -225,8 +224,8 @@ def test_gate_spec_file_nested_or_list(tmp_path: Path) -> None:
 def test_gate_layout_of_1e8_experts_stops_at_the_first_gap(ckpt: Path,
                                                            tmp_path: Path) -> None:
     """A layout naming 10**8 experts is refused at expert 4, not after listing all."""
-    from gate import CannotRun
-    from gate.containers import make_target
+    from xcache.gate import CannotRun
+    from xcache.gate.containers import make_target
 
     text = (tools.SEED / "xcache-layout.toml").read_text()
     (ckpt / "xcache-layout.toml").write_text(
@@ -238,7 +237,7 @@ def test_gate_layout_of_1e8_experts_stops_at_the_first_gap(ckpt: Path,
 
 def test_binary_and_overflowing_traces_name_the_file(tmp_path: Path) -> None:
     """A binary .jsonl and a CSV token of 2**63: TraceFormatErrors naming the file."""
-    from oracle.traces import TraceFormatError, read_trace
+    from xcache.oracle.traces import TraceFormatError, read_trace
 
     p = tmp_path / "t.jsonl"
     p.write_bytes(bytes(range(128, 256)))
@@ -258,8 +257,7 @@ def test_binary_and_overflowing_traces_name_the_file(tmp_path: Path) -> None:
 def test_engine_trace_ids_are_checked_against_its_header(tmp_path: Path) -> None:
     """An engine trace whose record or header holds an id past its counts is refused."""
     import numpy as np
-
-    from oracle.traces import TraceFormatError, read_trace
+    from xcache.oracle.traces import TraceFormatError, read_trace
 
     raw = bytearray((tools.SEED / "trace.xctrace").read_bytes())
     p = tmp_path / "t.xctrace"
@@ -285,7 +283,7 @@ def test_spec_dtype_of_another_type_is_a_spec_error() -> None:
     """A dtype that is a table or list is a SpecError naming it, not a TypeError."""
     import json
 
-    from fixtures.spec import SpecError, load_spec
+    from xcache.fixtures.spec import SpecError, load_spec
 
     spec = json.loads((tools.SEED / "spec.json").read_text())
     spec["expert_tensors"][2]["dtype"] = {"a": [1]}
@@ -297,8 +295,8 @@ def test_spec_dtype_of_another_type_is_a_spec_error() -> None:
 
 def test_gate_layout_mismatch_names_the_layout_file(ckpt: Path, tmp_path: Path) -> None:
     """replay --container: a layout file naming a missing tensor names that file."""
-    from gate import CannotRun
-    from gate.containers import make_target
+    from xcache.gate import CannotRun
+    from xcache.gate.containers import make_target
 
     text = (tools.SEED / "xcache-layout.toml").read_text()
     (ckpt / "xcache-layout.toml").write_text(text.replace('"w3.weight"',

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-import engine
 from tests.helpers import DATA_START, K3_LAYOUT, K3_TEMPLATE, K3_TENSORS
+from xcache import engine
 
 
 def _stamp(ns: int) -> str:

@@ -8,11 +8,11 @@ import json
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
+from xcache.lab.sweep import COLUMNS, run_sweep
+from xcache.oracle.traces import Trace, write_csv
 
-from lab.sweep import COLUMNS, run_sweep
-from oracle.traces import Trace, write_csv
-from replay import main
 from tests.helpers import real_trace, synthetic
+from xcache.replay import main
 
 NO_DASK = "dask[distributed] not installed (pip install -e '.[lab]')"
 

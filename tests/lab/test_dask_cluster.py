@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import xcache.lab.cluster as cluster_mod
+import xcache.lab.sweep as sweep_mod
+from xcache.lab.sweep import run_cells
+from xcache.oracle.traces import write_csv
 
-import lab.cluster as cluster_mod
-import lab.sweep as sweep_mod
-from lab.sweep import run_cells
-from oracle.traces import write_csv
-from replay import main
 from tests.helpers import TRACES_DIR, group_members, sigint_mid_run, synthetic
+from xcache.replay import main
 
 ROOT = Path(__file__).resolve().parents[2]
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")

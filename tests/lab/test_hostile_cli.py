@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from xcache.lab import cli as lab_cli
+from xcache.lab import summary
 
-from lab import cli as lab_cli
-from lab import summary
-from replay import main
 from tests.helpers import ROOT, TRACES_DIR, group_members, sigint_mid_run
+from xcache.replay import main
 
 MIXTRAL = str(TRACES_DIR / "mixtral8x7b_humaneval.jsonl")
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
@@ -179,8 +179,8 @@ def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
 
 def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
     """Ctrl-C while --export-csv writes: exit 130 and no half-written CSV."""
-    import oracle.traces
 
+    from xcache import oracle
     def half(trace: object, path: str) -> None:
         Path(path).write_text("sequence,token\n0,")
         raise KeyboardInterrupt
@@ -238,8 +238,8 @@ def _ends(how: str) -> object:
 def test_a_run_that_ends_without_results_removes_the_out_it_made(
         command, how, rc, tmp_path, monkeypatch, capsys):
     """Ctrl-C or an error mid-sweep: the OUT the run made (three deep) is gone."""
-    import lab.timing.sweep
 
+    from xcache import lab
     if command == "lab":
         monkeypatch.setattr(lab_cli, "run_sweep", _ends(how))
     else:
@@ -259,8 +259,8 @@ def test_a_run_that_ends_without_results_removes_the_out_it_made(
 def test_a_run_that_ends_without_results_keeps_an_out_that_was_there(
         command, how, rc, tmp_path, monkeypatch):
     """An OUT that existed (empty, or with the user's file) stays as it was."""
-    import lab.timing.sweep
 
+    from xcache import lab
     if command == "lab":
         monkeypatch.setattr(lab_cli, "run_sweep", _ends(how))
     else:

@@ -12,11 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-import lab.sweep as sweep_mod
-from lab.cluster import Cancelled, Progress, Reporter
-from lab.sweep import run_sweep
-from oracle.traces import Trace
+import xcache.lab.sweep as sweep_mod
+from xcache.lab.cluster import Cancelled, Progress, Reporter
+from xcache.lab.sweep import run_sweep
+from xcache.oracle.traces import Trace
 
 #: Accesses between two reports in these tests.
 EVERY = 1000

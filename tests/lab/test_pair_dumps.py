@@ -9,11 +9,10 @@ import json
 
 import numpy as np
 import pytest
-
-from engine.sim import simulate
-from lab.cli import run as lab_run
-from lab.predict.cli import run as predict_run
-from oracle.traces import (
+from xcache.engine.sim import simulate
+from xcache.lab.cli import run as lab_run
+from xcache.lab.predict.cli import run as predict_run
+from xcache.oracle.traces import (
     Trace,
     TraceFormatError,
     detect_trace,
@@ -30,6 +29,7 @@ from oracle.traces import (
     write_oracle_general,
     write_oracle_general_keys,
 )
+
 from tests.helpers import real_trace, synthetic
 
 #: The layout of the done-when dump: an engine's 92 MoE layers of 896 experts,

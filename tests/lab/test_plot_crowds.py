@@ -9,9 +9,8 @@ import itertools
 from typing import Any
 
 import pytest
-
-from lab.plot import SPREAD_PT, crowd_offsets, mrc_figure
-from lab.predict.plot import note, predict_figure, what_if_label
+from xcache.lab.plot import SPREAD_PT, crowd_offsets, mrc_figure
+from xcache.lab.predict.plot import note, predict_figure, what_if_label
 
 pytest.importorskip("matplotlib")
 
@@ -64,7 +63,8 @@ def test_four_policies_missing_everything_at_the_smallest_size_all_show():
 
 def test_no_two_markers_of_a_real_sweep_overlap():
     """A sweep of the synthetic trace: two policies' markers 9 px apart or more."""
-    from lab.sweep import run_sweep
+    from xcache.lab.sweep import run_sweep
+
     from tests.helpers import synthetic
 
     rows = run_sweep(synthetic(), ["lru", "fifo", "lfu", "lfru", "hotness",

@@ -8,9 +8,9 @@ import struct
 from typing import Any
 
 import pytest
+from xcache.lab.plot import NUDGE_PT, STYLES, mrc_figure, plot_mrc, style_for
+from xcache.lab.sweep import run_sweep
 
-from lab.plot import NUDGE_PT, STYLES, mrc_figure, plot_mrc, style_for
-from lab.sweep import run_sweep
 from tests.helpers import synthetic
 
 pytest.importorskip("matplotlib")

@@ -8,18 +8,18 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from lab.caveats import (
+from xcache.lab.caveats import (
     accesses_per_token,
     lab_warnings,
     policy_warnings,
     size_warnings,
     spec_params,
 )
-from lab.sweep import run_sweep, sizes_for
-from oracle.traces import Trace, write_csv
-from replay import main
+from xcache.lab.sweep import run_sweep, sizes_for
+from xcache.oracle.traces import Trace, write_csv
+
 from tests.helpers import real_trace
+from xcache.replay import main
 
 MIXTRAL = "mixtral8x7b_humaneval.jsonl"
 
@@ -117,7 +117,7 @@ def test_spec_params():
 
 def test_no_warning_on_a_normal_trace():
     """The Mixtral trace at the default fractions and policies warns of nothing."""
-    from engine.sim import POLICIES  # noqa: PLC0415
+    from xcache.engine.sim import POLICIES  # noqa: PLC0415
 
     trace = real_trace(MIXTRAL)
     sizes = sizes_for(trace, None, None, "step", False)

@@ -19,9 +19,8 @@ the test steps in step mode from empty:
 from __future__ import annotations
 
 import pytest
-
-from engine.sim import simulate
-from lab.predict.evaluate import (
+from xcache.engine.sim import simulate
+from xcache.lab.predict.evaluate import (
     measure,
     predictions,
     replay_model,
@@ -29,8 +28,8 @@ from lab.predict.evaluate import (
     steps_of,
     trace_facts,
 )
-from lab.predict.predictors import PREDICTORS, Step, make_predictor
-from oracle.traces import Trace
+from xcache.lab.predict.predictors import PREDICTORS, Step, make_predictor
+from xcache.oracle.traces import Trace
 
 ROUTES = [(0, 0, (0, 1)), (0, 1, (2, 3)), (1, 0, (0, 2)), (1, 1, (2, 3)),
           (2, 0, (1, 0)), (2, 1, (3, 1)), (3, 0, (0, 3)), (3, 1, (2, 0)),

@@ -11,18 +11,18 @@ equal the replay of :class:`oracle.cache.CacheModel` the lab reports.
 from __future__ import annotations
 
 import pytest
-
-import engine
-from lab.predict.evaluate import (
+from xcache.lab.predict.evaluate import (
     drive,
     predictions,
     replay_model,
     split_steps,
     steps_of,
 )
-from lab.predict.predictors import PREDICTORS, make_predictor
-from oracle.traces import Trace
+from xcache.lab.predict.predictors import PREDICTORS, make_predictor
+from xcache.oracle.traces import Trace
+
 from tests.helpers import load_preset, open_preset, real_trace
+from xcache import engine
 
 COUNTERS = ("requests", "hits", "misses", "evictions", "spec_issued",
             "spec_loads", "spec_used", "spec_evicted_unused",

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xcache.lab.predict import predictors as pred_mod
+from xcache.lab.predict.evaluate import check_shape
+from xcache.lab.predict.predictors import MAX_TABLE_BYTES, TableTooLarge, make_predictor
+from xcache.oracle.traces import Trace, write_csv
 
-from lab.predict import predictors as pred_mod
-from lab.predict.evaluate import check_shape
-from lab.predict.predictors import MAX_TABLE_BYTES, TableTooLarge, make_predictor
-from oracle.traces import Trace, write_csv
-from replay import main
 from tests.helpers import synthetic
+from xcache.replay import main
 
 
 def _trace_with(tmp: Path, layer: int, expert: int, name: str = "wide.csv") -> Path:

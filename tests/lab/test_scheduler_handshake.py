@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
+import xcache.lab.cluster as cluster_mod
+from xcache.oracle.traces import write_csv
 
-import lab.cluster as cluster_mod
-from oracle.traces import write_csv
-from replay import main
 from tests.helpers import synthetic
+from xcache.replay import main
 
 #: What the HTTP peer answers to anything: a well-formed HTTP reply.
 HTTP_REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"

@@ -10,9 +10,9 @@ import traceback
 
 import numpy as np
 import pytest
+from xcache.engine import _lib
+from xcache.engine.sim import POLICIES, PROGRESS_EVERY, SimulationStopped, simulate
 
-from engine import _lib
-from engine.sim import POLICIES, PROGRESS_EVERY, SimulationStopped, simulate
 from tests.helpers import synthetic
 
 #: Ten accesses of four keys (each its own step).

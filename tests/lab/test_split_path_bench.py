@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from xcache.engine import Container
+from xcache.oracle.sim import simulate
+from xcache.oracle.traces import Trace
 
-import fixtures
 from bench.split_path import (
     Run,
     fixture_spec,
@@ -15,10 +17,8 @@ from bench.split_path import (
     plan_of,
     what_if,
 )
-from engine import Container
-from oracle.sim import simulate
-from oracle.traces import Trace
 from tests.helpers import real_trace
+from xcache import fixtures
 
 TOKENS = 12
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xcache.oracle.traces import Trace, write_csv
 
-from oracle.traces import Trace, write_csv
-from replay import main
+from xcache.replay import main
 
 
 def small_trace() -> Trace:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine.sim import simulate
-from oracle.traces import (
+from xcache.engine.sim import simulate
+from xcache.oracle.traces import (
     ORACLE_GENERAL_DTYPE,
     Trace,
     TraceFormatError,
@@ -20,6 +19,7 @@ from oracle.traces import (
     write_csv,
     write_oracle_general,
 )
+
 from tests.helpers import real_trace, synthetic
 
 FIELDS = ("token", "layer", "expert", "sequence")

@@ -4,15 +4,21 @@ hand-computed victim sequences per policy, holds, pins, batches and failures."""
 from __future__ import annotations
 
 import pytest
-
-from oracle.cache import (
+from xcache.oracle.cache import (
     CacheModel,
     lfru_sample,
     parse_policy,
     splitmix64,
     stride_bytes,
 )
-from oracle.errors import AllPinned, Budget, IOFailure, Misuse, NotFound, ShortRead
+from xcache.oracle.errors import (
+    AllPinned,
+    Budget,
+    IOFailure,
+    Misuse,
+    NotFound,
+    ShortRead,
+)
 
 K3_EXPERT_BYTES = 1632  # DESIGN §3: 3 x (512 + 32)
 
@@ -378,7 +384,7 @@ def test_a_copy_of_a_released_reference_is_refused_as_its_slot_allows() -> None:
     """release_copy: refused once the slot is republished or holds nothing; the
     copy of a still-held reference and one that would take another holder's
     hold are not modelled."""
-    from oracle.errors import NotModelled  # noqa: PLC0415
+    from xcache.oracle.errors import NotModelled  # noqa: PLC0415
 
     c = small("lru", 2)
     a = c.get(0, 0)

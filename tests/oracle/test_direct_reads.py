@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from oracle.reads import Window, direct_reads, probe_direct, widen, window_ok
+from xcache.oracle.reads import Window, direct_reads, probe_direct, widen, window_ok
 
 
 def test_widen_rounds_both_ends_to_the_alignment() -> None:

@@ -9,10 +9,10 @@ tensor is one read whatever ``chunk_bytes`` is.
 from __future__ import annotations
 
 import pytest
+from xcache.oracle.layout import Piece, expert_pieces, expert_reads
+from xcache.oracle.reads import cut_run
+from xcache.oracle.safetensors import Container
 
-from oracle.layout import Piece, expert_pieces, expert_reads
-from oracle.reads import cut_run
-from oracle.safetensors import Container
 from tests.helpers import load_preset
 
 

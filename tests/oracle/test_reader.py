@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from xcache.oracle.errors import FORMAT_KINDS, NotFound, OracleFormatError
+from xcache.oracle.safetensors import Container, open_container, parse_buffer
 
-from oracle.errors import FORMAT_KINDS, NotFound, OracleFormatError
-from oracle.safetensors import Container, open_container, parse_buffer
 from tests.helpers import official_safe_open, official_save_file
 
 
@@ -361,7 +361,7 @@ def _number_file(tmp_path, number: str) -> Path:
 
 def _accepts(path: Path) -> tuple[bool, bool]:
     """(engine accepts, oracle accepts) for one file."""
-    import engine
+    from xcache import engine
 
     try:
         engine.Container(str(path)).close()

@@ -8,10 +8,9 @@ begin), and the read counts in the window it was reserved in.
 from __future__ import annotations
 
 import pytest
-
-from oracle.cache import INFLIGHT, READY, UNDER_WAY, CacheModel
-from oracle.errors import AllPinned, IOFailure, Misuse
-from oracle.trace_model import TracingCacheModel
+from xcache.oracle.cache import INFLIGHT, READY, UNDER_WAY, CacheModel
+from xcache.oracle.errors import AllPinned, IOFailure, Misuse
+from xcache.oracle.trace_model import TracingCacheModel
 
 
 def _model(cls: type[CacheModel] = CacheModel, n_slots: int = 4) -> CacheModel:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xcache.oracle.sim import next_use, simulate, simulate_with_model
+from xcache.oracle.traces import Trace
 
-from oracle.sim import next_use, simulate, simulate_with_model
-from oracle.traces import Trace
 from tests.helpers import REAL, lcs_misses, real_trace, synthetic
 
 POLICIES = ["lru", "fifo", "lfu", "lfru", "lfru:sample=3,seed=7", "hotness",

@@ -9,9 +9,8 @@ served, but no victim candidate, its hits told after its insert.
 from __future__ import annotations
 
 import pytest
-
-from oracle.cache import INFLIGHT, READY, CacheModel
-from oracle.errors import IOFailure
+from xcache.oracle.cache import INFLIGHT, READY, CacheModel
+from xcache.oracle.errors import IOFailure
 
 
 def _arc(n_slots: int = 6) -> CacheModel:

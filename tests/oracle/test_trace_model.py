@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from oracle.cache import CacheModel
-from oracle.errors import AllPinned, Misuse, ShortRead
-from oracle.trace_model import TracingCacheModel
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.errors import AllPinned, Misuse, ShortRead
+from xcache.oracle.trace_model import TracingCacheModel
 
 pytestmark = pytest.mark.nosan  # pure Python
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from oracle.sim import simulate
-from oracle.trace_stats import (
+from xcache.oracle.sim import simulate
+from xcache.oracle.trace_stats import (
     adjacent_overlap,
     median_reuse_distance,
     miss_ratio_curve,
@@ -17,7 +16,8 @@ from oracle.trace_stats import (
     reuse_distances,
     reuse_histogram,
 )
-from oracle.traces import Trace, TraceFormatError, load_trace
+from xcache.oracle.traces import Trace, TraceFormatError, load_trace
+
 from tests.helpers import TRACES_DIR, real_trace
 
 TRACES = TRACES_DIR

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from gate import CannotRun
-from gate.containers import make_target
-from gate.outside import conformance
-from gate.outside.backend import capabilities_of, outside_factory
-from gate.outside.build import build, load_manifest, verify_sources
+from xcache.gate import CannotRun
+from xcache.gate.containers import make_target
+from xcache.gate.outside import conformance
+from xcache.gate.outside.backend import capabilities_of, outside_factory
+from xcache.gate.outside.build import build, load_manifest, verify_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "examples" / "tinycache"

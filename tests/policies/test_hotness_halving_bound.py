@@ -16,10 +16,9 @@ import math
 from pathlib import Path
 
 import pytest
+from xcache.engine import _lib
 
-import engine
-import fixtures
-from engine import _lib
+from xcache import engine, fixtures
 
 LAYERS, EXPERTS = 2, 256
 N_KEYS = LAYERS * EXPERTS

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from engine import MisuseError, _lib
-from engine.sim import simulate
-from oracle.errors import Misuse
-from oracle.policies import POLICIES, QUEUE_POLICIES, REGISTRY, parse_policy
+from xcache.engine import MisuseError, _lib
+from xcache.engine.sim import simulate
+from xcache.oracle.errors import Misuse
+from xcache.oracle.policies import POLICIES, QUEUE_POLICIES, REGISTRY, parse_policy
 
 KEYS = np.array([0, 1, 2, 0, 3, 1], np.uint32)
 
@@ -53,7 +52,7 @@ def test_same_policies_parameters_and_defaults():
 
 def test_the_simulator_lists_every_engine_policy_and_belady():
     """engine.sim.POLICIES is the C table in its order, then belady."""
-    from engine.sim import POLICIES as SIM_POLICIES
+    from xcache.engine.sim import POLICIES as SIM_POLICIES
 
     assert SIM_POLICIES == (*engine_table(), "belady")
 

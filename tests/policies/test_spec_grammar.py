@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import engine
 from tests.helpers import K3_LAYOUT
+from xcache import engine
 
 LFRU_VALID = "valid parameters: sample, seed (as key=unsigned integer)"
 

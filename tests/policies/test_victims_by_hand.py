@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-import engine
 from tests.helpers import K3_LAYOUT, expert_bytes, open_container
+from xcache import engine
 
 TRACE = [0, 1, 2, 0, 0, 1, 3, 4, 0, 2, 4]
 

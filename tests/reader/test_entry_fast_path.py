@@ -21,9 +21,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from xcache.engine import FormatError
 
-import engine
-from engine import FormatError
+from xcache import engine
 
 Outcome = tuple[str, object]
 
@@ -212,7 +212,7 @@ def test_big_header_with_more_tensors_than_reserved(tmp_path: Path) -> None:
 
 def test_big_header_allocation_failures_are_clean(tmp_path: Path) -> None:
     """Each allocation of a big header's open refused in turn: a clean OOM."""
-    from engine import alloc
+    from xcache.engine import alloc
 
     path = big_header(tmp_path / "big.safetensors", 100_000)
     live = alloc.live()

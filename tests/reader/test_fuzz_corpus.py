@@ -1,6 +1,6 @@
 """The fuzz corpus replayed without atheris: every input, engine and oracle reader.
 
-``faults/fuzz/corpus/`` holds the seeds (``python -m faults.fuzz seed``) and
+``faults/fuzz/corpus/`` holds the seeds (``python -m xcache.faults.fuzz seed``) and
 the inputs the coverage-guided fuzzer found reaching new code; each is
 decoded as the fuzz target decodes it (``faults.fuzz.inputs``) and must open
 or fail the same way in both readers (``faults.fuzz.verdicts``), with no
@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from faults.fuzz import inputs
-from faults.fuzz.verdicts import compare_oracle
+from xcache.faults.fuzz import inputs
+from xcache.faults.fuzz.verdicts import compare_oracle
 
 CORPUS = Path(__file__).resolve().parents[2] / "faults" / "fuzz" / "corpus"
 FILES = sorted(p for p in CORPUS.iterdir() if p.is_file())

@@ -17,9 +17,8 @@ import tempfile
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from faults.fuzz import inputs
-from faults.fuzz.verdicts import (
+from xcache.faults.fuzz import inputs
+from xcache.faults.fuzz.verdicts import (
     OFFICIAL_DIFFERENCES,
     OPEN_FINDINGS,
     compare_official,
@@ -29,7 +28,7 @@ from faults.fuzz.verdicts import (
     open_finding,
     oracle_verdict,
 )
-from oracle.safetensors import DTYPE_BITS
+from xcache.oracle.safetensors import DTYPE_BITS
 
 pytest.importorskip("safetensors", reason="the official reader is a reference here")
 
@@ -482,7 +481,7 @@ def test_open_findings_are_real_and_still_open(tmp_path):
     finding that no longer does was resolved and leaves the table (its case
     then runs in ``test_resolved_finding_agrees``).
     """
-    from faults.fuzz import verdicts
+    from xcache.faults.fuzz import verdicts
 
     for name in sorted(OPEN_FINDINGS):
         path = inputs.materialise(finding_input(name), tmp_path / name)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import engine
 from bench.header_parse import FLOOD_LEN, crafted_names, table_slots, unkeyed_hash32
 from tests.helpers import st_bytes
+from xcache import engine
 
 T = '"dtype":"U8","shape":[2],"data_offsets":[0,2]'
 #: Where the extra field's value starts in '{"x":{' + T + ',"extra":...': the

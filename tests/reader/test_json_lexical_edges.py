@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import engine
 from tests.helpers import INDEX, SHARD1, SHARD2, make_sharded, st_bytes
+from xcache import engine
 
 T = '"dtype":"U8","shape":[2],"data_offsets":[0,2]'
 

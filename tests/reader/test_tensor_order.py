@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-import engine
+from xcache import engine
 
 
 def _write(path, entries: list[tuple[str, list[int], list[int]]],

@@ -25,8 +25,8 @@ def pyproject_version() -> str:
 
 
 #: every command line, by the program name its --version names
-CLIS = {"python -m fixtures": ["-m", "fixtures"],
-        "python -m engine.inspect": ["-m", "engine.inspect"],
+CLIS = {"python -m xcache.fixtures": ["-m", "xcache.fixtures"],
+        "python -m xcache.engine.inspect": ["-m", "xcache.engine.inspect"],
         "replay.py": [str(ROOT / "replay.py")],
         "replay.py lab": [str(ROOT / "replay.py"), "lab"],
         "replay.py predict": [str(ROOT / "replay.py"), "predict"]}
@@ -49,7 +49,7 @@ def test_version_flag_prints_one_format_everywhere(prog, tmp_path):
     if prog not in GATES:
         assert done.stdout == first
         return
-    from gate.pins import build_id
+    from xcache.gate.pins import build_id
 
     pins = ROOT / "engine" / "pins.json"
     digests = json.loads(pins.read_text())["sha256"]
@@ -58,7 +58,8 @@ def test_version_flag_prints_one_format_everywhere(prog, tmp_path):
         f"sources in {pins}; the sources match them\n")
 
 
-@pytest.mark.parametrize("module", ["fixtures.__main__", "engine.inspect"])
+@pytest.mark.parametrize("module",
+                         ["xcache.fixtures.__main__", "xcache.engine.inspect"])
 def test_version_falls_back_to_pyproject_when_not_installed(module, monkeypatch):
     """Without installed metadata the version is read from pyproject.toml."""
     mod = pytest.importorskip(module)

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from xcache.gate import CannotRun
+from xcache.gate.containers import make_target, precheck
+from xcache.gate.expr import ExprError, condition, evaluate
+from xcache.gate.report import Report
 
-import fixtures
-from gate import CannotRun
-from gate.containers import make_target, precheck
-from gate.expr import ExprError, condition, evaluate
-from gate.report import Report
+from xcache import fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -74,8 +74,9 @@ def test_conditions_compare_two_expressions():
 def _run(work: Path, container: str | None = None, only: list[str] | None = None
          ) -> tuple[list[str], Report]:
     """Run the scenario set with the engine of this checkout; (names, report)."""
-    import engine
-    from gate.scenarios import run_scenarios
+    from xcache.gate.scenarios import run_scenarios
+
+    from xcache import engine
 
     report = Report()
     names = run_scenarios(engine, work, report, only or [], container=container)
@@ -156,7 +157,7 @@ def test_layout_expectations_equal_the_pins_at_home(folders):
 def test_a_perturbed_engine_value_fails_the_container_run(tmp_path, folders,
                                                          monkeypatch):
     """An engine counter off by one and a flipped byte fail; the oracle still passes."""
-    from gate import backends
+    from xcache.gate import backends
 
     values = backends.EngineBackend.values
     get = backends.EngineBackend.get
@@ -230,7 +231,7 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
 
 def test_a_failed_requirement_is_a_skip_naming_the_values(tmp_path, monkeypatch):
     """``requires`` that does not hold skips the scenario and shows the quantities."""
-    from gate import scenarios as gate_scenarios
+    from xcache.gate import scenarios as gate_scenarios
 
     sc = json.loads((ROOT / "gate" / "scenarios" /
                      "faults-alloc-k3-mini.json").read_text())
@@ -246,7 +247,7 @@ def test_a_failed_requirement_is_a_skip_naming_the_values(tmp_path, monkeypatch)
 
 def test_old_step_fields_are_refused_with_the_new_form(tmp_path, monkeypatch):
     """A step still written with layer/experts cannot run and says what to write."""
-    from gate import scenarios as gate_scenarios
+    from xcache.gate import scenarios as gate_scenarios
 
     sc = {"name": "old", "container": "k3-mini", "cache": {"n_slots": 8},
           "steps": [{"op": "get", "layer": 0, "experts": [0]}]}
@@ -322,7 +323,7 @@ def test_an_explicit_layout_that_misses_a_tensor_cannot_run(tmp_path, folders):
 def test_container_option_runs_from_the_front_door(tmp_path, folders):
     """`replay.py --container DIR OUT` exits 0; every scenario's line and the
     last one name the container; the last its layout and the engine build."""
-    from gate.pins import build_id
+    from xcache.gate.pins import build_id
 
     report = tmp_path / "r.json"
     where = str(folders["deepseek-mini"])

@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from gate import CannotRun
-from gate.backend import BackendFactory
-from gate.backends import IO_MAX_RETRIES, EngineBackend, OracleBackend
-from gate.containers import Target, make_target
-from gate.corruptions import make_overlap
-from gate.report import Report
-from gate.scenarios import ScenarioRun, compile_steps
+from xcache.gate import CannotRun
+from xcache.gate.backend import BackendFactory
+from xcache.gate.backends import IO_MAX_RETRIES, EngineBackend, OracleBackend
+from xcache.gate.containers import Target, make_target
+from xcache.gate.corruptions import make_overlap
+from xcache.gate.report import Report
+from xcache.gate.scenarios import ScenarioRun, compile_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -139,10 +138,11 @@ def test_a_key_outside_the_layout_served_is_a_wrong_read(k3, tmp_path):
 
 def test_overlap_corruption_is_refused_naming_the_second_tensor(k3, tmp_path):
     """Both readers refuse the overlap as offsets; the engine at the claimed byte."""
-    import engine
-    from engine.errors import FormatError
-    from oracle.errors import OracleFormatError
-    from oracle.safetensors import Container
+    from xcache.engine.errors import FormatError
+    from xcache.oracle.errors import OracleFormatError
+    from xcache.oracle.safetensors import Container
+
+    from xcache import engine
 
     folder = tmp_path / "c"
     shutil.copytree(k3.pristine, folder)
@@ -160,9 +160,9 @@ def test_overlap_corruption_is_refused_naming_the_second_tensor(k3, tmp_path):
 
 def test_contract_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The contract scenarios pass on a k3-mini folder; key-bounds skips (one layer)."""
-    import engine
-    import fixtures
-    from gate.scenarios import run_scenarios
+    from xcache.gate.scenarios import run_scenarios
+
+    from xcache import engine, fixtures
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)
@@ -210,7 +210,7 @@ class _LeakyBackend(OracleBackend):
     def close(self) -> None:
         """Refuse as the fault injector does when a descriptor stays open."""
         super().close()
-        from engine.errors import misuse  # noqa: PLC0415
+        from xcache.engine.errors import misuse  # noqa: PLC0415
 
         raise misuse("the fault injector still has 1 open handle(s): close "
                      "the containers using it first")

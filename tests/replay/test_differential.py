@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xcache.gate import differential, open_probe, reader_diff, sim_check, tensor_reads
+from xcache.gate.report import Report
+from xcache.gate.scenarios import WATCHDOG, run_bounded
 
-import engine
-from gate import differential, open_probe, reader_diff, sim_check, tensor_reads
-from gate.report import Report
-from gate.scenarios import WATCHDOG, run_bounded
+from xcache import engine
 
 
 class _Lying:
@@ -90,7 +90,7 @@ def test_the_pinned_simulator_counts_are_the_oracles() -> None:
 
 def test_a_wrong_simulator_count_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """One eviction too many in one policy's run fails sim-counts, naming the run."""
-    import engine.sim as real
+    import xcache.engine.sim as real
 
     def simulate(*args: Any, **kw: Any) -> dict[str, Any]:
         r = real_simulate(*args, **kw)
@@ -171,8 +171,8 @@ def test_a_stuck_differential_check_fails_at_the_cap(monkeypatch: pytest.MonkeyP
 def test_error_fields_hold_what_both_backends_can_state() -> None:
     """An I/O failure keeps its key, a not-found its (absent) offset; a not-found
     from the engine with a byte offset differs from the oracle's."""
-    from gate.error_fields import project
-    from oracle import errors as oerr
+    from xcache.gate.error_fields import project
+    from xcache.oracle import errors as oerr
 
     eng = engine.errors.EngineIOError("x", kind="io", offset=4096, layer=2,
                                       expert=5)
@@ -190,7 +190,7 @@ def test_error_fields_hold_what_both_backends_can_state() -> None:
 def test_a_stream_whose_open_failed_keeps_its_label() -> None:
     """A failed stream_open still takes its label: the next and rest steps on it
     do nothing instead of stopping the run as CANNOT RUN."""
-    from gate import state_ops
+    from xcache.gate import state_ops
 
     run = types.SimpleNamespace(backend=types.SimpleNamespace(stream_open=None),
                                 _attempt=lambda call, *args: (False, None))

@@ -7,8 +7,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from gate import ops
-from gate.containers import make_target
+from xcache.gate import ops
+from xcache.gate.containers import make_target
 
 
 def _run(tmp_path: Path) -> tuple[Any, Path]:

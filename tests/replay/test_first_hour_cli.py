@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+import xcache.lab.sweep as sweep_mod
 
-import lab.sweep as sweep_mod
-import replay
+from xcache import replay
 
 ROUTES = [[[0, 1], [2, 3]], [[0, 2], [2, 3]], [[1, 0], [3, 1]],
           [[0, 3], [2, 0]], [[3, 1], [1, 2]], [[0, 1], [2, 3]]] * 4
@@ -95,7 +95,7 @@ def test_predict_counts_its_bar_in_test_steps(tmp_path, capsys, monkeypatch):
 
 def test_step_progress_scales_every_cells_work():
     """Two cells of 30 units over 10 test steps: halfway is 5, the end is 10."""
-    from lab.predict.cli import StepProgress
+    from xcache.lab.predict.cli import StepProgress
 
     p = StepProgress([30, 30], 10)
     assert p.total == 10

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from xcache.gate import cli as gate_cli
+from xcache.lab import cli as lab_cli
 
-import replay
-from gate import cli as gate_cli
-from lab import cli as lab_cli
+from xcache import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core

@@ -60,8 +60,8 @@ def test_pinned_tree_passes_every_scenario(tmp_path):
             "unconsumed_schedule (4 KiB chunks)"} <= names
     # one line per scenario file and one for the programs, each naming its
     # home container, then the verdict naming them and the engine build
-    from gate.pins import build_id
-    from gate.programs import load_programs
+    from xcache.gate.pins import build_id
+    from xcache.gate.programs import load_programs
 
     folder = ROOT / "gate" / "scenarios"
     scenarios = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))
@@ -183,15 +183,15 @@ def _variant_policies(scenario: dict) -> list[str]:
 
 def _c_table_policies() -> list[str]:
     """The policies of the C library's table, through its public functions."""
-    from engine import _lib
+    from xcache.engine import _lib
 
     return list(_lib.policy_table())
 
 
 def test_every_policy_scenario_runs_every_policy():
     """The scenario titled every policy has one variant per oracle and C policy."""
-    from engine.sim import POLICIES as SIM_POLICIES
-    from oracle.cache import POLICIES as ORACLE_POLICIES
+    from xcache.engine.sim import POLICIES as SIM_POLICIES
+    from xcache.oracle.cache import POLICIES as ORACLE_POLICIES
 
     scenario = json.loads(_EVERY.read_text())
     assert scenario["title"].startswith("every policy")
@@ -205,7 +205,7 @@ def test_every_policy_scenario_runs_every_policy():
 
 def _without_arc(tmp_path, monkeypatch) -> dict:
     """The every-policy scenario without its pinned arc variant, as the only one."""
-    from gate import scenarios as gate_scenarios
+    from xcache.gate import scenarios as gate_scenarios
 
     scenario = json.loads(_EVERY.read_text())
     pinned = next(v for v in scenario["variants"]
@@ -219,9 +219,10 @@ def _without_arc(tmp_path, monkeypatch) -> dict:
 def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
         tmp_path, monkeypatch, capsys):
     """Without its arc variant the gate derives one: the oracle's values, pinned."""
-    import engine
-    from gate import scenarios as gate_scenarios
-    from gate.report import Report
+    from xcache.gate import scenarios as gate_scenarios
+    from xcache.gate.report import Report
+
+    from xcache import engine
 
     pinned = _without_arc(tmp_path, monkeypatch)
     report = Report(verbose=True)
@@ -242,9 +243,9 @@ def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
 
 def test_gate_refuses_a_policy_the_oracle_cannot_judge(tmp_path, monkeypatch):
     """An engine policy the oracle does not know cannot be gated (CannotRun)."""
-    from gate import CannotRun
-    from gate import scenarios as gate_scenarios
-    from gate.report import Report
+    from xcache.gate import CannotRun
+    from xcache.gate import scenarios as gate_scenarios
+    from xcache.gate.report import Report
 
     _without_arc(tmp_path, monkeypatch)
     monkeypatch.setattr(gate_scenarios, "offered_policies",

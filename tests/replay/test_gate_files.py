@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from faults.fuzz import gate_files
-from gate import SCENARIO_DIR, CannotRun
-from gate.ops import OPS
-from gate.programs import load_programs
-from gate.scenarios import load_scenario, load_scenarios
+from xcache.faults.fuzz import gate_files
+from xcache.gate import SCENARIO_DIR, CannotRun
+from xcache.gate.ops import OPS
+from xcache.gate.programs import load_programs
+from xcache.gate.scenarios import load_scenario, load_scenarios
 
 SHIPPED = json.loads((SCENARIO_DIR / "reset-window-k3-mini.json").read_text())
 PROGRAMS = {"length": 24, "programs": [
@@ -159,7 +158,7 @@ def test_a_scenario_container_that_is_nothing_names_the_scenario_file(
 
 def test_slots_past_the_byte_limit_are_refused() -> None:
     """n_slots within its count but past 8 GiB of slots (44 MB experts) is refused."""
-    from gate.schema import check_sized
+    from xcache.gate.schema import check_sized
 
     assert check_sized({"n_slots": 196}, 44 << 20) == (
         "cache option n_slots is 196: 196 slots of 46,137,344 bytes are "
@@ -255,7 +254,7 @@ def test_replay_refuses_a_bad_programs_file_before_its_build(
         tmp_path: Path, capsys: Any, kind: str) -> None:
     """replay.py --programs-file naming nothing or a FIFO: exit 2 at once
     (it ran no program and said nothing, after the engine build, before)."""
-    from gate.cli import run
+    from xcache.gate.cli import run
 
     p = tmp_path / "programs.json"
     if kind == "fifo":
@@ -275,7 +274,7 @@ def test_every_step_field_a_handler_reads_is_in_the_schema() -> None:
     cannot be refused in the shipped scenarios that use it."""
     import re
 
-    from gate.schema import STEP_FIELDS
+    from xcache.gate.schema import STEP_FIELDS
 
     gate_dir = Path(__file__).resolve().parents[2] / "gate"
     read = set()

@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from gate import cli
-from gate.pins import build_id, current_digests, describe_build
-from gate.report import Report
+from xcache.gate import cli
+from xcache.gate.pins import build_id, current_digests, describe_build
+from xcache.gate.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +145,7 @@ def test_describe_build_says_when_the_tree_left_its_pins(tmp_path):
 @pytest.mark.parametrize("argv", [["--version"], ["gate", "--version"]])
 def test_version_in_process(argv, capsys):
     """Both doors print the version line, then the build line; exit 0."""
-    import replay
+    from xcache import replay
 
     assert replay.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -12,23 +12,23 @@ import time
 from pathlib import Path
 
 import pytest
+from xcache.gate.backend import BackendFactory
+from xcache.gate.backends import EngineBackend, OracleBackend
+from xcache.gate.containers import Target
+from xcache.gate.report import Report
+from xcache.gate.scenarios import ScenarioRun, run_bounded
 
-from gate.backend import BackendFactory
-from gate.backends import EngineBackend, OracleBackend
-from gate.containers import Target
-from gate.report import Report
-from gate.scenarios import ScenarioRun, run_bounded
-from replay import main
 from tests.helpers import group_members
+from xcache.replay import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Run replay.py as a program after making every engine get block forever.
 HANG = """import sys, threading
-import gate.backends as backends
+import xcache.gate.backends as backends
 backends.EngineBackend.get = lambda self, layer, expert: threading.Event().wait()
 sys.argv = ['replay.py', *sys.argv[1:]]
-import replay
+from xcache import replay
 sys.exit(replay.main())
 """
 
@@ -181,7 +181,7 @@ def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
 def test_work_is_removed_when_ctrl_c_came_inside_a_scenario_threads_start(
         tmp_path, monkeypatch):
     """A scenario thread Ctrl-C left unstarted (in ``start()``) stops no cleanup."""
-    from gate import cli
+    from xcache.gate import cli
 
     work = tmp_path / "replay-work"
     (work / "run").mkdir(parents=True)

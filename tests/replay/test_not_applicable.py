@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import gate.scenarios as gate_scenarios
-from gate import cli
-from gate.backend import BackendFactory, Errors
-from gate.backends import OracleBackend, factory
-from gate.report import Report
+import xcache.gate.scenarios as gate_scenarios
+from xcache.gate import cli
+from xcache.gate.backend import BackendFactory, Errors
+from xcache.gate.backends import OracleBackend, factory
+from xcache.gate.report import Report
 
 #: What the test backend does not declare.
 LACKS = ("op:stream", "counter:prefetch_loads", "counter:prefetch_first_uses",
@@ -108,7 +107,7 @@ def _verdicts(report: Report) -> list[tuple[str, str, str]]:
 
 def test_lacking_checks_are_na_naming_the_capability(limited):
     """Exact verdicts: PASS where judged, N/A with the capability, no FAIL."""
-    import engine
+    from xcache import engine
 
     report = Report()
     names = gate_scenarios.run_scenarios(engine, limited / "work", report, [])
@@ -176,7 +175,7 @@ class LimitedJudge(OracleBackend):
 
 def test_what_the_judge_lacks_is_na_for_the_judged_too(tmp_path, monkeypatch):
     """On another container the engine's checks the judge cannot give are N/A."""
-    import engine
+    from xcache import engine
 
     folder = tmp_path / "scenarios"
     folder.mkdir()
@@ -214,7 +213,7 @@ def test_what_the_judge_lacks_is_na_for_the_judged_too(tmp_path, monkeypatch):
 def test_an_in_process_run_gives_the_callers_engine_back(limited):
     """After an in-process gate run (which binds the engine to the build it
     made and then removes), the caller's own build is in use again."""
-    from engine import _lib
+    from xcache.engine import _lib
 
     before = _lib.module()
     assert cli.run([str(limited / "out2")]) == 0

@@ -6,8 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from gate.backend import (
+from xcache.gate.backend import (
     COUNTERS,
     FAMILIES,
     Capabilities,
@@ -16,8 +15,8 @@ from gate.backend import (
     Pins,
     is_capability,
 )
-from gate.backends import EngineBackend, OracleBackend
-from gate.ops import OPS, VALUE_NEEDS, value_needs
+from xcache.gate.backends import EngineBackend, OracleBackend
+from xcache.gate.ops import OPS, VALUE_NEEDS, value_needs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,8 +95,9 @@ def test_without_removes_exactly_the_named():
 
 def test_each_backend_reports_the_counters_it_declares(k3_folder):
     """The engine's and the oracle's stats() keys are their declared counters."""
-    import engine
-    from gate.containers import make_target
+    from xcache.gate.containers import make_target
+
+    from xcache import engine
 
     target = make_target("k3-mini", k3_folder)
     opts = {"n_slots": 6}

@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xcache.gate import CannotRun
+from xcache.gate.backend import BackendFactory
+from xcache.gate.backends import EngineBackend, OracleBackend
+from xcache.gate.check_probe import BREAK_NAMES, probe
+from xcache.gate.containers import Target, make_target
+from xcache.gate.report import Report
+from xcache.gate.scenarios import ScenarioRun
+from xcache.gate.trace_check import take, trace_path
 
-import engine
-from gate import CannotRun
-from gate.backend import BackendFactory
-from gate.backends import EngineBackend, OracleBackend
-from gate.check_probe import BREAK_NAMES, probe
-from gate.containers import Target, make_target
-from gate.report import Report
-from gate.scenarios import ScenarioRun
-from gate.trace_check import take, trace_path
+from xcache import engine
 
 
 @pytest.fixture(scope="module")

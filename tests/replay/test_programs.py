@@ -53,8 +53,8 @@ _FROM_LAYOUT = {"budget_bytes", "top_k", "expert_template", "tensors",
 
 def _programs() -> list[dict]:
     """Every pinned program, generated."""
-    from gate.containers import make_target
-    from gate.programs import generate, load_programs
+    from xcache.gate.containers import make_target
+    from xcache.gate.programs import generate, load_programs
 
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"xc-progtest-{os.getpid()}"
     targets: dict = {}
@@ -93,7 +93,7 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
     assert {"eof", "eio", "eintr", "partial"} <= faults
     # hold_layer's all-or-none refusals are drawn: more experts than the
     # slots surely free, and a hold_layer meeting an armed fault
-    import fixtures
+    from xcache import fixtures
     top_k = {p["container"]: fixtures.preset(p["container"]).top_k
              for p in progs}
     assert any(s.get("op") == "hold_layer"
@@ -180,8 +180,8 @@ def test_planted_bug_is_found_and_shrunk(tmp_path: Path, name: str, file: str,
 
 def test_generation_is_deterministic_from_the_seed(tmp_path: Path) -> None:
     """One seed, container and option set give one program; another seed another."""
-    from gate.containers import make_target
-    from gate.programs import generate
+    from xcache.gate.containers import make_target
+    from xcache.gate.programs import generate
 
     t = make_target("granite-mini", tmp_path)
     a, b = generate(7, t, "readers"), generate(7, t, "readers")
@@ -196,7 +196,7 @@ def test_generation_is_deterministic_from_the_seed(tmp_path: Path) -> None:
 
 def test_ddmin_finds_a_one_minimal_failing_subset() -> None:
     """Delta debugging keeps exactly the steps that together make the failure."""
-    from gate.programs import _ddmin
+    from xcache.gate.programs import _ddmin
 
     items = list(range(20))
     assert _ddmin(items, lambda xs: 3 in xs and 17 in xs) == [3, 17]

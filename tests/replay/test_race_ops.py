@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from gate import race_ops
-from gate.report import Report
+from xcache.gate import race_ops
+from xcache.gate.report import Report
 
 
 def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
              steps: list[dict[str, Any]], **cache: Any) -> tuple[list[str], Report]:
     """Run one k3-mini scenario of ``steps`` through the gate's runner."""
-    import engine
-    from gate import scenarios as gate_scenarios
+    from xcache.gate import scenarios as gate_scenarios
+
+    from xcache import engine
 
     sc = {"name": "race", "container": "k3-mini", "timeout_s": 30,
           "cache": {"n_slots": 8, "faults": True, "batch_threads": 1, **cache},
@@ -39,7 +39,7 @@ def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_a_waiter_nobody_wakes_fails_its_scenario_naming_the_key(
         tmp_path, monkeypatch):
     """A waiting_get that never returns is a failed check on the engine, not a hang."""
-    from gate.backends import EngineBackend
+    from xcache.gate.backends import EngineBackend
 
     release = threading.Event()
     real_get = EngineBackend.get
@@ -112,9 +112,9 @@ def test_background_get_and_join_serve_exact_bytes(tmp_path, monkeypatch):
 
 def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The reads-under-way scenarios pass, derived, on a k3-mini folder."""
-    import engine
-    import fixtures
-    from gate.scenarios import run_scenarios
+    from xcache.gate.scenarios import run_scenarios
+
+    from xcache import engine, fixtures
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)
@@ -130,9 +130,9 @@ def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
 
 def test_the_stall_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The scenarios built on stalls pass, derived, on a k3-mini folder."""
-    import engine
-    import fixtures
-    from gate.scenarios import run_scenarios
+    from xcache.gate.scenarios import run_scenarios
+
+    from xcache import engine, fixtures
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)
@@ -170,7 +170,7 @@ def test_a_stall_never_released_fails_its_join_on_both_backends(
 def test_a_call_that_would_wait_for_a_stalled_read_cannot_run(
         tmp_path, monkeypatch):
     """A plain get of the key a stall holds is refused by the oracle as CANNOT RUN."""
-    from gate import CannotRun
+    from xcache.gate import CannotRun
 
     with pytest.raises(CannotRun, match="waits for its read held under way"):
         _run_one(tmp_path, monkeypatch, [  # (the engine's get: 0.2 s at most)

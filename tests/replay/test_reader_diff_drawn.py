@@ -8,14 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xcache.gate import reader_diff
+from xcache.gate.reader_diff import drawn, paths
+from xcache.gate.reader_diff import generators as gen
+from xcache.gate.reader_diff.compare import (
+    Verdict,
+    compare,
+    describe,
+    found_fact,
+    quoted,
+)
+from xcache.gate.reader_diff.runner import sweep_cases
+from xcache.oracle.safetensors import _number_in_range, _too_deep
 
-import engine
-from gate import reader_diff
-from gate.reader_diff import drawn, paths
-from gate.reader_diff import generators as gen
-from gate.reader_diff.compare import Verdict, compare, describe, found_fact, quoted
-from gate.reader_diff.runner import sweep_cases
-from oracle.safetensors import _number_in_range, _too_deep
+from xcache import engine
 
 
 def _effective_exponent(text: str) -> tuple[int, int]:
@@ -207,7 +213,7 @@ def test_a_short_path_is_opened_after_the_suffix_bytes(tmp_path: Path) -> None:
 
 def test_the_oracle_on_an_empty_folder_and_a_huge_index(tmp_path: Path) -> None:
     """An empty folder is not_found; an index past 100,000,000 bytes is index at 0."""
-    from gate.reader_diff.compare import oracle_verdict
+    from xcache.gate.reader_diff.compare import oracle_verdict
 
     (tmp_path / "e").mkdir()
     assert oracle_verdict(tmp_path / "e").kind == "not_found"
@@ -222,7 +228,7 @@ def test_the_oracle_on_an_empty_folder_and_a_huge_index(tmp_path: Path) -> None:
 
 def test_an_index_nested_past_the_limit_is_json(tmp_path: Path) -> None:
     """x_depth: below the limit both accept, past it both say json at one byte."""
-    from gate.reader_diff.index_rules import x_depth
+    from xcache.gate.reader_diff.index_rules import x_depth
 
     kinds = set()
     for seed in range(40):
@@ -241,7 +247,7 @@ def test_an_index_nested_past_the_limit_is_json(tmp_path: Path) -> None:
 def test_a_dimension_that_wraps_is_schema(tmp_path: Path) -> None:
     """wrap_case: 2^64 k as a dimension of an empty tensor in the writers' spelling
     is schema at that dimension, for both readers."""
-    from gate.reader_diff.runner import judge
+    from xcache.gate.reader_diff.runner import judge
 
     for seed in range(6):
         rng = random.Random(seed)

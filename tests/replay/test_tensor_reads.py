@@ -7,19 +7,19 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-from gate import tensor_reads
-from gate.report import Report
+from xcache.gate import tensor_reads
+from xcache.gate.report import Report
 
 pytestmark = pytest.mark.nosan  # runs the gate's own check, not the C core
 
 
 def test_every_tensor_of_every_preset_reads_as_the_oracles(tmp_path: Path) -> None:
     """The engine passes: one check line counting every read of every mode."""
-    import engine
-    from gate.containers import make_target
-    from oracle.reads import probe_direct
-    from oracle.safetensors import Container
+    from xcache.gate.containers import make_target
+    from xcache.oracle.reads import probe_direct
+    from xcache.oracle.safetensors import Container
+
+    from xcache import engine
 
     report = Report()
     assert tensor_reads.run_checks(engine, tmp_path, report) == ["tensor-reads"]
@@ -42,7 +42,7 @@ class _Flipped:
     """An engine Container whose reads of one tensor come back with byte 5 flipped."""
 
     def __init__(self, path: str, **kwargs: Any) -> None:
-        import engine
+        from xcache import engine
 
         self._inner = engine.Container(path, **kwargs)
         self._direct = kwargs.get("direct", False)
@@ -64,8 +64,8 @@ class _Flipped:
 def test_a_wrong_byte_in_one_mode_is_named(tmp_path: Path) -> None:
     """A reader wrong only through O_DIRECT fails the check, naming the container,
     the mode, the tensor and the byte."""
-    from gate.containers import make_target
-    from oracle.safetensors import Container
+    from xcache.gate.containers import make_target
+    from xcache.oracle.safetensors import Container
 
     folder = make_target("k3-mini", tmp_path).pristine
     first = Container(folder).names()[0]

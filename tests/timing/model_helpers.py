@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from lab.predict.predictors import Step
-from lab.timing.events import Schedule, run_schedule
-from lab.timing.model import Compute, Machine, Tier
-from lab.timing.outcomes import Outcomes
+from xcache.lab.predict.predictors import Step
+from xcache.lab.timing.events import Schedule, run_schedule
+from xcache.lab.timing.model import Compute, Machine, Tier
+from xcache.lab.timing.outcomes import Outcomes
 
 MS = 1e-3
 

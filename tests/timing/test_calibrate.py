@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from xcache.lab.timing import calibrate
+from xcache.lab.timing.model import load_model
 
-import replay
-from lab.timing import calibrate
-from lab.timing.model import load_model
+from xcache import replay
 
 
 def test_fit_recovers_latency_and_bandwidth():
@@ -68,7 +68,7 @@ N = 8  # experts per half in the tests below (8 KiB each)
 @pytest.fixture()
 def warm_container(tmp_path):
     """A one-layer container of 2 N experts of 8 KiB, read once (page cache)."""
-    from engine import Container
+    from xcache.engine import Container
 
     path = tmp_path / "c.safetensors"
     calibrate.write_container(path, 2 * N, 8192)

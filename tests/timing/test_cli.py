@@ -6,11 +6,11 @@ import csv
 import json
 
 import pytest
+from xcache.lab.timing.plot import COLOURS, bars, time_figure
+from xcache.lab.timing.sweep import COLUMNS
 
-import replay
-from lab.timing.plot import COLOURS, bars, time_figure
-from lab.timing.sweep import COLUMNS
 from tests.helpers import ROOT, TRACES_DIR
+from xcache import replay
 
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
 
@@ -120,7 +120,7 @@ def test_a_bad_model_file_names_the_field(tmp_path, capsys):
 
 def test_a_toml_model_reads_as_the_json_one(tmp_path):
     """The same model in TOML loads to the same machine."""
-    from lab.timing.model import load_model
+    from xcache.lab.timing.model import load_model
 
     text = "\n".join([
         "expert_bytes = 4096", "page_cache_share = 0.5",

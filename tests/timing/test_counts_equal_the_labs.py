@@ -10,15 +10,15 @@ no schedule or machine changes a counter.
 from __future__ import annotations
 
 import pytest
+from xcache.engine.sim import POLICIES
+from xcache.lab.cluster import Reporter
+from xcache.lab.predict.evaluate import predictions, replay_model, steps_of
+from xcache.lab.predict.predictors import make_predictor
+from xcache.lab.sweep import run_sweep
+from xcache.lab.timing.model import load_model
+from xcache.lab.timing.sweep import Grid, steps_window, time_cell
+from xcache.oracle.traces import Trace
 
-from engine.sim import POLICIES
-from lab.cluster import Reporter
-from lab.predict.evaluate import predictions, replay_model, steps_of
-from lab.predict.predictors import make_predictor
-from lab.sweep import run_sweep
-from lab.timing.model import load_model
-from lab.timing.sweep import Grid, steps_window, time_cell
-from oracle.traces import Trace
 from tests.helpers import real_trace
 
 CACHE_POLICIES = [p for p in POLICIES if p != "belady"] + [

@@ -10,10 +10,10 @@ read in 0.5 ms at any depth.  Non-expert work is 10 ms a step, compute
 from __future__ import annotations
 
 import pytest
+from xcache.lab.timing.events import IO, Schedule
+from xcache.lab.timing.model import Tier
+from xcache.lab.timing.outcomes import Outcomes
 
-from lab.timing.events import IO, Schedule
-from lab.timing.model import Tier
-from lab.timing.outcomes import Outcomes
 from tests.timing.model_helpers import MS, TWO, machine, timed
 
 

@@ -15,14 +15,14 @@ are chosen for each finding:
 from __future__ import annotations
 
 import pytest
+from xcache.lab.cluster import Reporter
+from xcache.lab.predict.evaluate import steps_of
+from xcache.lab.predict.predictors import PREDICTORS
+from xcache.lab.timing.events import Schedule, run_schedule
+from xcache.lab.timing.model import Compute, Machine, Tier
+from xcache.lab.timing.outcomes import replay_outcomes
+from xcache.lab.timing.sweep import Grid, steps_window, time_cell
 
-from lab.cluster import Reporter
-from lab.predict.evaluate import steps_of
-from lab.predict.predictors import PREDICTORS
-from lab.timing.events import Schedule, run_schedule
-from lab.timing.model import Compute, Machine, Tier
-from lab.timing.outcomes import replay_outcomes
-from lab.timing.sweep import Grid, steps_window, time_cell
 from tests.helpers import real_trace
 
 KIB128 = 131072

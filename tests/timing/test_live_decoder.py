@@ -12,13 +12,13 @@ in flight; the validation bench reports any difference on longer runs).
 from __future__ import annotations
 
 import pytest
+from xcache.engine import Container
+from xcache.lab.predict.evaluate import steps_of
+from xcache.lab.timing.events import Schedule
+from xcache.lab.timing.live import LiveDecoder, open_live_cache
+from xcache.lab.timing.outcomes import TEMPLATE, _container, replay_outcomes
+from xcache.lab.timing.sweep import steps_window
 
-from engine import Container
-from lab.predict.evaluate import steps_of
-from lab.timing.events import Schedule
-from lab.timing.live import LiveDecoder, open_live_cache
-from lab.timing.outcomes import TEMPLATE, _container, replay_outcomes
-from lab.timing.sweep import steps_window
 from tests.helpers import real_trace
 
 

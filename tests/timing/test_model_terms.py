@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from xcache.lab.timing.events import Schedule
+from xcache.lab.timing.model import Machine, ModelError, Tier, load_model, write_model
+from xcache.lab.timing.outcomes import Outcomes
 
-from lab.timing.events import Schedule
-from lab.timing.model import Machine, ModelError, Tier, load_model, write_model
-from lab.timing.outcomes import Outcomes
 from tests.timing.model_helpers import MS, ONE, TWO, machine, timed
 
 

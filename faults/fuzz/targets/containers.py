@@ -11,9 +11,8 @@ import json
 
 import tomllib
 from hypothesis import strategies as st
-
-from faults.fuzz.case import PY, SEED, Case, Target
-from faults.fuzz.mutate import json_file_case, toml_file_case
+from xcache.faults.fuzz.case import PY, SEED, Case, Target
+from xcache.faults.fuzz.mutate import json_file_case, toml_file_case
 
 CONFIG = json.loads((SEED / "ckpt" / "config.json").read_text())
 INDEX = json.loads((SEED / "ckpt" / "model.safetensors.index.json").read_text())
@@ -21,14 +20,14 @@ LAYOUT = tomllib.loads((SEED / "xcache-layout.toml").read_text())
 SPEC = json.loads((SEED / "spec.json").read_text())
 
 TARGETS = (
-    Target("inspect", lambda d: [PY, "-m", "engine.inspect", "ckpt"],
+    Target("inspect", lambda d: [PY, "-m", "xcache.engine.inspect", "ckpt"],
            ("ckpt",), exit1_ok=True),
-    Target("inspect-layout", lambda d: [PY, "-m", "engine.inspect", "ckpt",
+    Target("inspect-layout", lambda d: [PY, "-m", "xcache.engine.inspect", "ckpt",
                                         "--layout", "layout.toml"],
            ("ckpt",), exit1_ok=True),
-    Target("gate-container", lambda d: [PY, "-m", "faults.fuzz.gate_container",
+    Target("gate-container", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_container",
                                         "ckpt"], ("ckpt",)),
-    Target("gate-spec", lambda d: [PY, "-m", "faults.fuzz.gate_container",
+    Target("gate-spec", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_container",
                                    "spec.toml"], ("spec.toml",)),
 )
 

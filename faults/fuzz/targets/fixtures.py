@@ -1,4 +1,4 @@
-"""Targets of ``python -m fixtures``: new, verify, from-header, identify.
+"""Targets of ``python -m xcache.fixtures``: new, verify, from-header, identify.
 
 ``new`` / ``new-toml`` change the spec (JSON or TOML); ``verify`` the
 fixture's index, the spec stored in it, or a shard; ``from-header`` the
@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 
 from hypothesis import strategies as st
-
-from faults.fuzz.case import PY, Case, Target, _fixture
-from faults.fuzz.mutate import (
+from xcache.faults.fuzz.case import PY, Case, Target, _fixture
+from xcache.faults.fuzz.mutate import (
     _opt,
     byte_edit,
     dump_json,
@@ -23,18 +22,19 @@ from faults.fuzz.mutate import (
     mutated_doc,
     toml_file_case,
 )
-from faults.fuzz.targets.containers import CONFIG, INDEX, SPEC
+from xcache.faults.fuzz.targets.containers import CONFIG, INDEX, SPEC
 
 TARGETS = (
-    Target("new", lambda d: [PY, "-m", "fixtures", "new", "spec.json", "out"],
+    Target("new", lambda d: [PY, "-m", "xcache.fixtures", "new", "spec.json", "out"],
            ("spec.json",)),
-    Target("new-toml", lambda d: [PY, "-m", "fixtures", "new", "spec.toml", "out"],
+    Target("new-toml", lambda d: [PY, "-m", "xcache.fixtures", "new", "spec.toml",
+                                  "out"],
            ("spec.toml",)),
-    Target("verify", lambda d: [PY, "-m", "fixtures", "verify", "fx"],
+    Target("verify", lambda d: [PY, "-m", "xcache.fixtures", "verify", "fx"],
            ("@fixture",), exit1_ok=True),
-    Target("from-header", lambda d: [PY, "-m", "fixtures", "from-header", "ckpt",
+    Target("from-header", lambda d: [PY, "-m", "xcache.fixtures", "from-header", "ckpt",
                                      "out"], ("ckpt",)),
-    Target("identify", lambda d: [PY, "-m", "fixtures", "identify", "fx",
+    Target("identify", lambda d: [PY, "-m", "xcache.fixtures", "identify", "fx",
                                   "fx/model-00001-of-00002.safetensors"],
            ("@fixture",)),
 )

@@ -17,9 +17,8 @@ from __future__ import annotations
 import json
 
 from hypothesis import strategies as st
-
-from faults.fuzz.case import DIR, FIFO, PY, ROOT, SEED, Case, Target
-from faults.fuzz.mutate import byte_edit, dump_json, hostile_value, mutated_doc
+from xcache.faults.fuzz.case import DIR, FIFO, PY, ROOT, SEED, Case, Target
+from xcache.faults.fuzz.mutate import byte_edit, dump_json, hostile_value, mutated_doc
 
 SCENARIO_DIR = ROOT / "gate" / "scenarios"
 #: The shipped scenarios a case starts from.
@@ -28,10 +27,10 @@ SCENARIOS = sorted(p.name for p in SCENARIO_DIR.glob("*.json")
 PROGRAMS = json.loads((SEED / "programs.json").read_text())
 
 TARGETS = (
-    Target("gate-scenario", lambda d: [PY, "-m", "faults.fuzz.gate_files",
+    Target("gate-scenario", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_files",
                                        "scenarios", "scenarios"], (),
            exit1_ok=True),
-    Target("gate-programs", lambda d: [PY, "-m", "faults.fuzz.gate_files",
+    Target("gate-programs", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_files",
                                        "programs", "programs.json"],
            ("programs.json",), exit1_ok=True),
 )
@@ -55,7 +54,7 @@ def structural(draw: st.DrawFn, doc: dict) -> tuple[object, str]:
     kind = draw(st.integers(0, 5))
     if kind <= 2:
         return draw(mutated_doc(doc))
-    from faults.fuzz.mutate import _paths, _set, _show  # noqa: PLC0415
+    from xcache.faults.fuzz.mutate import _paths, _set, _show  # noqa: PLC0415
 
     dicts = [p for p in _paths(doc) if _is(doc, p, dict)]
     lists = [p for p in _paths(doc) if _is(doc, p, list)]

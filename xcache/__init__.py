@@ -1,0 +1,29 @@
+"""xcache: a streaming expert cache for Mixture-of-Experts inference, and the
+suite that verifies it.
+
+Everything installed lives under this one import name.  The repository keeps
+its top-level folders as the design lays them out, and the build maps each
+to a subpackage (``pyproject.toml``, ``[tool.setuptools]``):
+
+=====================  ======================================================
+``xcache.engine``      the C core and its Python face (``engine/``)
+``xcache.oracle``      the independent reference model (``oracle/``)
+``xcache.fixtures``    the synthetic-shard and twin generator (``fixtures/``)
+``xcache.gate``        the pinned replays that gate engine changes (``gate/``)
+``xcache.lab``         the policy, prefetch and time labs (``lab/``)
+``xcache.faults``      fault injection, mutants and fuzzers (``faults/``)
+``xcache.replay``      the front door behind ``xcache-replay``
+=====================  ======================================================
+
+``python -m xcache.data`` prints where the example data the README uses (the
+shipped routing traces, the public checkpoints' descriptions) is installed.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__: str = version("xcache")
+except PackageNotFoundError:  # a clone used without installing
+    __version__ = "0+unknown"

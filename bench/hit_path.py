@@ -25,9 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xcache.engine import Container, ExpertCache, _lib  # noqa: E402
-
 from xcache import fixtures  # noqa: E402
+from xcache.engine import Container, ExpertCache, _lib  # noqa: E402
 
 
 def best_ns(stmt, n, **names):

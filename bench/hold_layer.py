@@ -37,10 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # idle BLAS threads spin
 
+from xcache import fixtures  # noqa: E402
 from xcache.engine import Container, ExpertCache, _lib  # noqa: E402
 from xcache.engine.hold import HeldTensors, _Grip, _Source  # noqa: E402
-
-from xcache import fixtures  # noqa: E402
 
 TOP_K = 8
 ROUNDS = 150

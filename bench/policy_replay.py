@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import libcachesim as lcs  # noqa: E402
 import numpy as np  # noqa: E402
+
 from xcache.engine.sim import simulate  # noqa: E402
 from xcache.oracle.traces import (  # noqa: E402
     load_trace,

@@ -56,10 +56,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from xcache.engine.sim import simulate  # noqa: E402
-from xcache.oracle.traces import load_trace, write_oracle_general_keys  # noqa: E402
 
 from xcache import fixtures  # noqa: E402
+from xcache.engine.sim import simulate  # noqa: E402
+from xcache.oracle.traces import load_trace, write_oracle_general_keys  # noqa: E402
 
 TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 POLICIES = ("lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc")

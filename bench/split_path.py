@@ -58,11 +58,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core for compute
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+
+from xcache import fixtures  # noqa: E402
 from xcache.engine import Container, ExpertCache  # noqa: E402
 from xcache.engine.hold import Expert  # noqa: E402
 from xcache.oracle.traces import Trace, load_trace  # noqa: E402
-
-from xcache import fixtures  # noqa: E402
 
 TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
 TEMPLATE = "model.layers.{layer}.mlp.experts.{expert}.{tensor}"

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
 from xcache.engine import _lib
 from xcache.engine import errors as _err
 from xcache.engine.errors import InvariantError, misuse

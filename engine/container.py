@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
+
 from xcache.engine import _lib
 from xcache.engine import errors as _err
 from xcache.engine.errors import misuse

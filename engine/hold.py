@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from xcache.engine import _lib
 from xcache.engine import errors as _err
 from xcache.engine.container import NUMPY_DTYPES

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from xcache.engine import _lib
 from xcache.engine.errors import EngineError
 

@@ -35,10 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from anywhere, as `python examples/...`
     sys.path.insert(0, str(ROOT))
 
+from xcache import engine  # noqa: E402
 from xcache.engine.layout import resolve  # noqa: E402
 from xcache.oracle.traces import load_trace  # noqa: E402
-
-from xcache import engine  # noqa: E402
 
 #: The SwiGLU projections under the names real checkpoints give them.
 ROLES = {"gate": ("gate_proj.weight", "w1.weight"),

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xcache import engine, fixtures
 from xcache.engine import alloc
 from xcache.faults.io import Fault, IOFaults
 from xcache.oracle.cache import COUNTERS, CacheModel
-
-from xcache import engine, fixtures
 
 Key = tuple[int, int]
 

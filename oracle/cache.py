@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from xcache.oracle.errors import (
     AllPinned,
     Budget,

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from xcache.oracle.errors import NotFound, OracleFormatError
 from xcache.oracle.regular import open_regular, read_regular
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from xcache.oracle.cache import CacheModel, choose_victim, parse_policy
 from xcache.oracle.policies import ARC, QUEUE_POLICIES, S3FIFO, make_queue_policy
 from xcache.oracle.traces import Trace

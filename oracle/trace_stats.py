@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from xcache.oracle.sim import simulate
 from xcache.oracle.traces import Trace
 

@@ -36,12 +36,12 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
+
+from xcache import engine, fixtures
 from xcache.engine import _lib
 from xcache.faults.kinds import kind_of
 from xcache.oracle import safetensors as ost
 from xcache.oracle.traces import Trace, load_trace
-
-from xcache import engine, fixtures
 
 #: k3-mini's spec (docs/DESIGN.md §3), its naming, and its expert layout as
 #: ExpertCache takes it: the one place tests take them from.

@@ -22,6 +22,16 @@ shipped routing traces, the public checkpoints' descriptions) is installed.
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+# A clone used in place (``python replay.py`` from its root, before or without
+# ``pip install``): the design's folders sit beside this one, not inside it,
+# so they join this package's search path.  An installed package holds them
+# inside and needs nothing.
+_HERE = Path(__file__).resolve().parent
+if not (_HERE / "engine").is_dir() and (_HERE.parent / "engine" / "__init__.py"
+                                         ).is_file():
+    __path__.append(str(_HERE.parent))  # noqa: F821 - a package's own path
 
 try:
     __version__: str = version("xcache")

@@ -31,9 +31,8 @@ TIMEOUT_S = 20.0
 
 def _run(kind: str, path: Path, work: Path) -> tuple[Report, int]:
     """Run the scenarios or programs of ``path``; the report and how many ran."""
-    from xcache.gate import programs, scenarios  # noqa: PLC0415
-
     from xcache import engine  # noqa: PLC0415 - this checkout's engine, built in place
+    from xcache.gate import programs, scenarios  # noqa: PLC0415
 
     report = Report()
     scenarios.WATCHDOG.reset(stop_when_stuck=True, cap=TIMEOUT_S)

@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 import atheris
+
 from xcache.faults.fuzz import inputs, verdicts
 
 _DIR = tempfile.mkdtemp(

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz.case import Case
 
 NESTED = 100_000  # depth of a deeply nested JSON value

@@ -41,6 +41,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz import case as _case
 from xcache.faults.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one place
     ADDRESS_BYTES,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from xcache.gate.open_probe.files import (
     LAYERS,
     MAX_N,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from xcache.gate.open_probe.files import STRIDE
 from xcache.gate.open_probe.probe import Probe, open_cache
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import tomllib
+
 from xcache.gate import CannotRun
 from xcache.gate.outside import HERE, MANIFEST_NAME
 

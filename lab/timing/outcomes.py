@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from xcache.lab.predict.predictors import Step
 
 #: The tensor template and bytes of an expert in the outcome container.

@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+
 from xcache.oracle.errors import Misuse
 from xcache.oracle.policies.arc import ARC
 from xcache.oracle.policies.s3fifo import S3FIFO

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
 from xcache.oracle.errors import Misuse
 
 NAME = "hotness"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
 from xcache.oracle.regular import open_regular
 from xcache.oracle.traces.dumps import (
     load_int32,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
 from xcache.oracle.regular import open_regular
 from xcache.oracle.traces.model import (
     MAX_EXPERTS,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from xcache.oracle.traces.model import (
     MAX_EXPERTS,
     MAX_LAYERS,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
 from xcache.oracle.traces.model import (
     MAX_EXPERTS,
     MAX_LAYERS,

@@ -20,6 +20,7 @@ import json
 import os
 
 import numpy as np
+
 from xcache.oracle.regular import open_regular
 from xcache.oracle.traces.dumps import load_megatron
 from xcache.oracle.traces.model import (

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from xcache.oracle.regular import open_regular
 
 #: The largest layer count and experts per layer a trace may have: every key

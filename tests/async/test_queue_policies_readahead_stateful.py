@@ -30,8 +30,6 @@ from hypothesis.stateful import (
     multiple,
     rule,
 )
-from xcache.faults.io import Fault, IOFaults
-from xcache.oracle.cache import CacheModel
 
 from tests.helpers import (
     COMPARED_STATS,
@@ -42,6 +40,8 @@ from tests.helpers import (
     load_preset,
 )
 from xcache import engine
+from xcache.faults.io import Fault, IOFaults
+from xcache.oracle.cache import CacheModel
 
 SPEC_STATS = ("spec_issued", "spec_loads", "spec_used", "spec_evicted_unused",
               "spec_unused_resident")

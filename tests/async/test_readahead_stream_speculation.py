@@ -17,10 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xcache.engine import _lib
-from xcache.engine.cache import TIMING_COUNTERS
-from xcache.faults.io import Fault, IOFaults
-from xcache.oracle.cache import CacheModel
 
 from tests.helpers import (
     K3_LAYOUT,
@@ -30,6 +26,10 @@ from tests.helpers import (
     open_preset,
 )
 from xcache import engine
+from xcache.engine import _lib
+from xcache.engine.cache import TIMING_COUNTERS
+from xcache.faults.io import Fault, IOFaults
+from xcache.oracle.cache import CacheModel
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 KEYS = [(0, e) for e in range(24)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from xcache.engine import _lib, errors
 
 

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from xcache.engine import _build, _lib
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"

@@ -7,11 +7,11 @@ import re
 
 import numpy as np
 import pytest
-import xcache.lab.predict.cli as predict_cli
-from xcache.oracle.traces import write_csv
 
+import xcache.lab.predict.cli as predict_cli
 from tests.helpers import K3_LAYOUT, synthetic
 from xcache import engine
+from xcache.oracle.traces import write_csv
 
 #: The largest ring whose byte size fits size_t (SIZE_MAX / 24): C lets it
 #: through, and malloc cannot give it.

@@ -30,18 +30,58 @@ ALLOWED: dict[str, set[str]] = {
     "lab": {"engine", "oracle", "fixtures", "gate"},
 }
 PROJECT = set(ALLOWED) | {"replay", "tests", "bench"}
+#: The design's top-level folders: importable only as ``xcache.<name>``.
+TOPS = ("engine", "oracle", "fixtures", "gate", "lab", "faults")
 
 
-def _imports(path: Path) -> set[str]:
-    """The top-level names of every module ``path`` imports, anywhere in it."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+def _package(dotted: str) -> str:
+    """The project package a dotted import names (``xcache.gate.cli`` is gate)."""
+    parts = dotted.split(".")
+    return parts[1] if parts[0] == "xcache" and len(parts) > 1 else parts[0]
+
+
+def _tree_imports(tree: ast.AST) -> set[str]:
+    """The top-level names of every absolute import in ``tree``, xcache's mapped."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(_package(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            if node.module == "xcache":
+                names.update(alias.name for alias in node.names)
+            else:
+                names.add(_package(node.module))
     return names
+
+
+def _imports(path: Path) -> set[str]:
+    """The packages ``path`` imports, anywhere in it (``xcache.X`` counts as X)."""
+    return _tree_imports(ast.parse(path.read_text(encoding="utf-8"),
+                                   filename=str(path)))
+
+
+def _code_in_strings(tree: ast.AST) -> list[ast.AST]:
+    """The parsed code of every string in ``tree`` that is Python with an import.
+
+    Tests and tools hand code to ``python -c`` as strings; an f-string's
+    holes are read as a plain name so that its text still parses.
+    """
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "x"
+                           for v in node.values)
+        else:
+            continue
+        if "import " not in text:
+            continue
+        try:
+            found.append(ast.parse(text))
+        except SyntaxError:
+            continue
+    return found
 
 
 def _modules(package: str) -> list[Path]:
@@ -65,10 +105,57 @@ def test_package_imports_only_what_it_may(package: str) -> None:
 
 
 def test_the_rules_catch_a_forbidden_import(tmp_path: Path) -> None:
-    """The reader of imports sees one inside a function, as the rule needs."""
+    """The reader of imports sees one inside a function, in every spelling."""
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from engine import cache\n    import gate.cli\n")
-    assert _imports(module) == {"engine", "gate"}
+    module.write_text("def f():\n    from xcache.engine import cache\n"
+                      "    import xcache.gate.cli\n    from xcache import lab\n")
+    assert _imports(module) == {"engine", "gate", "lab"}
+
+
+def _bare_imports(path: Path) -> list[str]:
+    """Imports of a design folder by its bare name in ``path``, code strings too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    bare = []
+    for where, sub in [("code", tree)] + [("a string", s)
+                                          for s in _code_in_strings(tree)]:
+        for node in ast.walk(sub):
+            if isinstance(node, ast.Import):
+                heads = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                heads = [(node.module or "").split(".")[0]]
+            else:
+                continue
+            bare += [f"{path.relative_to(ROOT)}: {h} (in {where})"
+                     for h in heads if h in TOPS]
+    return sorted(set(bare))
+
+
+def test_no_module_imports_a_design_folder_by_its_bare_name() -> None:
+    """Every import of the project goes through xcache, in code and in code strings.
+
+    From the clone's root ``import engine`` would load a second copy of the
+    package beside ``xcache.engine``, with its own engine binding and
+    exception classes, and no installed package has the bare name at all.
+    """
+    files = [f for f in ROOT.rglob("*.py")
+             if not any(part.startswith(".") for part in f.relative_to(ROOT).parts)]
+    assert len(files) > 300
+    bare = [b for f in sorted(files) for b in _bare_imports(f)]
+    assert bare == []
+
+
+def test_the_bare_import_check_reads_code_strings(tmp_path: Path) -> None:
+    """A bare import inside a ``python -c`` string or an f-string is seen."""
+    module = ROOT / "tests" / "boundary" / "_probe_bare.py"
+    module.write_text('CODE = "import sys, engine\\nprint(1)"\n'
+                      'F = f"from gate.cli import x\\n{CODE}"\n'
+                      'OK = "import xcache.engine"\n')
+    try:
+        found = _bare_imports(module)
+    finally:
+        module.unlink()
+    assert found == ["tests/boundary/_probe_bare.py: engine (in a string)",
+                     "tests/boundary/_probe_bare.py: gate (in a string)"]
 
 
 def test_the_generator_is_the_whole_of_fixtures() -> None:

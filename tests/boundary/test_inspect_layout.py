@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from xcache.engine.inspect import main
 
 from xcache import fixtures
+from xcache.engine.inspect import main
 
 K3_LINES = [
     "template: language_model.model.layers.{layer}.block_sparse_moe.experts."

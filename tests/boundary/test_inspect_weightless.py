@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from xcache.engine.inspect import main
-from xcache.fixtures import realistic
 
 from tests.helpers import ROOT
+from xcache.engine.inspect import main
+from xcache.fixtures import realistic
 
 MODEL = ROOT / "tests" / "data" / "models" / "mixtral-8x7b.json"
 

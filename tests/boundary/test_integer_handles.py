@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from xcache.engine import Container, ExpertCache, _lib
-from xcache.engine.errors import MisuseError
 
 from tests.helpers import K3_LAYOUT
 from xcache import fixtures
+from xcache.engine import Container, ExpertCache, _lib
+from xcache.engine.errors import MisuseError
 
 
 @pytest.fixture()

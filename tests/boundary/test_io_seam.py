@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from xcache.engine import _lib
 
 from tests.helpers import INDEX, make_sharded
 from xcache import engine
+from xcache.engine import _lib
 
 
 @pytest.fixture()

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xcache.engine import _lib
-from xcache.engine.sim import simulate
 
 from tests.helpers import DATA_START, K3_LAYOUT, raised
 from xcache import engine
+from xcache.engine import _lib
+from xcache.engine.sim import simulate
 
 W1 = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
 

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.nosan  # runs the tools as subprocesses of a copy
 @pytest.fixture(scope="module")
 def unbuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the checkout's packages with no compiled extension in it."""
-    dest = tmp_path_factory.mktemp("unbuilt") / "xcache"
+    dest = tmp_path_factory.mktemp("unbuilt") / "clone"
     ignore = shutil.ignore_patterns("*.so", "__pycache__", "_xc.c", "*.o")
-    for name in ("engine", "oracle", "fixtures", "gate", "lab", "faults"):
+    for name in ("xcache", "engine", "oracle", "fixtures", "gate", "lab", "faults"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
     for name in ("replay.py", "pyproject.toml"):
         shutil.copy2(ROOT / name, dest / name)

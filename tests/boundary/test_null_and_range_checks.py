@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xcache.engine import _lib
 
 from tests.helpers import K3_LAYOUT, K3_TEMPLATE, K3_TENSORS, raised
 from xcache import engine
+from xcache.engine import _lib
 
 MISUSE = engine.MisuseError
 

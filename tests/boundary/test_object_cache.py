@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from xcache.engine import _build
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"

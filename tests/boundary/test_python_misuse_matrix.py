@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xcache.engine import _lib
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.engine import _lib
 
 W = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
 BIG = 2**31

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xcache.faults.io import Fault, IOFaults
-from xcache.faults.loops import k3_expected
 
 from tests.helpers import K3_LAYOUT, load_preset, st_bytes
 from xcache import engine
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
 
 Key = tuple[int, int]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from xcache.engine import _lib
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.engine import _lib
 
 
 def open_cache(k3_shard: Path, policy: str, keys: list[int]) -> engine.ExpertCache:

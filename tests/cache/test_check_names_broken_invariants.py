@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-from xcache.engine import _lib
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.engine import _lib
 
 KEY_BASE = 0  # layer 0: key == expert
 

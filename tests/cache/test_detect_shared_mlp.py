@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
+
 from xcache.engine.detect import detect
 
 

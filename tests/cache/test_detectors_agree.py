@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from xcache import engine, fixtures
 from xcache.engine.detect import detect
 from xcache.engine.layout import resolve
 from xcache.fixtures import realistic
@@ -22,8 +24,6 @@ from xcache.fixtures.detect import (
 )
 from xcache.fixtures.from_header import from_header
 from xcache.fixtures.reader import container_spec
-
-from xcache import engine, fixtures
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
 

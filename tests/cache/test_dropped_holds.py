@@ -6,11 +6,11 @@ from __future__ import annotations
 import gc
 
 import pytest
-import xcache.engine.hold as hold_mod
-from xcache.engine import MisuseError
 
+import xcache.engine.hold as hold_mod
 from tests.helpers import K3_LAYOUT, expert_bytes
 from xcache import engine
+from xcache.engine import MisuseError
 
 N_SLOTS = 8
 

@@ -25,8 +25,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from xcache.oracle.cache import CacheModel
-from xcache.oracle.errors import Misuse
 
 from tests.helpers import (
     COMPARED_STATS,
@@ -40,6 +38,8 @@ from tests.helpers import (
     open_preset,
 )
 from xcache import engine
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.errors import Misuse
 
 POLICIES = ("lru", "fifo", "lfu", "lfru", "lfru:sample=2,seed=7",
             "lfru:sample=3,seed=12345", "hotness", "hotness:period=3",

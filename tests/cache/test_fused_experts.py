@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from xcache import engine
 from xcache.engine import _lib
 from xcache.faults.io import Fault, IOFaults
 from xcache.faults.loops import Baseline, Run, alloc_hooks, countdown
 from xcache.oracle import safetensors as ost
-
-from xcache import engine
 
 ALIGN = 4096
 

@@ -10,12 +10,12 @@ import random
 
 import numpy as np
 import pytest
-from xcache.engine import AllPinnedError, EngineIOError, MisuseError
-from xcache.engine.cache import TIMING_COUNTERS
-from xcache.faults.io import Fault, IOFaults
 
 from tests.helpers import K3_LAYOUT, SHAPES, expert_bytes, tensor_bytes
 from xcache import engine
+from xcache.engine import AllPinnedError, EngineIOError, MisuseError
+from xcache.engine.cache import TIMING_COUNTERS
+from xcache.faults.io import Fault, IOFaults
 
 
 def make(path, io=None, **kw):

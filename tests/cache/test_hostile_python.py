@@ -18,17 +18,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from xcache.engine import _lib
 
 from tests.helpers import K3_LAYOUT, ROOT, expert_bytes, open_container
 from xcache import engine
+from xcache.engine import _lib
 
 
 def run_child(code: str, k3: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (engine, K3_LAYOUT and K3 given)."""
     prelude = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
                "import gc, os, threading\n"
-               "import engine\n"
+               "from xcache import engine\n"
                "from tests.helpers import K3_LAYOUT, expert_bytes\n"
                f"K3 = {str(k3)!r}\n")
     return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],

@@ -14,12 +14,12 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xcache.engine import MisuseError
-from xcache.oracle.cache import CacheModel
-from xcache.oracle.errors import OracleError
 
 from tests.helpers import Preset, family, load_preset, open_preset
 from xcache import engine
+from xcache.engine import MisuseError
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.errors import OracleError
 
 ALIGN = 4096
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))

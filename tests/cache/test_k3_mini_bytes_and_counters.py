@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from xcache.engine import AllPinnedError, BudgetError, MisuseError, NotFoundError
 
 from tests.helpers import (
     DATA_START,
@@ -22,6 +21,7 @@ from tests.helpers import (
     write_reversed_k3_mini,
 )
 from xcache import engine
+from xcache.engine import AllPinnedError, BudgetError, MisuseError, NotFoundError
 
 STRIDE = 12288  # round_up(1632 + 8192, 4096), docs/CACHE.md
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xcache.engine.detect import detect
-from xcache.engine.layout import Layout, resolve
 
 from xcache import engine, fixtures
+from xcache.engine.detect import detect
+from xcache.engine.layout import Layout, resolve
 
 save_file = pytest.importorskip("safetensors.numpy").save_file
 

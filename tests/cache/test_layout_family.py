@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+
+from xcache import engine, fixtures
 from xcache.engine.layout import Layout, from_spec, load_file
 from xcache.engine.layout_core import FAMILIES, FUSED, PER_EXPERT
 from xcache.fixtures.spec import FAMILIES as SPEC_FAMILIES
 from xcache.fixtures.spec import SpecError, load_spec
-
-from xcache import engine, fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 PER = "model.layers.{layer}.mlp.experts.{expert}.{tensor}"

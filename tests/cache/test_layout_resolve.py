@@ -13,10 +13,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from xcache.engine.layout import LAYOUT_FILE, Layout, load_file, resolve
-from xcache.fixtures.presets import preset_dict
 
 from xcache import engine, fixtures
+from xcache.engine.layout import LAYOUT_FILE, Layout, load_file, resolve
+from xcache.fixtures.presets import preset_dict
 
 K3_TEMPLATE = ("language_model.model.layers.{layer}.block_sparse_moe.experts."
                "{expert}.{tensor}")

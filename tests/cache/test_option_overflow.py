@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from xcache.oracle.traces import read_engine_trace
 
 from tests.helpers import K3_LAYOUT, K3_TENSORS, expert_bytes, open_container
 from xcache import engine
+from xcache.oracle.traces import read_engine_trace
 
 #: The trace record size of docs/TRACE_FORMAT.md, and the most records whose
 #: buffer size fits in 64 bits.

@@ -14,12 +14,12 @@ mis-plans fails here first.
 from __future__ import annotations
 
 import pytest
-from xcache.faults.io import Fault, IOFaults
-from xcache.oracle.layout import expert_pieces, expert_reads, read_pieces
-from xcache.oracle.safetensors import Container
 
 from tests.helpers import load_preset
 from xcache import engine
+from xcache.faults.io import Fault, IOFaults
+from xcache.oracle.layout import expert_pieces, expert_reads, read_pieces
+from xcache.oracle.safetensors import Container
 
 #: huge-sparse is left out: its experts are DeepSeek-V3-sized (14 MiB)
 PRESETS = ["k3-mini", "mixtral-mini", "deepseek-mini", "granite-mini", "gptoss-mini"]

@@ -12,11 +12,11 @@ import random
 import struct
 
 import pytest
-from xcache.oracle.sim import simulate, simulate_with_model
-from xcache.oracle.traces import TraceFormatError, load_engine_trace, read_engine_trace
 
 from tests.helpers import K3_LAYOUT, open_container
 from xcache import engine
+from xcache.oracle.sim import simulate, simulate_with_model
+from xcache.oracle.traces import TraceFormatError, load_engine_trace, read_engine_trace
 
 POLICIES = ["lru", "fifo", "lfu", "hotness:period=16", "lfru:sample=3,seed=7"]
 
@@ -149,9 +149,8 @@ def test_policy_lab_reads_an_engine_trace(k3_shard, tmp_path):
     """The lab reads an engine trace; its simulator gives the live counters."""
     import csv
 
-    from xcache.oracle.traces import read_trace
-
     from xcache import replay
+    from xcache.oracle.traces import read_trace
 
     path = k3_shard
     tr = tmp_path / "run.bin"  # the magic, not the extension, decides

@@ -8,10 +8,10 @@ with no widening, and served in the spec's tensor order.
 from __future__ import annotations
 
 import pytest
-from xcache.engine import Container, ExpertCache
 
 from tests.helpers import load_preset, open_preset
 from xcache import fixtures
+from xcache.engine import Container, ExpertCache
 
 
 def _expected(spec: fixtures.Spec, layer: int, expert: int) -> bytes:

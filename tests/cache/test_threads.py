@@ -14,10 +14,10 @@ import random
 import threading
 
 import pytest
-from xcache.engine import AllPinnedError, MisuseError, NotFoundError
 
 from tests.helpers import K3_LAYOUT, expert_bytes, open_container
 from xcache import engine
+from xcache.engine import AllPinnedError, MisuseError, NotFoundError
 
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
 N_THREADS = 8

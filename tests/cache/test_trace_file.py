@@ -10,12 +10,12 @@ import signal
 import threading
 
 import pytest
-from xcache.engine import alloc
-from xcache.faults.loops import Baseline, Run, alloc_hooks, countdown
-from xcache.oracle.traces import read_engine_trace
 
 from tests.helpers import K3_LAYOUT, open_container
 from xcache import engine
+from xcache.engine import alloc
+from xcache.faults.loops import Baseline, Run, alloc_hooks, countdown
+from xcache.oracle.traces import read_engine_trace
 
 HEADER = 48
 RECORD = 24

@@ -15,11 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from xcache.faults.loops import Baseline
-from xcache.oracle.traces import read_engine_trace
 
 from tests.helpers import K3_LAYOUT, open_container
 from xcache import engine
+from xcache.faults.loops import Baseline
+from xcache.oracle.traces import read_engine_trace
 
 HEADER = 48
 RECORD = 24

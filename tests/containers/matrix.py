@@ -189,10 +189,9 @@ class Outcome:
 
 def run_cell(cell: Cell, work: Path) -> Outcome:
     """Run the gate's whole scenario set on the cell's container, quietly."""
+    from xcache import engine  # noqa: PLC0415
     from xcache.gate.report import Report  # noqa: PLC0415
     from xcache.gate.scenarios import run_scenarios  # noqa: PLC0415
-
-    from xcache import engine  # noqa: PLC0415
 
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)

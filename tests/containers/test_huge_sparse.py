@@ -34,14 +34,14 @@ import random
 from pathlib import Path
 
 import pytest
+
+from xcache import fixtures
 from xcache.gate import oracle_reads
 from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import EngineBackend, OracleBackend
 from xcache.gate.containers import Target, _layout_of_spec, make_target
 from xcache.gate.report import Report
 from xcache.gate.scenarios import ScenarioRun
-
-from xcache import fixtures
 
 
 @pytest.fixture(scope="module")
@@ -191,10 +191,9 @@ def _allocated(folder) -> int:
 def test_corrupt_replace_and_partial_reads_pass_on_huge_sparse(tmp_path):
     """faults-corrupt, faults-files and chunk-faults: every check passes on
     huge-sparse, and its scratch copies stay sparse (under 1 GB on disk)."""
+    from xcache import engine
     from xcache.gate.report import Report
     from xcache.gate.scenarios import run_scenarios
-
-    from xcache import engine
 
     report = Report()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -241,10 +240,9 @@ print(f"huge-sparse sample: XC_HUGE_SEED={HUGE_SEED} XC_HUGE_SAMPLE={HUGE_SAMPLE
 def test_a_seeded_sample_of_scenarios_passes_on_huge_sparse(tmp_path, monkeypatch):
     """`replay.py --container huge-sparse` on a seeded sample of scenarios:
     every check passes, nothing is skipped, and the scratch copies stay sparse."""
+    from xcache import engine
     from xcache.gate import scenarios
     from xcache.gate.scenarios import run_scenarios
-
-    from xcache import engine
 
     real = scenarios.load_scenarios  # exact names (stream-claim is in
     # stream-claim-kinds)

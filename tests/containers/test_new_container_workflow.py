@@ -19,12 +19,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from xcache import fixtures
 from xcache.fixtures import realistic
 from xcache.fixtures.detect import detect_dir
 from xcache.fixtures.from_header import from_header
 from xcache.fixtures.reader import container_spec, verify
-
-from xcache import fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "models"
@@ -149,10 +149,9 @@ def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
 @pytest.mark.parametrize("model", sorted(CASES))
 def test_twin_verifies_and_serves_every_expert_byte_exact(model, twins):
     """verify is clean; every expert equals the encoding and the oracle's read."""
+    from xcache import engine
     from xcache.oracle.layout import expert_pieces, read_pieces
     from xcache.oracle.safetensors import Container as OracleContainer
-
-    from xcache import engine
 
     _, twin = twins[model]
     assert verify(twin) == []
@@ -183,10 +182,9 @@ def test_twin_verifies_and_serves_every_expert_byte_exact(model, twins):
 @pytest.mark.parametrize("model", sorted(CASES))
 def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
     """`replay.py --container TWIN`, in process: no failure, no skip but named ones."""
+    from xcache import engine
     from xcache.gate.report import Report
     from xcache.gate.scenarios import run_scenarios
-
-    from xcache import engine
 
     _, twin = twins[model]
     report = Report()

@@ -16,6 +16,7 @@ import os
 import random
 
 import pytest
+
 from xcache.gate import oracle_reads
 from xcache.gate.backends import OracleBackend
 from xcache.gate.containers import make_target

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from xcache.gate.containers import Target, copy_sparse
 
 MIB = 1 << 20

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
-from xcache.engine import _lib
-from xcache.fixtures import __main__ as fixtures_cli
 
 from xcache import fixtures, replay
+from xcache.engine import _lib
+from xcache.fixtures import __main__ as fixtures_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [

@@ -16,11 +16,11 @@ import subprocess
 import sys
 
 import pytest
+
+from tests.helpers import ROOT
 from xcache.fixtures import realistic
 from xcache.fixtures.from_header import from_header
 from xcache.oracle.cache import CacheModel
-
-from tests.helpers import ROOT
 
 EXAMPLE = ROOT / "examples" / "decode_loop.py"
 TRACE = ROOT / "fixtures" / "traces" / "olmoe_299.jsonl"

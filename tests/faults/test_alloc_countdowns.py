@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
+from tests.helpers import K3_LAYOUT
+from xcache import engine
 from xcache.faults.loops import (
     Baseline,
     K3Harness,
@@ -11,9 +14,6 @@ from xcache.faults.loops import (
     countdown,
     k3_expected,
 )
-
-from tests.helpers import K3_LAYOUT
-from xcache import engine
 
 OOM = (engine.OutOfMemoryError,)
 

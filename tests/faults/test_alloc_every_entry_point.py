@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from tests.helpers import K3_LAYOUT
+from xcache import engine
 from xcache.engine import _lib, alloc
 from xcache.engine.sim import simulate
 from xcache.faults.io import Fault, IOFaults
 from xcache.faults.loops import Baseline, Run, alloc_hooks, countdown, k3_expected
-
-from tests.helpers import K3_LAYOUT
-from xcache import engine
 
 OOM = (engine.OutOfMemoryError,)
 

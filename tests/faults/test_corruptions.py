@@ -7,13 +7,13 @@ import os
 import shutil
 
 import pytest
+
+from tests.helpers import DATA_START
+from xcache import engine
 from xcache.faults import corrupt
 from xcache.faults.loops import Baseline
 from xcache.oracle import safetensors as osf
 from xcache.oracle.errors import OracleFormatError
-
-from tests.helpers import DATA_START
-from xcache import engine
 
 
 def _engine_kind(path) -> tuple[str, int | None] | None:

@@ -5,6 +5,7 @@ kind that matches nothing."""
 from __future__ import annotations
 
 import pytest
+
 from xcache.engine import errors as eerr
 from xcache.faults.kinds import kind_of, model_failure
 from xcache.oracle import errors as oerr

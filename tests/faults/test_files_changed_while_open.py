@@ -6,14 +6,14 @@ import os
 import shutil
 
 import pytest
+
+from tests.helpers import DATA_START, EXPERT_BYTES, FILE_BYTES, K3_LAYOUT
+from xcache import engine
 from xcache.faults import corrupt
 from xcache.faults.io import Fault, IOFaults
 from xcache.faults.loops import Baseline, k3_expected
 from xcache.oracle.cache import COUNTERS, CacheModel
 from xcache.oracle.errors import ShortRead
-
-from tests.helpers import DATA_START, EXPERT_BYTES, FILE_BYTES, K3_LAYOUT
-from xcache import engine
 
 CUT = DATA_START + EXPERT_BYTES * 20  # 53,248: expert 20's payload
 

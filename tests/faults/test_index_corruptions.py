@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from xcache import engine
 from xcache.engine.errors import FormatError
 from xcache.gate.containers import Target, make_target
 from xcache.gate.corruptions import (
@@ -17,8 +19,6 @@ from xcache.gate.corruptions import (
 )
 from xcache.oracle.errors import OracleFormatError
 from xcache.oracle.safetensors import Container
-
-from xcache import engine
 
 pytestmark = pytest.mark.nosan  # Python fixture code and both readers
 

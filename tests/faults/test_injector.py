@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from xcache.engine import _lib
-from xcache.faults.io import Fault, IOFaults
 
 from tests.helpers import K3_LAYOUT
+from xcache.engine import _lib
+from xcache.faults.io import Fault, IOFaults
 
 
 def _read(faults: IOFaults, path: str, length: int, offset: int = 0):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+from xcache import engine
 from xcache.faults.io import Fault, IOFaults
 from xcache.faults.loops import (
     K3Harness,
@@ -12,8 +14,6 @@ from xcache.faults.loops import (
     k3_expected,
     primed_baseline,
 )
-
-from xcache import engine
 
 #: (kind, persistent) -> what a read that meets it becomes ("short", "io" or
 #: None: the read loop absorbs it and the load succeeds).

@@ -8,11 +8,11 @@ Offsets in the golden values: k3-mini's data starts at 20,608, expert e at
 from __future__ import annotations
 
 import pytest
-from xcache.faults.io import Fault, IOFaults
-from xcache.faults.loops import k3_expected
 
 from tests.helpers import K3_LAYOUT, write_reversed_k3_mini
 from xcache import engine
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
 
 W1 = "language_model.model.layers.0.block_sparse_moe.experts.0.w1.weight_packed"
 

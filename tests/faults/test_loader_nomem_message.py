@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from xcache.engine import alloc
 
 from xcache import engine, fixtures
+from xcache.engine import alloc
 
 
 @pytest.mark.parametrize("preset,keys", [("granite-mini", 24), ("k3-mini", 24),

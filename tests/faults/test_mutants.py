@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from xcache.faults.mutants import run as mrun
 from xcache.faults.mutants.catalogue import (
     CATALOGUE,

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from xcache.oracle.regular import NotRegularFileError, open_regular
-from xcache.oracle.traces import read_trace
 
 from tests.helpers import ROOT as REPO
 from xcache import engine, oracle
+from xcache.oracle.regular import NotRegularFileError, open_regular
+from xcache.oracle.traces import read_trace
 
 SHARD = "model-00001-of-00003.safetensors"
 #: A guard, not a measurement: a run that blocks is killed and fails.
@@ -62,7 +62,7 @@ def test_a_shard_that_is_not_a_regular_file_is_refused_by_the_engine(
         mixtral_dir, tmp_path, kind, word):
     """engine.Container: EngineIOError naming the shard and what it is, at once."""
     folder = with_shard_as(mixtral_dir, tmp_path, kind)
-    p = run(f"import engine\ntry:\n    engine.Container({str(folder)!r})\n"
+    p = run(f"from xcache import engine\ntry:\n    engine.Container({str(folder)!r})\n"
             f"except engine.EngineIOError as e:\n    print(e)\n")
     assert p.returncode == 0, p.stderr
     assert p.stdout == why(folder / SHARD, word) + "\n"
@@ -73,7 +73,7 @@ def test_engine_inspect_names_the_shard_and_what_it_is(mixtral_dir, tmp_path,
                                                       kind, word):
     """engine.inspect ends (exit 1, one FAIL line) instead of blocking on a FIFO."""
     folder = with_shard_as(mixtral_dir, tmp_path, kind)
-    p = run(f"import sys\nfrom engine.inspect import main\n"
+    p = run(f"import sys\nfrom xcache.engine.inspect import main\n"
             f"sys.exit(main([{str(folder)!r}]))\n")
     assert p.returncode == 1, p.stderr
     assert p.stdout + p.stderr == f"FAIL io: {why(folder / SHARD, word)}\n"
@@ -83,7 +83,7 @@ def test_engine_inspect_names_the_shard_and_what_it_is(mixtral_dir, tmp_path,
 def test_the_oracle_refuses_the_same_shards(mixtral_dir, tmp_path, kind, word):
     """oracle.safetensors.Container: NotRegularFileError, not "does not exist"."""
     folder = with_shard_as(mixtral_dir, tmp_path, kind)
-    p = run(f"import oracle.safetensors as o\nfrom oracle.regular import "
+    p = run(f"import xcache.oracle.safetensors as o\nfrom xcache.oracle.regular import "
             f"NotRegularFileError\ntry:\n    o.Container({str(folder)!r})\n"
             f"except NotRegularFileError as e:\n    print(e)\n")
     assert p.returncode == 0, p.stderr
@@ -94,7 +94,7 @@ def test_the_oracle_refuses_the_same_shards(mixtral_dir, tmp_path, kind, word):
 def test_fixtures_from_header_names_the_shard(mixtral_dir, tmp_path, kind, word):
     """from-header: exit 2 and the one line, not "missing or a Git-LFS pointer"."""
     folder = with_shard_as(mixtral_dir, tmp_path, kind)
-    p = run(f"import sys\nfrom fixtures.__main__ import main\n"
+    p = run(f"import sys\nfrom xcache.fixtures.__main__ import main\n"
             f"sys.exit(main(['from-header', {str(folder)!r}, "
             f"{str(tmp_path / 'twin')!r}]))\n")
     assert p.returncode == 2, p.stderr
@@ -132,7 +132,7 @@ def test_a_fifo_config_json_is_refused_by_from_header(mixtral_dir, tmp_path):
     """from-header reads config.json first: a FIFO there is exit 2 naming it."""
     folder = Path(shutil.copytree(mixtral_dir, tmp_path / "mm"))
     os.mkfifo(folder / "config.json")
-    p = run(f"import sys\nfrom fixtures.__main__ import main\n"
+    p = run(f"import sys\nfrom xcache.fixtures.__main__ import main\n"
             f"sys.exit(main(['from-header', {str(folder)!r}, "
             f"{str(tmp_path / 'twin')!r}]))\n")
     assert p.returncode == 2, p.stderr

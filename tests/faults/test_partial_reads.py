@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from xcache.faults.io import Fault, IOFaults
-from xcache.faults.loops import k3_expected
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
 
 #: Experts made resident before the faulted load, oldest first: the load's
 #: victim under LRU is the first of them, in slot 0.

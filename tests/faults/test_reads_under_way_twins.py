@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xcache.faults.io import Fault, IOFaults
-from xcache.faults.loops import k3_expected
-from xcache.oracle.traces import ENGINE_TRACE_OUTCOMES, read_engine_trace
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
+from xcache.oracle.traces import ENGINE_TRACE_OUTCOMES, read_engine_trace
 
 #: The held pread's delay (microseconds) and the bound on a woken call (s).
 DELAY_US = 300_000

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from xcache.faults.mutants import catalogue, rules
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from xcache.engine import _lib
-from xcache.faults.io import Fault, IOFaults
-from xcache.faults.loops import k3_expected
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.engine import _lib
+from xcache.faults.io import Fault, IOFaults
+from xcache.faults.loops import k3_expected
 
 
 @pytest.fixture()

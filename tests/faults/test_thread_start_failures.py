@@ -6,6 +6,9 @@ import errno
 import os
 
 import pytest
+
+from tests.helpers import K3_LAYOUT
+from xcache import engine
 from xcache.engine import alloc
 from xcache.faults.loops import (
     Baseline,
@@ -15,9 +18,6 @@ from xcache.faults.loops import (
     n_threads,
     thread_hooks,
 )
-
-from tests.helpers import K3_LAYOUT
-from xcache import engine
 
 OOM = (engine.OutOfMemoryError,)
 EAGAIN_TEXT = f"{os.strerror(errno.EAGAIN)} (errno {errno.EAGAIN})"

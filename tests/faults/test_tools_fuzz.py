@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from xcache.faults.fuzz import tools
 from xcache.faults.fuzz.tools import Case, Outcome, Report, Target
 
@@ -257,6 +258,7 @@ def test_binary_and_overflowing_traces_name_the_file(tmp_path: Path) -> None:
 def test_engine_trace_ids_are_checked_against_its_header(tmp_path: Path) -> None:
     """An engine trace whose record or header holds an id past its counts is refused."""
     import numpy as np
+
     from xcache.oracle.traces import TraceFormatError, read_trace
 
     raw = bytearray((tools.SEED / "trace.xctrace").read_bytes())

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xcache.engine.sim import simulate
-from xcache.oracle.sim import simulate as oracle_simulate
-from xcache.oracle.traces import Trace
 
 from tests.helpers import REAL, lcs_misses, real_trace, synthetic
 from xcache import engine
+from xcache.engine.sim import simulate
+from xcache.oracle.sim import simulate as oracle_simulate
+from xcache.oracle.traces import Trace
 
 #: Every policy, with non-default parameters where they exist.
 POLICIES = ["lru", "fifo", "lfu", "lfru", "lfru:sample=2,seed=5", "hotness",

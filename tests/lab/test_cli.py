@@ -8,10 +8,10 @@ import json
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
-from xcache.lab.sweep import COLUMNS, run_sweep
-from xcache.oracle.traces import Trace, write_csv
 
 from tests.helpers import real_trace, synthetic
+from xcache.lab.sweep import COLUMNS, run_sweep
+from xcache.oracle.traces import Trace, write_csv
 from xcache.replay import main
 
 NO_DASK = "dask[distributed] not installed (pip install -e '.[lab]')"

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 import xcache.lab.cluster as cluster_mod
 import xcache.lab.sweep as sweep_mod
+from tests.helpers import TRACES_DIR, group_members, sigint_mid_run, synthetic
 from xcache.lab.sweep import run_cells
 from xcache.oracle.traces import write_csv
-
-from tests.helpers import TRACES_DIR, group_members, sigint_mid_run, synthetic
 from xcache.replay import main
 
 ROOT = Path(__file__).resolve().parents[2]

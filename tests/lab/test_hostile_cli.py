@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from xcache.lab import cli as lab_cli
-from xcache.lab import summary
 
 from tests.helpers import ROOT, TRACES_DIR, group_members, sigint_mid_run
+from xcache.lab import cli as lab_cli
+from xcache.lab import summary
 from xcache.replay import main
 
 MIXTRAL = str(TRACES_DIR / "mixtral8x7b_humaneval.jsonl")

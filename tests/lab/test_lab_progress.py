@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 import xcache.lab.sweep as sweep_mod
 from xcache.lab.cluster import Cancelled, Progress, Reporter
 from xcache.lab.sweep import run_sweep

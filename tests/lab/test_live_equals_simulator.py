@@ -9,12 +9,12 @@ real Mixtral trace's layers 0-2 folded onto those 24 keys (expert
 from __future__ import annotations
 
 import pytest
-from xcache.engine.sim import simulate
-from xcache.oracle.traces import Trace
 
 from tests import helpers as k3
 from tests.helpers import K3_LAYOUT, real_trace
 from xcache import engine
+from xcache.engine.sim import simulate
+from xcache.oracle.traces import Trace
 
 POLICIES = ["lru", "fifo", "lfu", "lfru:sample=3,seed=7", "hotness:period=16",
             "s3fifo", "s3fifo:small=40", "arc"]

@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+
+from tests.helpers import real_trace, synthetic
 from xcache.engine.sim import simulate
 from xcache.lab.cli import run as lab_run
 from xcache.lab.predict.cli import run as predict_run
@@ -29,8 +31,6 @@ from xcache.oracle.traces import (
     write_oracle_general,
     write_oracle_general_keys,
 )
-
-from tests.helpers import real_trace, synthetic
 
 #: The layout of the done-when dump: an engine's 92 MoE layers of 896 experts,
 #: top-16, prefill chunks of 5 to 12 tokens.

@@ -9,6 +9,7 @@ import itertools
 from typing import Any
 
 import pytest
+
 from xcache.lab.plot import SPREAD_PT, crowd_offsets, mrc_figure
 from xcache.lab.predict.plot import note, predict_figure, what_if_label
 
@@ -63,9 +64,8 @@ def test_four_policies_missing_everything_at_the_smallest_size_all_show():
 
 def test_no_two_markers_of_a_real_sweep_overlap():
     """A sweep of the synthetic trace: two policies' markers 9 px apart or more."""
-    from xcache.lab.sweep import run_sweep
-
     from tests.helpers import synthetic
+    from xcache.lab.sweep import run_sweep
 
     rows = run_sweep(synthetic(), ["lru", "fifo", "lfu", "lfru", "hotness",
                                    "s3fifo", "arc", "belady"], [2, 3, 5, 8], "step")

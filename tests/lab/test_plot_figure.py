@@ -8,10 +8,10 @@ import struct
 from typing import Any
 
 import pytest
-from xcache.lab.plot import NUDGE_PT, STYLES, mrc_figure, plot_mrc, style_for
-from xcache.lab.sweep import run_sweep
 
 from tests.helpers import synthetic
+from xcache.lab.plot import NUDGE_PT, STYLES, mrc_figure, plot_mrc, style_for
+from xcache.lab.sweep import run_sweep
 
 pytest.importorskip("matplotlib")
 

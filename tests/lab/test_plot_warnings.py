@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from tests.helpers import real_trace
 from xcache.lab.caveats import (
     accesses_per_token,
     lab_warnings,
@@ -17,8 +19,6 @@ from xcache.lab.caveats import (
 )
 from xcache.lab.sweep import run_sweep, sizes_for
 from xcache.oracle.traces import Trace, write_csv
-
-from tests.helpers import real_trace
 from xcache.replay import main
 
 MIXTRAL = "mixtral8x7b_humaneval.jsonl"

@@ -19,6 +19,7 @@ the test steps in step mode from empty:
 from __future__ import annotations
 
 import pytest
+
 from xcache.engine.sim import simulate
 from xcache.lab.predict.evaluate import (
     measure,

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import TRACES_DIR
+from xcache import replay
 from xcache.engine.sim import simulate
 from xcache.lab.predict.cli import COLUMNS, run
 from xcache.lab.predict.evaluate import split_steps, steps_of
 from xcache.oracle.traces import Trace, read_trace
-
-from tests.helpers import TRACES_DIR
-from xcache import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTES = [[[0, 1], [2, 3]], [[0, 2], [2, 3]], [[1, 0], [3, 1]],

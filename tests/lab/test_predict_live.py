@@ -11,6 +11,9 @@ equal the replay of :class:`oracle.cache.CacheModel` the lab reports.
 from __future__ import annotations
 
 import pytest
+
+from tests.helpers import load_preset, open_preset, real_trace
+from xcache import engine
 from xcache.lab.predict.evaluate import (
     drive,
     predictions,
@@ -20,9 +23,6 @@ from xcache.lab.predict.evaluate import (
 )
 from xcache.lab.predict.predictors import PREDICTORS, make_predictor
 from xcache.oracle.traces import Trace
-
-from tests.helpers import load_preset, open_preset, real_trace
-from xcache import engine
 
 COUNTERS = ("requests", "hits", "misses", "evictions", "spec_issued",
             "spec_loads", "spec_used", "spec_evicted_unused",

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.helpers import synthetic
 from xcache.lab.predict import predictors as pred_mod
 from xcache.lab.predict.evaluate import check_shape
 from xcache.lab.predict.predictors import MAX_TABLE_BYTES, TableTooLarge, make_predictor
 from xcache.oracle.traces import Trace, write_csv
-
-from tests.helpers import synthetic
 from xcache.replay import main
 
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-import xcache.lab.cluster as cluster_mod
-from xcache.oracle.traces import write_csv
 
+import xcache.lab.cluster as cluster_mod
 from tests.helpers import synthetic
+from xcache.oracle.traces import write_csv
 from xcache.replay import main
 
 #: What the HTTP peer answers to anything: a well-formed HTTP reply.

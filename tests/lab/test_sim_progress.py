@@ -10,10 +10,10 @@ import traceback
 
 import numpy as np
 import pytest
-from xcache.engine import _lib
-from xcache.engine.sim import POLICIES, PROGRESS_EVERY, SimulationStopped, simulate
 
 from tests.helpers import synthetic
+from xcache.engine import _lib
+from xcache.engine.sim import POLICIES, PROGRESS_EVERY, SimulationStopped, simulate
 
 #: Ten accesses of four keys (each its own step).
 KEYS = np.array([0, 1, 2, 0, 1, 3, 0, 2, 1, 3], np.uint32)

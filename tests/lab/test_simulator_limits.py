@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xcache.engine import _lib
-from xcache.engine.sim import simulate
 
 from xcache import engine
+from xcache.engine import _lib
+from xcache.engine.sim import simulate
 
 
 def overflow(at: int, key: int, slots: int) -> str:

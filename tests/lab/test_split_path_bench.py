@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from xcache.engine import Container
-from xcache.oracle.sim import simulate
-from xcache.oracle.traces import Trace
 
 from bench.split_path import (
     Run,
@@ -19,6 +16,9 @@ from bench.split_path import (
 )
 from tests.helpers import real_trace
 from xcache import fixtures
+from xcache.engine import Container
+from xcache.oracle.sim import simulate
+from xcache.oracle.traces import Trace
 
 TOKENS = 12
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xcache.oracle.traces import Trace, write_csv
 
+from xcache.oracle.traces import Trace, write_csv
 from xcache.replay import main
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from tests.helpers import real_trace, synthetic
 from xcache.engine.sim import simulate
 from xcache.oracle.traces import (
     ORACLE_GENERAL_DTYPE,
@@ -19,8 +21,6 @@ from xcache.oracle.traces import (
     write_csv,
     write_oracle_general,
 )
-
-from tests.helpers import real_trace, synthetic
 
 FIELDS = ("token", "layer", "expert", "sequence")
 

@@ -4,6 +4,7 @@ hand-computed victim sequences per policy, holds, pins, batches and failures."""
 from __future__ import annotations
 
 import pytest
+
 from xcache.oracle.cache import (
     CacheModel,
     lfru_sample,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from xcache.oracle.reads import Window, direct_reads, probe_direct, widen, window_ok
 
 

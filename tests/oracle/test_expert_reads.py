@@ -9,11 +9,11 @@ tensor is one read whatever ``chunk_bytes`` is.
 from __future__ import annotations
 
 import pytest
+
+from tests.helpers import load_preset
 from xcache.oracle.layout import Piece, expert_pieces, expert_reads
 from xcache.oracle.reads import cut_run
 from xcache.oracle.safetensors import Container
-
-from tests.helpers import load_preset
 
 
 def test_cut_run_cuts_at_absolute_multiples():

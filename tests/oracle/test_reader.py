@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from xcache.oracle.errors import FORMAT_KINDS, NotFound, OracleFormatError
-from xcache.oracle.safetensors import Container, open_container, parse_buffer
 
 from tests.helpers import official_safe_open, official_save_file
+from xcache.oracle.errors import FORMAT_KINDS, NotFound, OracleFormatError
+from xcache.oracle.safetensors import Container, open_container, parse_buffer
 
 
 def _file(header: str | bytes, data: bytes = b"") -> bytes:

@@ -8,6 +8,7 @@ begin), and the read counts in the window it was reserved in.
 from __future__ import annotations
 
 import pytest
+
 from xcache.oracle.cache import INFLIGHT, READY, UNDER_WAY, CacheModel
 from xcache.oracle.errors import AllPinned, IOFailure, Misuse
 from xcache.oracle.trace_model import TracingCacheModel

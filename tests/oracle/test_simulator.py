@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xcache.oracle.sim import next_use, simulate, simulate_with_model
-from xcache.oracle.traces import Trace
 
 from tests.helpers import REAL, lcs_misses, real_trace, synthetic
+from xcache.oracle.sim import next_use, simulate, simulate_with_model
+from xcache.oracle.traces import Trace
 
 POLICIES = ["lru", "fifo", "lfu", "lfru", "lfru:sample=3,seed=7", "hotness",
             "hotness:period=16"]

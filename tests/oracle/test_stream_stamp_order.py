@@ -9,6 +9,7 @@ served, but no victim candidate, its hits told after its insert.
 from __future__ import annotations
 
 import pytest
+
 from xcache.oracle.cache import INFLIGHT, READY, CacheModel
 from xcache.oracle.errors import IOFailure
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from xcache.oracle.cache import CacheModel
 from xcache.oracle.errors import AllPinned, Misuse, ShortRead
 from xcache.oracle.trace_model import TracingCacheModel

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.helpers import TRACES_DIR, real_trace
 from xcache.oracle.sim import simulate
 from xcache.oracle.trace_stats import (
     adjacent_overlap,
@@ -17,8 +19,6 @@ from xcache.oracle.trace_stats import (
     reuse_histogram,
 )
 from xcache.oracle.traces import Trace, TraceFormatError, load_trace
-
-from tests.helpers import TRACES_DIR, real_trace
 
 TRACES = TRACES_DIR
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from xcache.gate import CannotRun
 from xcache.gate.containers import make_target
 from xcache.gate.outside import conformance

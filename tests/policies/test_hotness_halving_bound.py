@@ -16,9 +16,9 @@ import math
 from pathlib import Path
 
 import pytest
-from xcache.engine import _lib
 
 from xcache import engine, fixtures
+from xcache.engine import _lib
 
 LAYERS, EXPERTS = 2, 256
 N_KEYS = LAYERS * EXPERTS

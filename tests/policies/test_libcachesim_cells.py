@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xcache.engine.sim import simulate
-from xcache.oracle.traces import Trace, write_oracle_general
 
 from tests.helpers import real_trace
 from xcache import engine, fixtures
+from xcache.engine.sim import simulate
+from xcache.oracle.traces import Trace, write_oracle_general
 
 lcs = pytest.importorskip("libcachesim")
 

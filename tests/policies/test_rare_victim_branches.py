@@ -13,11 +13,11 @@ prefetched key (freq 0) below every demand-loaded one.
 from __future__ import annotations
 
 import pytest
-from xcache.oracle.cache import CacheModel
-from xcache.oracle.errors import AllPinned
 
 from tests.helpers import K3_LAYOUT, K3_SPEC, open_container
 from xcache import engine
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.errors import AllPinned
 
 SLOTS = 4
 

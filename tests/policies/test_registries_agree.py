@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from xcache.engine import MisuseError, _lib
 from xcache.engine.sim import simulate
 from xcache.oracle.errors import Misuse

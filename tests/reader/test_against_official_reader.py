@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 pytest.importorskip("safetensors", reason="the official reader is the reference here")
 from safetensors import SafetensorError, safe_open  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
-from xcache.engine import FormatError
-from xcache.engine.container import NUMPY_DTYPES
 
 from xcache import engine
+from xcache.engine import FormatError
+from xcache.engine.container import NUMPY_DTYPES
 
 DTYPES = [np.bool_, np.uint8, np.int8, np.int16, np.uint16, np.float16,
           np.int32, np.uint32, np.float32, np.int64, np.uint64, np.float64,

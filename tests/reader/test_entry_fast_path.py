@@ -21,9 +21,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from xcache.engine import FormatError
 
 from xcache import engine
+from xcache.engine import FormatError
 
 Outcome = tuple[str, object]
 

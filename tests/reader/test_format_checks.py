@@ -16,10 +16,10 @@ import sys
 
 import numpy as np
 import pytest
-from xcache.engine import FormatError, NotFoundError
 
 from tests.helpers import st_bytes
 from xcache import engine
+from xcache.engine import FormatError, NotFoundError
 
 CAP = 100_000_000
 

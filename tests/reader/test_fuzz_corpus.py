@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from xcache.faults.fuzz import inputs
 from xcache.faults.fuzz.verdicts import compare_oracle
 

@@ -17,6 +17,7 @@ import tempfile
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz import inputs
 from xcache.faults.fuzz.verdicts import (
     OFFICIAL_DIFFERENCES,

@@ -14,9 +14,9 @@ import json
 import struct
 
 import pytest
-from xcache.engine import FormatError, _lib
 
 from xcache import engine
+from xcache.engine import FormatError, _lib
 
 
 def entry(name: str, begin: int, end: int, dtype: str = "U8") -> str:

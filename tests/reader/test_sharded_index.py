@@ -7,10 +7,10 @@ import struct
 
 import numpy as np
 import pytest
-from xcache.engine import FormatError, NotFoundError, OutOfMemoryError, _lib
 
 from tests.helpers import INDEX, SHARD1, SHARD2, make_sharded, st_file
 from xcache import engine
+from xcache.engine import FormatError, NotFoundError, OutOfMemoryError, _lib
 
 
 def fail(path) -> FormatError:

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from xcache import fixtures
 from xcache.gate import CannotRun
 from xcache.gate.containers import make_target, precheck
 from xcache.gate.expr import ExprError, condition, evaluate
 from xcache.gate.report import Report
-
-from xcache import fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -74,9 +74,8 @@ def test_conditions_compare_two_expressions():
 def _run(work: Path, container: str | None = None, only: list[str] | None = None
          ) -> tuple[list[str], Report]:
     """Run the scenario set with the engine of this checkout; (names, report)."""
-    from xcache.gate.scenarios import run_scenarios
-
     from xcache import engine
+    from xcache.gate.scenarios import run_scenarios
 
     report = Report()
     names = run_scenarios(engine, work, report, only or [], container=container)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from xcache.gate import CannotRun
 from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import IO_MAX_RETRIES, EngineBackend, OracleBackend
@@ -138,11 +139,10 @@ def test_a_key_outside_the_layout_served_is_a_wrong_read(k3, tmp_path):
 
 def test_overlap_corruption_is_refused_naming_the_second_tensor(k3, tmp_path):
     """Both readers refuse the overlap as offsets; the engine at the claimed byte."""
+    from xcache import engine
     from xcache.engine.errors import FormatError
     from xcache.oracle.errors import OracleFormatError
     from xcache.oracle.safetensors import Container
-
-    from xcache import engine
 
     folder = tmp_path / "c"
     shutil.copytree(k3.pristine, folder)
@@ -160,9 +160,8 @@ def test_overlap_corruption_is_refused_naming_the_second_tensor(k3, tmp_path):
 
 def test_contract_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The contract scenarios pass on a k3-mini folder; key-bounds skips (one layer)."""
-    from xcache.gate.scenarios import run_scenarios
-
     from xcache import engine, fixtures
+    from xcache.gate.scenarios import run_scenarios
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xcache import engine
 from xcache.gate import differential, open_probe, reader_diff, sim_check, tensor_reads
 from xcache.gate.report import Report
 from xcache.gate.scenarios import WATCHDOG, run_bounded
-
-from xcache import engine
 
 
 class _Lying:

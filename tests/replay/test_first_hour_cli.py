@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-import xcache.lab.sweep as sweep_mod
 
+import xcache.lab.sweep as sweep_mod
 from xcache import replay
 
 ROUTES = [[[0, 1], [2, 3]], [[0, 2], [2, 3]], [[1, 0], [3, 1]],

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from xcache.gate import cli as gate_cli
-from xcache.lab import cli as lab_cli
 
 from xcache import replay
+from xcache.gate import cli as gate_cli
+from xcache.lab import cli as lab_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -94,8 +94,8 @@ def test_unknown_first_argument_goes_to_the_gate(tmp_path):
 
 def test_import_fixtures_stays_light():
     """`import fixtures` imports neither the gate, the lab nor the engine."""
-    code = ("import sys, fixtures; print(sorted(m for m in sys.modules if "
-            "m.startswith(('gate', 'lab', 'engine'))))")
+    code = ("import sys, xcache.fixtures; print(sorted(m for m in sys.modules if "
+            "m.startswith(('xcache.gate', 'xcache.lab', 'xcache.engine'))))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -104,8 +104,8 @@ def test_import_fixtures_stays_light():
 
 def test_the_gate_imports_no_engine_before_it_builds_one():
     """Loading the gate and the front door leaves the engine unimported."""
-    code = ("import sys, replay, gate.cli; replay.parser(); "
-            "print('engine' in sys.modules)")
+    code = ("import sys, xcache.replay, xcache.gate.cli; xcache.replay.parser(); "
+            "print('xcache.engine' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True,
                        text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr

@@ -219,10 +219,9 @@ def _without_arc(tmp_path, monkeypatch) -> dict:
 def test_a_policy_without_a_pinned_variant_is_judged_by_the_oracle(
         tmp_path, monkeypatch, capsys):
     """Without its arc variant the gate derives one: the oracle's values, pinned."""
+    from xcache import engine
     from xcache.gate import scenarios as gate_scenarios
     from xcache.gate.report import Report
-
-    from xcache import engine
 
     pinned = _without_arc(tmp_path, monkeypatch)
     report = Report(verbose=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from xcache.faults.fuzz import gate_files
 from xcache.gate import SCENARIO_DIR, CannotRun
 from xcache.gate.ops import OPS

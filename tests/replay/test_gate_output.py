@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from xcache.gate import cli
 from xcache.gate.pins import build_id, current_digests, describe_build
 from xcache.gate.report import Report

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import group_members
 from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import EngineBackend, OracleBackend
 from xcache.gate.containers import Target
 from xcache.gate.report import Report
 from xcache.gate.scenarios import ScenarioRun, run_bounded
-
-from tests.helpers import group_members
 from xcache.replay import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 import xcache.gate.scenarios as gate_scenarios
 from xcache.gate import cli
 from xcache.gate.backend import BackendFactory, Errors

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from xcache.gate.backend import (
     COUNTERS,
     FAMILIES,
@@ -95,9 +96,8 @@ def test_without_removes_exactly_the_named():
 
 def test_each_backend_reports_the_counters_it_declares(k3_folder):
     """The engine's and the oracle's stats() keys are their declared counters."""
-    from xcache.gate.containers import make_target
-
     from xcache import engine
+    from xcache.gate.containers import make_target
 
     target = make_target("k3-mini", k3_folder)
     opts = {"n_slots": 6}

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xcache import engine
 from xcache.engine import alloc
 from xcache.gate import differential, open_probe, reader_diff, sim_check, tensor_reads
 from xcache.gate.report import Report
-
-from xcache import engine
 
 
 @pytest.fixture(scope="module")

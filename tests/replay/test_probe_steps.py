@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xcache import engine
 from xcache.gate import CannotRun
 from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import EngineBackend, OracleBackend
@@ -15,8 +17,6 @@ from xcache.gate.containers import Target, make_target
 from xcache.gate.report import Report
 from xcache.gate.scenarios import ScenarioRun
 from xcache.gate.trace_check import take, trace_path
-
-from xcache import engine
 
 
 @pytest.fixture(scope="module")

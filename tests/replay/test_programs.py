@@ -167,8 +167,8 @@ def test_planted_bug_is_found_and_shrunk(tmp_path: Path, name: str, file: str,
     (tmp_path / "sc.json").write_text(json.dumps(sc))
     check = subprocess.run(
         [py, "-c", "import json,sys; from pathlib import Path;"
-         "from gate.build import build_engine, load_engine;"
-         "from gate.programs import run_one;"
+         "from xcache.gate.build import build_engine, load_engine;"
+         "from xcache.gate.programs import run_one;"
          "e=Path(sys.argv[1]); o=Path(sys.argv[2]); o.mkdir();"
          "so,_=build_engine(e,o); eng=load_engine(e,so);"
          "r=run_one(eng,o,json.load(open(sys.argv[3])),derived=False);"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from xcache.gate import race_ops
 from xcache.gate.report import Report
 
@@ -20,9 +21,8 @@ from xcache.gate.report import Report
 def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
              steps: list[dict[str, Any]], **cache: Any) -> tuple[list[str], Report]:
     """Run one k3-mini scenario of ``steps`` through the gate's runner."""
-    from xcache.gate import scenarios as gate_scenarios
-
     from xcache import engine
+    from xcache.gate import scenarios as gate_scenarios
 
     sc = {"name": "race", "container": "k3-mini", "timeout_s": 30,
           "cache": {"n_slots": 8, "faults": True, "batch_threads": 1, **cache},
@@ -112,9 +112,8 @@ def test_background_get_and_join_serve_exact_bytes(tmp_path, monkeypatch):
 
 def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The reads-under-way scenarios pass, derived, on a k3-mini folder."""
-    from xcache.gate.scenarios import run_scenarios
-
     from xcache import engine, fixtures
+    from xcache.gate.scenarios import run_scenarios
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)
@@ -130,9 +129,8 @@ def test_reads_under_way_scenarios_pass_on_a_k3_mini_folder(tmp_path):
 
 def test_the_stall_scenarios_pass_on_a_k3_mini_folder(tmp_path):
     """The scenarios built on stalls pass, derived, on a k3-mini folder."""
-    from xcache.gate.scenarios import run_scenarios
-
     from xcache import engine, fixtures
+    from xcache.gate.scenarios import run_scenarios
 
     folder = tmp_path / "k3"
     fixtures.generate("k3-mini", folder)
@@ -239,9 +237,9 @@ def test_ctrl_c_ends_a_run_whose_read_a_stall_holds(tmp_path):
                   {"op": "background_get", "keys": [3]},
                   {"op": "await_waiting"},
                   {"op": "join", "bound_s": 40}]}))
-    code = ("import sys, engine\nfrom pathlib import Path\n"
-            "from gate import scenarios as gs, race_ops\n"
-            "from gate.report import Report\n"
+    code = ("import sys\nfrom xcache import engine\nfrom pathlib import Path\n"
+            "from xcache.gate import scenarios as gs, race_ops\n"
+            "from xcache.gate.report import Report\n"
             f"gs.SCENARIO_DIR = Path({str(folder)!r})\n"
             "real = race_ops.join\n"
             "def join(run, step):\n"

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xcache import engine
 from xcache.gate import reader_diff
 from xcache.gate.reader_diff import drawn, paths
 from xcache.gate.reader_diff import generators as gen
@@ -20,8 +22,6 @@ from xcache.gate.reader_diff.compare import (
 )
 from xcache.gate.reader_diff.runner import sweep_cases
 from xcache.oracle.safetensors import _number_in_range, _too_deep
-
-from xcache import engine
 
 
 def _effective_exponent(text: str) -> tuple[int, int]:

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from xcache.gate import CannotRun, cli, sanitize
-from xcache.gate.sanitize import SANITIZER_EXIT, parse_report
 
 from tests.helpers import group_members
+from xcache.gate import CannotRun, cli, sanitize
+from xcache.gate.sanitize import SANITIZER_EXIT, parse_report
 
 ROOT = Path(__file__).resolve().parents[2]
 

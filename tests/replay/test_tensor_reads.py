@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
 from xcache.gate import tensor_reads
 from xcache.gate.report import Report
 
@@ -15,11 +16,10 @@ pytestmark = pytest.mark.nosan  # runs the gate's own check, not the C core
 
 def test_every_tensor_of_every_preset_reads_as_the_oracles(tmp_path: Path) -> None:
     """The engine passes: one check line counting every read of every mode."""
+    from xcache import engine
     from xcache.gate.containers import make_target
     from xcache.oracle.reads import probe_direct
     from xcache.oracle.safetensors import Container
-
-    from xcache import engine
 
     report = Report()
     assert tensor_reads.run_checks(engine, tmp_path, report) == ["tensor-reads"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from xcache.lab.timing import calibrate
-from xcache.lab.timing.model import load_model
 
 from xcache import replay
+from xcache.lab.timing import calibrate
+from xcache.lab.timing.model import load_model
 
 
 def test_fit_recovers_latency_and_bandwidth():

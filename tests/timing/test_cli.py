@@ -6,11 +6,11 @@ import csv
 import json
 
 import pytest
-from xcache.lab.timing.plot import COLOURS, bars, time_figure
-from xcache.lab.timing.sweep import COLUMNS
 
 from tests.helpers import ROOT, TRACES_DIR
 from xcache import replay
+from xcache.lab.timing.plot import COLOURS, bars, time_figure
+from xcache.lab.timing.sweep import COLUMNS
 
 OLMOE = str(TRACES_DIR / "olmoe_299.jsonl")
 

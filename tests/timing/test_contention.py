@@ -13,10 +13,10 @@ import json
 from dataclasses import replace
 
 import pytest
-from xcache.lab.timing.events import IO, Schedule
-from xcache.lab.timing.model import Machine, ModelError, load_model, write_model
 
 from tests.timing.model_helpers import MS, machine, timed
+from xcache.lab.timing.events import IO, Schedule
+from xcache.lab.timing.model import Machine, ModelError, load_model, write_model
 
 
 def slowed(device: float = 1.0, page_cache: float = 1.0) -> Machine:
@@ -39,9 +39,8 @@ def test_compute_under_a_read_takes_the_factor():
 
 def test_the_stretch_is_reported_as_contention():
     """The 1 ms stretch of the test above is run_schedule's contention_s."""
-    from xcache.lab.timing.events import run_schedule
-
     from tests.timing.model_helpers import BOTH_MISS, ONE
+    from xcache.lab.timing.events import run_schedule
 
     r = run_schedule(ONE, BOTH_MISS, Schedule(threads=1), slowed(device=2.0), 2)
     assert r["contention_s"] == pytest.approx(1 * MS, abs=1e-12)

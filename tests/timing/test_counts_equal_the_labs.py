@@ -10,6 +10,8 @@ no schedule or machine changes a counter.
 from __future__ import annotations
 
 import pytest
+
+from tests.helpers import real_trace
 from xcache.engine.sim import POLICIES
 from xcache.lab.cluster import Reporter
 from xcache.lab.predict.evaluate import predictions, replay_model, steps_of
@@ -18,8 +20,6 @@ from xcache.lab.sweep import run_sweep
 from xcache.lab.timing.model import load_model
 from xcache.lab.timing.sweep import Grid, steps_window, time_cell
 from xcache.oracle.traces import Trace
-
-from tests.helpers import real_trace
 
 CACHE_POLICIES = [p for p in POLICIES if p != "belady"] + [
     "lfru:sample=3,seed=7", "hotness:period=16", "s3fifo:small=40"]

@@ -10,11 +10,11 @@ read in 0.5 ms at any depth.  Non-expert work is 10 ms a step, compute
 from __future__ import annotations
 
 import pytest
+
+from tests.timing.model_helpers import MS, TWO, machine, timed
 from xcache.lab.timing.events import IO, Schedule
 from xcache.lab.timing.model import Tier
 from xcache.lab.timing.outcomes import Outcomes
-
-from tests.timing.model_helpers import MS, TWO, machine, timed
 
 
 def test_tau_is_latency_plus_the_share_of_bandwidth():

@@ -15,6 +15,8 @@ are chosen for each finding:
 from __future__ import annotations
 
 import pytest
+
+from tests.helpers import real_trace
 from xcache.lab.cluster import Reporter
 from xcache.lab.predict.evaluate import steps_of
 from xcache.lab.predict.predictors import PREDICTORS
@@ -22,8 +24,6 @@ from xcache.lab.timing.events import Schedule, run_schedule
 from xcache.lab.timing.model import Compute, Machine, Tier
 from xcache.lab.timing.outcomes import replay_outcomes
 from xcache.lab.timing.sweep import Grid, steps_window, time_cell
-
-from tests.helpers import real_trace
 
 KIB128 = 131072
 OLMOE, MIXTRAL = "olmoe_299.jsonl", "mixtral8x7b_humaneval.jsonl"

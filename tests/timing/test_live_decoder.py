@@ -12,14 +12,14 @@ in flight; the validation bench reports any difference on longer runs).
 from __future__ import annotations
 
 import pytest
+
+from tests.helpers import real_trace
 from xcache.engine import Container
 from xcache.lab.predict.evaluate import steps_of
 from xcache.lab.timing.events import Schedule
 from xcache.lab.timing.live import LiveDecoder, open_live_cache
 from xcache.lab.timing.outcomes import TEMPLATE, _container, replay_outcomes
 from xcache.lab.timing.sweep import steps_window
-
-from tests.helpers import real_trace
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from tests.timing.model_helpers import MS, ONE, TWO, machine, timed
 from xcache.lab.timing.events import Schedule
 from xcache.lab.timing.model import Machine, ModelError, Tier, load_model, write_model
 from xcache.lab.timing.outcomes import Outcomes
-
-from tests.timing.model_helpers import MS, ONE, TWO, machine, timed
 
 
 def test_an_own_read_takes_the_tiers_factor():

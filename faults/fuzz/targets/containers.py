@@ -11,6 +11,7 @@ import json
 
 import tomllib
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz.case import PY, SEED, Case, Target
 from xcache.faults.fuzz.mutate import json_file_case, toml_file_case
 

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz.case import PY, Case, Target, _fixture
 from xcache.faults.fuzz.mutate import (
     _opt,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz.case import DIR, FIFO, PY, ROOT, SEED, Case, Target
 from xcache.faults.fuzz.mutate import byte_edit, dump_json, hostile_value, mutated_doc
 

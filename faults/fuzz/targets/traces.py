@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from hypothesis import strategies as st
+
 from xcache.faults.fuzz.case import PY, ROOT, SEED, Case, Target
 from xcache.faults.fuzz.mutate import _opt, byte_edit, dump_json, mutated_doc
 

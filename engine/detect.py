@@ -21,7 +21,7 @@ validated table, that one from names, regular expressions and possibly
 header-less shards -- so that a rule one gets wrong the other does not
 repeat.  tests/cache/test_detectors_agree.py holds them to the same answer,
 family included, on every preset and every real-model description in
-tests/data/models/.
+fixtures/models/.
 """
 
 from __future__ import annotations

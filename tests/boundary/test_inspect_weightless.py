@@ -8,7 +8,7 @@ from tests.helpers import ROOT
 from xcache.engine.inspect import main
 from xcache.fixtures import realistic
 
-MODEL = ROOT / "tests" / "data" / "models" / "mixtral-8x7b.json"
+MODEL = ROOT / "fixtures" / "models" / "mixtral-8x7b.json"
 
 
 @pytest.mark.parametrize("form", realistic.FORMS)

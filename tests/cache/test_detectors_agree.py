@@ -2,7 +2,7 @@
 
 The two detectors stay two on purpose (their docstrings say why); this is
 what keeps them in step: every preset and every real-model description in
-tests/data/models/, each detected by both, compared key for key.
+fixtures/models/, each detected by both, compared key for key.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from xcache.fixtures.detect import (
 from xcache.fixtures.from_header import from_header
 from xcache.fixtures.reader import container_spec
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "models"
+DATA = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 
 #: every preset's family
 PRESET_FAMILY = {"k3-mini": "per-expert", "mixtral-mini": "per-expert",

@@ -2,7 +2,7 @@
 
 A *cell* is one container the gate's scenarios run on with ``--container``:
 either a preset (``fixtures/presets.py``), or a twin that ``from-header``
-makes of a real-model description in ``tests/data/models/`` at one scale and
+makes of a real-model description in ``fixtures/models/`` at one scale and
 one selection.  A checkpoint folder (index + config, as a user without the
 weights holds it) is first expanded from the description
 (:func:`fixtures.realistic.expand`), optionally with a subset of layers and
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "models"
+DATA = ROOT / "fixtures" / "models"
 SCALES = (0.01, 0.05, 0.1)
 #: the scenario a scattered expert cannot run (O_DIRECT cannot pack it)
 DIRECT_ONLY = "state-direct"

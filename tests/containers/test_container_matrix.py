@@ -1,7 +1,7 @@
 """The gate's whole scenario set passes with ``--container`` on the matrix's cells.
 
 The matrix (tests/containers/matrix.py) is every preset and twins of every
-real-model description in tests/data/models/ at scales 0.01, 0.05 and 0.1
+real-model description in fixtures/models/ at scales 0.01, 0.05 and 0.1
 with several layer and expert selections (a dense leading layer and the
 multi-token-prediction layer where the model has them).  It is too slow for
 CI whole, so by default a seeded sample of cells runs:

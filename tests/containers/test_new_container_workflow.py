@@ -1,6 +1,6 @@
 """A real checkpoint's layout, end to end: detect, twin, verify, cache, replay.
 
-For each public checkpoint described in `tests/data/models/`, the folder a
+For each public checkpoint described in `fixtures/models/`, the folder a
 user without the weights holds (`model.safetensors.index.json` +
 `config.json`, written from those facts) goes through the whole workflow: the
 fixtures' detector and the engine's (two independent implementations) agree
@@ -27,7 +27,7 @@ from xcache.fixtures.from_header import from_header
 from xcache.fixtures.reader import container_spec, verify
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "models"
+DATA = ROOT / "fixtures" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
 SCENARIO_RUNS = 70
 #: the scenario files those runs come from (one line each in the output)
@@ -83,7 +83,7 @@ TWO_GROUPS = {"qwen3-next-80b-a3b"}
 
 
 def test_every_description_is_a_case():
-    """Each description in tests/data/models/ goes through this workflow."""
+    """Each description in fixtures/models/ goes through this workflow."""
     assert sorted(p.stem for p in DATA.glob("*.json")) == sorted(CASES)
 
 
@@ -236,7 +236,7 @@ def test_readme_four_commands_take_a_description_to_a_pass(model, tmp_path):
     from tests.examples.commands import argv_of
 
     cmds = _readme_commands()
-    assert cmds[0].startswith("xcache-fixtures checkpoint tests/data/models/"
+    assert cmds[0].startswith("xcache-fixtures checkpoint fixtures/models/"
                               "mixtral-8x7b.json CHECKPOINT --layers 0-2")
     if model != "mixtral-8x7b":
         layers, experts, *_ = CASES[model]

@@ -31,7 +31,7 @@ TOKENS = 12
 def twin(tmp_path_factory):
     """A twin of OLMoE-1B-7B (16 MoE layers x 64 experts, top-8), all layers."""
     root = tmp_path_factory.mktemp("decode-loop")
-    ckpt = realistic.expand(ROOT / "tests" / "data" / "models" / "olmoe-1b-7b.json",
+    ckpt = realistic.expand(ROOT / "fixtures" / "models" / "olmoe-1b-7b.json",
                             root / "ckpt", form="index")
     from_header(ckpt, root / "twin", scale=0.01)
     return root / "twin"

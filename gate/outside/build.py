@@ -55,8 +55,14 @@ def _need(cond: bool, path: Path, what: str) -> None:
 
 def load_manifest(folder: Path) -> Manifest:
     """The manifest of the adapter ``folder`` (``CannotRun`` naming what is wrong)."""
-    folder = Path(folder).resolve()
+    from xcache import data  # noqa: PLC0415 - a shipped adapter by its name
+
+    named = Path(folder)
+    folder = data.resolve("cache", named).resolve()
     path = folder / MANIFEST_NAME
+    if not folder.exists():
+        raise CannotRun(f"--cache {named}: no such folder; "
+                        f"{data.hint('cache')}")
     if not path.is_file():
         raise CannotRun(f"--cache {folder}: no {MANIFEST_NAME} there (an "
                         "adapter folder holds its manifest)")

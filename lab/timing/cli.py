@@ -14,17 +14,21 @@ import json
 import math
 import os
 import sys
+import textwrap
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import ExitStack
 from typing import Any
 
+from xcache.lab.runtimes import about, epilog
+from xcache.prog import REPLAY, prog_name
+
 #: One line on what the time lab does, for the front door's list of commands.
 SUMMARY = ("predict seconds per token of streaming decode for every cache, "
            "schedule and prefetch; write time.csv, time.json and time.png "
-           "(and time_layers.csv)")
-PROG = "replay.py time"
+           "(and time_layers.csv); " + about("time"))
+PROG = f"{prog_name(REPLAY)} time"  # xcache.prog
 #: The files of one run, written as a set.
 RESULT_FILES = ("time.csv", "time_layers.csv", "time.json", "time.png")
 #: Columns of time_layers.csv: a configuration's parts at one layer, per token.
@@ -63,15 +67,18 @@ def parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(
         prog=PROG,
-        usage="replay.py time TRACE OUTDIR [options]\n"
-              "       replay.py time --calibrate MODEL [--expert-bytes B]",
+        usage=f"{PROG} TRACE OUTDIR [options]\n"
+              f"       {PROG} --calibrate MODEL [--expert-bytes B]",
         description="A discrete-event model of streaming decode: the trace's "
                     "routing, the lab's cache outcomes, a disk model and a "
                     "compute model give seconds per token and where they go, "
                     "for every cache, schedule and lookahead predictor.",
-        epilog="Exit status: 0 the files were written, 2 the trace, the "
-               "options, the model or the output folder are unusable, 130 "
-               "interrupted.  docs/DESIGN.md 'The time lab' describes the model.")
+        epilog=epilog("time", "Every time it prints is in ms per token; a "
+                      "legend under its table names each column.  Exit "
+                      "status: 0 the files were written, 2 the trace, the "
+                      "options, the model or the output folder are unusable, "
+                      "130 interrupted.  docs/DESIGN.md 'The time lab' "
+                      "describes the model."))
     ap.add_argument("trace", metavar="TRACE", nargs="?", help="trace file")
     ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
                     help="folder for time.csv, time_layers.csv, time.json and "
@@ -317,24 +324,101 @@ def _run(ns: argparse.Namespace, stack: ExitStack,
     return 0
 
 
+#: The legend printed under the table: every column, and the configuration's parts.
+LEGEND = (
+    "columns (every time is ms per token; ms/tok = compute + wait):",
+    "  misses   demand misses (accesses whose expert was not resident when "
+    "the step asked)",
+    "  ratio    misses / expert accesses",
+    "  spec     speculative reads a lookahead issued (its prefetches)",
+    "  ms/tok   predicted ms per token;  tok/s  tokens per second (1000 / ms/tok)",
+    "  compute  the consumer's work: experts, non-expert work and cache calls "
+    "(a prefetched key costs access_s)",
+    "  wait     the consumer idle on a read: exposed I/O",
+    "  hidden   I/O in flight while the consumer computed (not added to ms/tok)",
+    "  wasted   service time of speculative reads never used (not added)",
+    "configuration: POLICY SLOTS, then sync (no readers: the consumer reads "
+    "each miss itself) or raN (N read-ahead threads) T=n (a stream takes the "
+    "split path from n keys not ready) [D=n queue depth] [+P: lookahead "
+    "prefetch by predictor P] [pc=F: page-cache share]",
+)
+
+
+def _base_of(rows: list[dict[str, Any]], r: dict[str, Any]) -> dict[str, Any] | None:
+    """The row that differs from lookahead row ``r`` only in having no lookahead."""
+    same = ("policy", "slots", "threads", "depth", "split", "expert_s",
+            "page_cache_share", "expert_bytes")
+    return next((b for b in rows if b["predictor"] == "none"
+                 and all(b[k] == r[k] for k in same)), None)
+
+
+def lookahead_notes(rows: list[dict[str, Any]], n_tokens: int) -> list[str]:
+    """Why a lookahead's rows are no faster than the same schedule without one.
+
+    Per predictor: none issued (its rows equal the plain ones), or slower in
+    some configurations -- its prefetch calls cost the consumer more compute
+    than the I/O wait they remove, named with the numbers of the row where
+    it lost most.  Empty when every lookahead row is faster.
+    """
+    notes = []
+    for pred in dict.fromkeys(r["predictor"] for r in rows):
+        if pred == "none":
+            continue
+        pairs = [(r, b) for r in rows if r["predictor"] == pred
+                 for b in [_base_of(rows, r)] if b is not None]
+        if not pairs:
+            continue
+        if all(r["spec_issued"] == 0 for r, _ in pairs):
+            notes.append(f"+{pred} issued no speculative read (it guessed only "
+                         "experts already resident), so its rows equal those "
+                         "without a lookahead.")
+            continue
+        slower = [(r, b) for r, b in pairs if r["s_per_token"] > b["s_per_token"]]
+        if not slower:
+            continue
+        r, b = max(slower, key=lambda rb: rb[0]["s_per_token"] - rb[1]["s_per_token"])
+        ms = 1e3
+        d_total = (r["s_per_token"] - b["s_per_token"]) * ms
+        d_compute = (r["compute_s"] - b["compute_s"]) * ms
+        d_wait = (b["wait_s"] - r["wait_s"]) * ms
+        per_read = ((r["compute_s"] - b["compute_s"]) * n_tokens
+                    / r["spec_issued"] * 1e6)
+        notes.append(
+            f"+{pred} is slower than no lookahead in {len(slower)} of "
+            f"{len(pairs)} configurations, most in {b['config']}: "
+            f"{r['s_per_token'] * ms:.3f} against {b['s_per_token'] * ms:.3f} "
+            f"ms/tok (+{d_total:.3f}). Its {r['spec_issued']:,} prefetches cost "
+            f"{d_compute:.3f} ms/tok more compute ({per_read:.1f} us each), "
+            f"while the wait they removed was {d_wait:.3f} ms/tok: the "
+            "read-ahead had already hidden those misses under compute "
+            f"({b['hidden_s'] * ms:.3f} ms/tok hidden). "
+            "A lookahead pays where wait is left to remove (a higher T, a "
+            "slower disk), not where read-ahead leaves none.")
+    return notes
+
+
 def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    """One line per configuration: counters, then where the time goes."""
+    """A line per configuration (counters, where the time goes), a legend, notes."""
     print(f"{info['name']}: {info['tokens']} tokens timed ({info['steps']} steps), "
           f"{info['layers']} layers x {info['experts']} experts, top-{info['top_k']}")
-    head = (f"{'configuration':34s} {'misses':>7s} {'ratio':>6s} {'ms/tok':>8s} "
-            f"{'tok/s':>7s} {'compute':>8s} {'wait':>7s} {'hidden':>7s} "
-            f"{'wasted':>7s}")
+    head = (f"{'configuration':34s} {'misses':>7s} {'ratio':>6s} {'spec':>6s} "
+            f"{'ms/tok':>8s} {'tok/s':>7s} {'compute':>8s} {'wait':>7s} "
+            f"{'hidden':>7s} {'wasted':>7s}")
     print(head)
     for r in rows:
         label = r["config"]
         if len(rows) > 1 and r.get("page_cache_share"):
             label += f" pc={r['page_cache_share']:g}"
         print(f"{label[:34]:34s} {r['misses']:7d} {r['miss_ratio']:6.3f} "
+              f"{r['spec_issued']:6d} "
               f"{r['s_per_token'] * 1e3:8.3f} {r['tok_per_s']:7.1f} "
               f"{r['compute_s'] * 1e3:8.3f} {r['wait_s'] * 1e3:7.3f} "
               f"{r['hidden_s'] * 1e3:7.3f} {r['wasted_s'] * 1e3:7.3f}")
-    print("(times in ms per token; compute + wait = ms/tok; hidden and wasted "
-          "are I/O seconds that add nothing)")
+    for line in LEGEND:
+        print(textwrap.fill(line, 100, break_on_hyphens=False,
+                            subsequent_indent=" " * (11 if line[:2] == "  " else 4)))
+    for note in lookahead_notes(rows, info["tokens"]):
+        print(textwrap.fill(f"note: {note}", 100, subsequent_indent="    "))
 
 
 def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
@@ -364,6 +448,7 @@ def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
         staged["time.json"] = os.path.join(outdir, "time.json" + tag)
         with open(staged["time.json"], "w", encoding="utf-8") as f:
             json.dump({"trace": info, "model": machine.to_dict(),
+                       "notes": lookahead_notes(rows, info["tokens"]),
                        "results": rows}, f, indent=1)
         if title is not None:
             staged["time.png"] = os.path.join(outdir, "time.png" + tag)

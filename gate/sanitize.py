@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xcache.gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, ROOT, CannotRun
+from xcache.fixtures.folders import make_folders, unmake_folders
+from xcache.gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, CannotRun
 
 #: What ``--sanitize`` instruments the engine with (``XC_SANITIZE``).
 SANITIZERS = "address,undefined"
@@ -325,21 +326,36 @@ def _amend_json(dest: Path, checks: list[dict[str, Any]], child_wrote: bool,
         tmp.unlink(missing_ok=True)
 
 
-def run_parent(argv: list[str], out_dir: str | None, keep: bool) -> int:
+def run_parent(argv: list[str], out_dir: str | None, keep: bool,
+               prog: str = "replay.py") -> int:
     """Run the gate ``argv`` in a sanitized child; its exit status, mapped.
 
     ``out_dir`` is the gate's ``<dir>``; the log folder is made in it
-    (``replay-sanitizer-*``) and removed at the end unless ``keep``.
+    (``replay-sanitizer-*``) and removed at the end unless ``keep``; a
+    ``<dir>`` (and parents) it made goes too when the run ends without its
+    verdict (interrupted, or the child could not run).  ``prog`` is the
+    front door's name, the child's too.
     """
     if not out_dir:
         raise CannotRun("missing <dir>: the scratch folder to build into")
     preload = runtime_libraries()
     out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    logs = Path(tempfile.mkdtemp(prefix="replay-sanitizer-", dir=out))
+    made = make_folders(out)
+    try:
+        logs = Path(tempfile.mkdtemp(prefix="replay-sanitizer-", dir=out))
+    except BaseException:
+        unmake_folders(made)
+        raise
     t0 = time.perf_counter()
     cpu0 = os.times()
-    cmd = [sys.executable, str(ROOT / "replay.py"), "gate", *argv]
+    # the child runs the front door of the same xcache the parent imported,
+    # under the parent's name
+    import xcache  # noqa: PLC0415
+
+    home = str(Path(xcache.__file__).resolve().parents[1])
+    cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {home!r}); "
+           "from xcache.replay import main; "
+           f"sys.exit(main(prog={prog!r}))", "gate", *argv]
     print(f"sanitizers {SANITIZERS}: replaying in a child with "
           f"{', '.join(p.name for p in preload)} preloaded; reports go to "
           f"{logs}", flush=True)
@@ -347,13 +363,15 @@ def run_parent(argv: list[str], out_dir: str | None, keep: bool) -> int:
         proc = subprocess.Popen(cmd, env=child_env(logs, preload))
     except OSError as e:
         shutil.rmtree(logs, ignore_errors=True)
+        unmake_folders(made)
         raise CannotRun(f"--sanitize: cannot start the child replay: {e}") from e
     try:
         rc = proc.wait()
     except KeyboardInterrupt:
         _stop(proc)
         shutil.rmtree(logs, ignore_errors=True)
-        print("replay.py: interrupted; nothing of this run is left",
+        unmake_folders(made)
+        print(f"{prog}: interrupted; nothing of this run is left",
               file=sys.stderr)
         return 130
     wall = time.perf_counter() - t0
@@ -367,6 +385,8 @@ def run_parent(argv: list[str], out_dir: str | None, keep: bool) -> int:
         if not keep:
             _remove_left_work(rc, logs)
             shutil.rmtree(logs, ignore_errors=True)
+            if rc in (EXIT_CANNOT_RUN, 130):  # no verdict: nothing is left
+                unmake_folders(made)
 
 
 def _remove_left_work(rc: int, logs: Path) -> None:

@@ -44,8 +44,11 @@ def version() -> str:
         return found.group(1) if found else "unknown"
 
 
-def parser() -> argparse.ArgumentParser:
-    """The front door's own options and the list of commands, for ``--help``."""
+def parser(prog: str = "replay.py") -> argparse.ArgumentParser:
+    """The front door's own options and the list of commands, for ``--help``.
+
+    ``prog`` is the name the front door goes by (:func:`xcache.prog.prog_name`).
+    """
     from xcache.gate.cli import SUMMARY as GATE  # noqa: PLC0415
     from xcache.gate.cli import VersionAction  # noqa: PLC0415
     from xcache.lab.cli import SUMMARY as LAB  # noqa: PLC0415
@@ -53,16 +56,16 @@ def parser() -> argparse.ArgumentParser:
     from xcache.lab.timing.cli import SUMMARY as TIME  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(
-        prog="replay.py",
-        usage="replay.py [gate] <dir> [options]\n"
-              "       replay.py lab TRACE OUTDIR [options]\n"
-              "       replay.py predict TRACE OUTDIR [options]\n"
-              "       replay.py time TRACE OUTDIR [options]\n"
-              "       replay.py [--help | --version]",
+        prog=prog,
+        usage=f"{prog} [gate] <dir> [options]\n"
+              f"       {prog} lab TRACE OUTDIR [options]\n"
+              f"       {prog} predict TRACE OUTDIR [options]\n"
+              f"       {prog} time TRACE OUTDIR [options]\n"
+              f"       {prog} [--help | --version]",
         description="Pinned replays that gate engine changes, and the policy "
                     "lab.",
-        epilog="`replay.py COMMAND --help` lists a command's options; "
-               "`replay.py --trace TRACE ... OUTDIR` is `replay.py lab`.")
+        epilog=f"`{prog} COMMAND --help` lists a command's options; "
+               f"`{prog} --trace TRACE ... OUTDIR` is `{prog} lab`.")
     ap.add_argument("--version", action=VersionAction)
     commands = ap.add_subparsers(title="commands", metavar="COMMAND",
                                  help="the command to run (default: gate)")
@@ -73,8 +76,12 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the command ``argv`` names (default: the gate); return the exit status.
+
+    ``prog`` is the name the lines it prints give it; by default the one it
+    was run by (:func:`xcache.prog.prog_name`: ``xcache-replay`` installed,
+    ``replay.py`` otherwise).
 
     Ctrl-C is exit 130 with one line, never a traceback; an output whose
     reader went away (``| head``) is exit 2 with one line.  Run as a program
@@ -82,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     busy (a worker in a C call, a scenario the watchdog gave up on), so the
     process never waits on it.
     """
+    from xcache.prog import REPLAY, prog_name  # noqa: PLC0415
+
+    prog = prog or prog_name(REPLAY)
     try:
-        rc = _dispatch(sys.argv[1:] if argv is None else list(argv))
+        rc = _dispatch(sys.argv[1:] if argv is None else list(argv), prog)
     except KeyboardInterrupt:
-        print("replay.py: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         rc = 130
     except BrokenPipeError:
         # the output's reader went away (`... | head`): the run stopped
@@ -93,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:  # no flush at exit may fail again
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-        print("replay.py: the output was closed; stopped before the end",
+        print(f"{prog}: the output was closed; stopped before the end",
               file=sys.stderr)
         rc = 2
     except ImportError as e:
@@ -101,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(e, BuildError):
             raise
-        print(f"replay.py: {e}", file=sys.stderr)  # no build: one line
+        print(f"{prog}: {e}", file=sys.stderr)  # no build: one line
         rc = 2
     if argv is None and threading.active_count() > 1:
         sys.stdout.flush()
@@ -110,13 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-def _dispatch(args: list[str]) -> int:
-    """Run the command ``args`` names; return the exit status."""
+def _dispatch(args: list[str], prog: str = "replay.py") -> int:
+    """Run the command ``args`` names (the door going by ``prog``); its exit status."""
     first = args[0] if args else ""
     if first == "gate":
         from xcache.gate.cli import run  # noqa: PLC0415
 
-        return run(args[1:], prog="replay.py gate")
+        return run(args[1:], prog=f"{prog} gate")
     if first == "lab":
         from xcache.lab.cli import run  # noqa: PLC0415
 
@@ -135,19 +145,19 @@ def _dispatch(args: list[str]) -> int:
         return run(args, alias=True)
     if first in ("-h", "--help", "--version"):
         try:
-            parser().parse_args([first])
+            parser(prog).parse_args([first])
         except SystemExit as e:
             return 2 if e.code else 0
-    mistyped = _unknown_command(args)
+    mistyped = _unknown_command(args, prog)
     if mistyped:
         print(mistyped, file=sys.stderr)
         return 2
     from xcache.gate.cli import run  # noqa: PLC0415
 
-    return run(args)
+    return run(args, prog=prog)
 
 
-def _unknown_command(args: list[str]) -> str:
+def _unknown_command(args: list[str], prog: str = "replay.py") -> str:
     """The error for ``args`` that start with a command name this door lacks.
 
     The gate takes one folder, so a first word followed by another
@@ -161,7 +171,7 @@ def _unknown_command(args: list[str]) -> str:
     if not args or not re.fullmatch(r"[A-Za-z][\w-]*", args[0]) \
             or os.path.exists(args[0]):
         return ""  # an option or a path: the gate's own message names it
-    ap = gate_parser()
+    ap = gate_parser(prog)
 
     def refuse(message: str) -> None:
         raise ValueError(message)
@@ -175,7 +185,7 @@ def _unknown_command(args: list[str]) -> str:
         return ""
     near = difflib.get_close_matches(args[0], COMMANDS, n=1)
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    return (f"replay.py: unknown command {args[0]!r} (the commands are "
+    return (f"{prog}: unknown command {args[0]!r} (the commands are "
             f"{', '.join(COMMANDS)}; gate, the default, takes one folder){hint}")
 
 

@@ -64,17 +64,57 @@ def test_default_prints_failures_in_full_and_one_line_per_scenario(capsys):
 
 
 def test_verbose_prints_the_header_and_every_check(capsys):
-    """With -v: the header names the container and the home, then every check
-    in order (the failure as in full as without -v), then the same line."""
+    """With -v: the header names the container under test, its layout and the
+    home, the title without what it says of the home, then every check in
+    order (the failure as in full as without -v), then the same line."""
     _scenario(Report(verbose=True))
     assert capsys.readouterr().out.splitlines() == [
-        "reference on TWIN (written for k3-mini): the reference cache test: "
-        "k3-mini",
+        f"reference on TWIN ({ABOUT}; written for k3-mini): the reference "
+        "cache test",
         "  PASS  reads [engine]" + " " * 46 + " reads 72",
         "  PASS  reads [oracle]" + " " * 46 + " reads 72",
         *FAILURE,
         "  N/A   stream [engine]" + " " * 45 + " needs op:stream",
         LINE]
+
+
+def test_verbose_at_home_prints_the_title_whole(capsys):
+    """On its home container the header is the scenario, the container and the title."""
+    report = Report(verbose=True)
+    report.begin("reference", "k3-mini", "the reference cache test: k3-mini, "
+                 "8 slots", about="2 MoE layers x 12 experts, top-4")
+    assert capsys.readouterr().out == (
+        "reference on k3-mini: the reference cache test: k3-mini, 8 slots\n")
+
+
+@pytest.mark.parametrize(("title", "left"), [
+    ("the reference cache test: k3-mini, 8 slots for 24 experts, top-4, LRU",
+     "the reference cache test"),
+    ("check() names each test (docs/CACHE.md \"Invariants\"): k3-mini",
+     "check() names each test (docs/CACHE.md \"Invariants\")"),
+    ("I/O faults: k3-mini 8 slots", "I/O faults"),
+    ("a shard replaced by another file (faults/README.md F24, F26)",
+     "a shard replaced by another file (faults/README.md F24, F26)"),
+    ("runs on k3-minis: k3-miniature", "runs on k3-minis: k3-miniature"),
+])
+def test_title_off_home_drops_only_the_closing_part_on_the_home(title, left):
+    """The closing ``: HOME, ...`` goes; a title without one is kept whole."""
+    from xcache.gate.report import title_off_home
+
+    assert title_off_home(title, "k3-mini") == left
+
+
+def test_every_scenario_title_on_a_twin_says_nothing_of_its_home():
+    """No pinned scenario's title, its home part left out, names its home."""
+    from xcache.gate.report import title_off_home
+    from xcache.gate.scenarios import SCENARIO_DIR
+
+    for path in sorted(SCENARIO_DIR.glob("*.json")):
+        sc = json.loads(path.read_text())
+        if not isinstance(sc, dict) or "title" not in sc:
+            continue
+        assert sc["container"] not in title_off_home(sc["title"],
+                                                     sc["container"]), path.name
 
 
 def test_a_skipped_scenario_is_its_line_with_the_reason(capsys):

@@ -178,6 +178,54 @@ def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]
 
 
+@pytest.mark.nosan
+def test_ctrl_c_removes_the_out_folder_and_parents_the_gate_made(tmp_path):
+    """SIGINT mid-run into a new OUT (and a new parent): neither is left."""
+    out = tmp_path / "new" / "out"
+    proc = subprocess.Popen([sys.executable, "replay.py", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    os.set_blocking(proc.stdout.fileno(), False)
+    seen = b""
+    deadline = time.monotonic() + 300
+    while (b"Built the engine" not in seen and proc.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+        seen += proc.stdout.read() or b""
+    assert b"Built the engine" in seen, seen.decode(errors="replace")
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = proc.stderr.read().decode()
+    assert rc == 130, err
+    assert err.endswith("replay.py: interrupted; nothing of this run is left\n")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_refusal_removes_the_out_folder_and_parents_it_made(tmp_path, capsys):
+    """A run refused after OUT was made (no scenario matches) leaves no OUT."""
+    out = tmp_path / "a" / "b" / "out"
+    assert main(["--scenario", "no-such-scenario", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("CANNOT RUN: ")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_refusal_leaves_the_users_own_out_folder(tmp_path, capsys):
+    """An OUT the user had (empty, or holding a file) is left as it was."""
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.mkdir()
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    for out in (empty, full):
+        assert main(["--scenario", "no-such-scenario", str(out)]) == 2
+    assert capsys.readouterr().err.count("CANNOT RUN: ") == 2
+    assert sorted(os.listdir(tmp_path)) == ["empty", "full"]
+    assert os.listdir(empty) == [] and os.listdir(full) == ["notes.txt"]
+
+
 def test_work_is_removed_when_ctrl_c_came_inside_a_scenario_threads_start(
         tmp_path, monkeypatch):
     """A scenario thread Ctrl-C left unstarted (in ``start()``) stops no cleanup."""

@@ -43,5 +43,6 @@ setup(
     package_dir=package_dir,
     package_data={"": DATA},
     exclude_package_data={"": ["_xc.c"]},
-    cffi_modules=["engine/_build.py:ffibuilder"],
+    cffi_modules=["engine/_build.py:ffibuilder",
+                  "engine/_build.py:ffibuilder_test"],
 )

@@ -5,7 +5,7 @@ Opens k3-mini (made by fixtures) with 12 slots, makes experts 0-7 of layer
 round by round (best of 150 short rounds each, so that the best falls in
 a quiet moment of a shared machine):
 
-- the floor: one empty cffi call (xc_alloc_count, no arguments);
+- the floor: one empty cffi call (xc_policy_count, no arguments);
 - the raw C pair: xc_cache_hold_layer + xc_cache_unhold_many on buffers
   made once (what the two C calls cost from Python);
 - ``with cache.hold_layer(0, experts) as views:`` -- the API, views included;
@@ -91,7 +91,7 @@ def main() -> None:
         del grip._live  # given back just above
 
     arms = {
-        "floor": (lib.xc_alloc_count, 1, 8000),
+        "floor": (lib.xc_policy_count, 1, 8000),
         "raw": (raw, TOP_K, 1000),
         "raw_list": (raw_list, TOP_K, 1000),
         "raw_views": (raw_views, TOP_K, 1000),

@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from xcache import fixtures  # noqa: E402
+from xcache.engine._build import SEAM_SOURCES  # noqa: E402
 from xcache.engine.sim import simulate  # noqa: E402
 from xcache.oracle.traces import load_trace, write_oracle_general_keys  # noqa: E402
 
@@ -207,7 +208,8 @@ def main() -> None:
             exe = tmp / "scale_live"
             subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-pthread",
                             "-I", str(csrc), str(ROOT / "bench" / "scale_live.c"),
-                            *map(str, sorted(csrc.glob("*.c"))), "-o", str(exe)],
+                            *(str(p) for p in sorted(csrc.glob("*.c"))
+                      if p.name not in SEAM_SOURCES), "-o", str(exe)],
                            check=True)
             live = live_rows(exe, container(tmp), sizes, a.live_rounds,
                              a.live_misses)

@@ -5,10 +5,24 @@ One function, ``make_builder``, describes the build so that the package
 candidate engine tree into a scratch folder) all compile the same sources with
 the same recorded flags.
 
-What goes in: every ``csrc/*.c``, compiled into one extension that includes
-both C headers -- ``csrc/xc.h`` (the public API, cdef ``_cdef.h``) and
-``csrc/xc_test.h`` (test, fault and tool entry points, cdef
-``_cdef_test.h``) -- so Python calls every ``lib.xc_*`` on the one ``lib``.
+Two builds of the same sources (docs/DESIGN.md, "Two builds"):
+
+release (``seams=False``)
+    what ``pip install`` makes as ``xcache.engine._xc`` and an engine embeds:
+    ``csrc/xc.h`` (the public API, cdef ``_cdef.h``) and ``csrc/xc_ext.h``
+    (io helpers, the name block; cdef ``_cdef_ext.h``).  No test seam is
+    compiled in: the :data:`SEAM_SOURCES` are left out, ``XC_TEST_SEAMS`` is
+    not defined (the policies' test views and the allocation countdowns
+    preprocess away), and ``_cdef_test.h`` is not declared.
+instrumented (``seams=True``, the default of :func:`build_into` and of
+``python engine/_build.py --out DIR``)
+    the same plus ``csrc/xc_test.h`` (countdowns, fault injector, test hooks;
+    cdef ``_cdef_test.h``), compiled with :data:`SEAM_CFLAGS`; ``pip install``
+    makes it as ``xcache.engine._xc_test``, and the gate, the fault loops,
+    the mutation run, the fuzzers, the tests and CI's sanitizer and coverage
+    builds use it (``engine._lib`` says how it is chosen).
+
+In each, Python calls every ``lib.xc_*`` on the one ``lib``.
 
 A build that cannot go stale: :func:`source_digest` is a SHA-256 over every
 source the build reads (``csrc/*.c``, ``csrc/*.h``, ``_cdef.h``,
@@ -23,6 +37,7 @@ Environment switches (flags of the build, not part of the digest):
 ``XC_COVERAGE=1``
     gcov instrumentation (``--coverage -O0``), for ``.ci/coverage.sh``.
 ``XC_RELEASE=1``
+    (independent of the release build above, which keeps its asserts)
     adds ``-DNDEBUG``: the C core's ``assert()`` checks of internal
     preconditions are compiled out.  Without it (the default, the build the
     tests and the sanitizer job use) they are compiled in: the flags end with
@@ -80,10 +95,23 @@ RELEASE_ENV = "XC_RELEASE"
 #: Set XC_OBJ_CACHE=DIR to reuse compiled objects across builds_into calls.
 OBJ_CACHE_ENV = "XC_OBJ_CACHE"
 
-#: The two cffi declaration files, in the order they are declared.
-CDEFS: tuple[str, ...] = ("_cdef.h", "_cdef_test.h")
+#: The cffi declaration files, in the order they are declared (the last,
+#: the test seams', in the instrumented build only).
+CDEFS: tuple[str, ...] = ("_cdef.h", "_cdef_ext.h", "_cdef_test.h")
 #: The C headers the extension includes, in the order of CDEFS.
-HEADERS: tuple[str, ...] = ("xc.h", "xc_test.h")
+HEADERS: tuple[str, ...] = ("xc.h", "xc_ext.h", "xc_test.h")
+#: The declaration file and header of the test seams (instrumented only).
+SEAM_CDEF = "_cdef_test.h"
+SEAM_HEADER = "xc_test.h"
+#: The C files that are test seams and nothing else, compiled into the
+#: instrumented build only (each refuses to compile without XC_TEST_SEAMS).
+SEAM_SOURCES: frozenset[str] = frozenset(
+    {"xc_fault.c", "xc_testhooks.c", "xc_testhooks_check.c"})
+#: What the instrumented build adds to the compiler flags.
+SEAM_CFLAGS: list[str] = ["-DXC_TEST_SEAMS=1"]
+#: Module names of the two builds in the package (setup.py's cffi_modules).
+RELEASE_MODULE = "xcache.engine._xc"
+SEAMS_MODULE = "xcache.engine._xc_test"
 #: Declared by the build itself (defined in the set_source preamble).
 DIGEST_CDEF = "const char *xc_build_digest(void);\n"
 
@@ -117,9 +145,14 @@ def source_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def flags_from_env() -> tuple[list[str], list[str]]:
-    """Return (cflags, ldflags) for this build, honouring the env switches."""
+def flags_from_env(seams: bool = True) -> tuple[list[str], list[str]]:
+    """Return (cflags, ldflags) for this build, honouring the env switches.
+
+    ``seams`` adds :data:`SEAM_CFLAGS` (the instrumented build).
+    """
     cflags, ldflags = list(CFLAGS), list(LDFLAGS)
+    if seams:
+        cflags += SEAM_CFLAGS
     san = os.environ.get(SANITIZE_ENV, "").strip()
     if san:
         cflags += [f"-fsanitize={san}", "-fno-omit-frame-pointer",
@@ -142,28 +175,38 @@ def _digest_definition(root: Path, storage: str) -> str:
             f'{{ return "{source_digest(root)}"; }}\n')
 
 
+def c_sources(root: Path, seams: bool) -> list[Path]:
+    """The C files a build of ``root`` compiles: without the seams' in a release."""
+    found = sorted((Path(root) / "csrc").glob("*.c"))
+    return [p for p in found if seams or p.name not in SEAM_SOURCES]
+
+
 def make_builder(src_dir: Path | None = None,
-                 module_name: str = "xcache.engine._xc",
-                 digest_inline: bool = True) -> FFI:
+                 module_name: str = RELEASE_MODULE,
+                 digest_inline: bool = True, seams: bool = True) -> FFI:
     """Return an FFI builder for the engine sources under ``src_dir``.
 
-    ``src_dir`` is an ``engine`` folder holding ``_cdef.h``, ``_cdef_test.h``
-    and ``csrc/``; it defaults to this package.  With ``digest_inline``
-    false the wrapper only declares ``xc_build_digest``; the caller compiles
-    its definition (:func:`_digest_definition`) as a separate object.
+    ``src_dir`` is an ``engine`` folder holding the :data:`CDEFS` and
+    ``csrc/``; it defaults to this package.  ``seams`` false makes the
+    release build (no test seam compiled in or declared).  With
+    ``digest_inline`` false the wrapper only declares ``xc_build_digest``;
+    the caller compiles its definition (:func:`_digest_definition`) as a
+    separate object.
     """
     from cffi import FFI
 
     root = Path(src_dir) if src_dir is not None else HERE
     csrc = root / "csrc"
-    sources = sorted(str(p) for p in csrc.glob("*.c"))
+    sources = [str(p) for p in c_sources(root, seams)]
     depends = [str(p) for p in source_files(root) if p.suffix == ".h"]
-    cflags, ldflags = flags_from_env()
+    cflags, ldflags = flags_from_env(seams)
     ffi = FFI()
     for name in CDEFS:
-        ffi.cdef((root / name).read_text())
+        if seams or name != SEAM_CDEF:
+            ffi.cdef((root / name).read_text())
     ffi.cdef(DIGEST_CDEF)
-    preamble = "".join(f'#include "{h}"\n' for h in HEADERS)
+    preamble = "".join(f'#include "{h}"\n' for h in HEADERS
+                       if seams or h != SEAM_HEADER)
     preamble += (_digest_definition(root, "static") if digest_inline
                  else "const char *xc_build_digest(void);\n")
     ffi.set_source(
@@ -178,24 +221,39 @@ def make_builder(src_dir: Path | None = None,
     return ffi
 
 
+def _package_engine() -> Path | None:
+    """The engine folder setup.py builds from (None: this one)."""
+    return Path("engine") if Path("engine/_cdef.h").exists() else None
+
+
 def ffibuilder() -> FFI:
-    """The package's builder, for setup.py's ``cffi_modules`` (cffi calls it)."""
-    return make_builder(Path("engine") if Path("engine/_cdef.h").exists()
-                        else None)
+    """The release build, ``xcache.engine._xc``, for setup.py's ``cffi_modules``."""
+    return make_builder(_package_engine(), RELEASE_MODULE, seams=False)
 
 
-def build_into(out_dir: Path, src_dir: Path | None = None) -> Path:
-    """Compile the engine under ``src_dir`` into ``out_dir``; return the .so path."""
+def ffibuilder_test() -> FFI:
+    """The instrumented build, ``xcache.engine._xc_test``, for ``cffi_modules``."""
+    return make_builder(_package_engine(), SEAMS_MODULE, seams=True)
+
+
+def build_into(out_dir: Path, src_dir: Path | None = None,
+               seams: bool = True) -> Path:
+    """Compile the engine under ``src_dir`` into ``out_dir``; return the .so path.
+
+    The instrumented build unless ``seams`` is false (the release build);
+    either way its module is ``_xc`` (``engine._lib.use`` loads both).
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cache = os.environ.get(OBJ_CACHE_ENV, "").strip()
     if cache:
-        return _build_cached(out_dir, src_dir, Path(cache))
-    ffi = make_builder(src_dir, module_name="_xc")
+        return _build_cached(out_dir, src_dir, Path(cache), seams)
+    ffi = make_builder(src_dir, module_name="_xc", seams=seams)
     return Path(ffi.compile(tmpdir=str(out_dir), verbose=False))
 
 
-def _build_cached(out_dir: Path, src_dir: Path | None, cache: Path) -> Path:
+def _build_cached(out_dir: Path, src_dir: Path | None, cache: Path,
+                  seams: bool = True) -> Path:
     """``build_into`` through the object cache ``cache`` (see XC_OBJ_CACHE).
 
     The compiler and its base command come from the same place cffi's build
@@ -214,14 +272,15 @@ def _build_cached(out_dir: Path, src_dir: Path | None, cache: Path) -> Path:
     from distutils.sysconfig import customize_compiler
 
     root = Path(src_dir) if src_dir is not None else HERE
-    cflags, ldflags = flags_from_env()
-    ffi = make_builder(root, module_name="_xc", digest_inline=False)
+    cflags, ldflags = flags_from_env(seams)
+    ffi = make_builder(root, module_name="_xc", digest_inline=False,
+                       seams=seams)
     gen = out_dir / "_xc.c"
     with contextlib.redirect_stdout(io.StringIO()):  # stdout is the .so path
         ffi.emit_c_code(str(gen))
     digest_c = out_dir / "_xc_digest.c"
     digest_c.write_text(_digest_definition(root, ""))
-    sources = [gen, digest_c, *sorted((root / "csrc").glob("*.c"))]
+    sources = [gen, digest_c, *c_sources(root, seams)]
     includes = [str(root / "csrc"), sysconfig.get_paths()["include"]]
     cc = new_compiler()
     customize_compiler(cc)
@@ -260,5 +319,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="folder to build into")
     ap.add_argument("--src", default=None, help="engine folder (default: this)")
+    ap.add_argument("--release", action="store_true",
+                    help="the release build: no test seam compiled in "
+                         "(default: the instrumented build)")
     ns = ap.parse_args()
-    print(build_into(Path(ns.out), Path(ns.src) if ns.src else None))
+    print(build_into(Path(ns.out), Path(ns.src) if ns.src else None,
+                     seams=not ns.release))

@@ -1,6 +1,7 @@
-/* cffi declarations of engine/csrc/xc_test.h (test, fault and tool entry
- * points); contracts are in that header.  Declared after _cdef.h, whose
- * types they use. */
+/* cffi declarations of engine/csrc/xc_test.h (the test seams: countdowns,
+ * fault injector, test hooks), declared in the instrumented build only;
+ * contracts are in that header.  Declared after _cdef.h and _cdef_ext.h,
+ * whose types they use. */
 
 void xc_alloc_fail_at(uint64_t n, int persistent);
 uint64_t xc_alloc_count(void);
@@ -9,18 +10,6 @@ uint64_t xc_alloc_failures(void);
 void xc_thread_fail_at(uint64_t n, int persistent);
 uint64_t xc_thread_count(void);
 uint64_t xc_thread_failures(void);
-
-int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
-                    void *buf, size_t len, uint64_t offset, size_t *got);
-size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
-int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
-                       void *buf, size_t buf_len, uint64_t offset,
-                       size_t len, size_t align, size_t *payload_start);
-int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
-                      int64_t *handle, int *direct_active, char *note,
-                      size_t note_len);
-
-const char *xc_st_names_block(const xc_st *st, size_t *len);
 
 enum {
     XC_FAULT_NONE = 0,

@@ -6,12 +6,23 @@ error record.  ``XC_ENGINE_LIB`` (or :func:`use`) points the package at
 another build of the same sources -- the sanitizer build in CI, or the build
 ``replay.py`` makes of a candidate engine tree.
 
-A stale build is refused: the package's own extension, and a build named by
+A stale build is refused: the package's own extensions, and a build named by
 ``XC_ENGINE_LIB`` (CI builds those from this tree), must carry the digest of
 the C sources beside this file (``engine/_build.py``, ``source_digest``);
 otherwise loading raises ImportError naming the command that rebuilds.
 :func:`use` loads what it is given unchecked: ``replay.py`` loads builds of
 other trees with it and checks their sources itself (pins).
+
+Two builds (docs/DESIGN.md, "Two builds"): the package's ``_xc`` is the
+release build, with no test seam compiled in, and is what loads by default;
+``_xc_test`` is the instrumented build (allocation and thread-start
+countdowns, fault injector, test hooks: ``csrc/xc_test.h``).  The first load
+takes the instrumented one when ``XC_TEST_SEAMS=1`` is set or
+:func:`want_seams` was called (the test suite's conftest sets the variable,
+so its subprocesses inherit it); ``XC_ENGINE_LIB`` wins over both, and CI's
+sanitizer and coverage builds it names are instrumented.  A Python API that
+needs a seam asks for it through :func:`seams_lib`, which raises
+:class:`SeamsError` naming what to do when the release build is loaded.
 """
 
 from __future__ import annotations
@@ -26,6 +37,10 @@ from typing import Any
 from xcache.engine import errors
 
 ENV_LIB = "XC_ENGINE_LIB"
+#: Set to 1 to load the instrumented build (test seams in) on first use.
+ENV_SEAMS = "XC_TEST_SEAMS"
+#: A function every instrumented build has and no release build has.
+SEAM_PROBE = "xc_alloc_fail_at"
 
 #: The one command that (re)builds the package's extension in place: the
 #: README's install, which also puts the console scripts on the path.
@@ -34,10 +49,15 @@ REBUILD_COMMAND = "pip install -e ."
 _ENGINE_DIR = Path(__file__).resolve().parent
 
 _module: ModuleType | None = None
+_seams_wanted = False
 
 
 class BuildError(ImportError):
     """The engine extension is missing or stale; the message says how to build it."""
+
+
+class SeamsError(RuntimeError):
+    """A test seam was asked of the release build; the message says what to do."""
 
 
 def stale_reason(built: str | None, engine_dir: Path,
@@ -67,19 +87,28 @@ def stale_reason(built: str | None, engine_dir: Path,
             f"with `{REBUILD_COMMAND}` in {root}")
 
 
-def not_built_reason(engine_dir: Path, error: ImportError) -> str:
-    """Why ``engine._xc`` cannot be imported, with the command that builds it.
+def not_built_reason(engine_dir: Path, error: ImportError,
+                     stem: str = "_xc") -> str:
+    """Why ``engine.<stem>`` cannot be imported, with the command that builds it.
 
     No extension file beside the sources means the package was never built
     (a fresh clone used before ``pip install``); one that is there but does
-    not load is named with the loader's own words.
+    not load is named with the loader's own words.  ``stem`` is ``_xc``
+    (the release build) or ``_xc_test`` (the instrumented one).
     """
     engine_dir = Path(engine_dir)
-    built = sorted(engine_dir.glob("_xc.*.so")) + sorted(engine_dir.glob("_xc.so"))
+
+    def found(name: str) -> list[Path]:
+        return (sorted(engine_dir.glob(f"{name}.*.so"))
+                + sorted(engine_dir.glob(f"{name}.so")))
+
+    built = found(stem)
+    if not built and not found("_xc") + found("_xc_test"):
+        stem = "_xc"  # neither build: the package was never built
     root = engine_dir.parent
     if not built:
         return (f"the engine is not built: {engine_dir} has no compiled "
-                f"extension (_xc); run `{REBUILD_COMMAND}` in {root} first "
+                f"extension ({stem}); run `{REBUILD_COMMAND}` in {root} first "
                 "(README, 'Two commands')")
     return (f"the engine extension {built[0]} does not load ({error}); "
             f"rebuild it with `{REBUILD_COMMAND}` in {root}")
@@ -131,13 +160,70 @@ def rebind(mod: ModuleType | None) -> None:
         table.cache_clear()  # read again from the build now in use
 
 
+def seams_wanted() -> bool:
+    """Whether the first load takes the instrumented build (XC_TEST_SEAMS)."""
+    return _seams_wanted or os.environ.get(ENV_SEAMS, "").strip() not in ("", "0")
+
+
+def want_seams() -> None:
+    """Make the engine's first load take the instrumented build (test seams in).
+
+    Call it before anything uses the engine (a test run's conftest sets
+    ``XC_TEST_SEAMS=1`` instead, so its subprocesses inherit the choice).
+    Raises :class:`SeamsError` when the release build is already loaded:
+    objects opened with one build cannot be used with the other.
+    """
+    global _seams_wanted
+    if _module is not None and not has_seams(_module):
+        raise SeamsError(_release_loaded("the instrumented build"))
+    _seams_wanted = True
+
+
+def has_seams(mod: ModuleType | None = None) -> bool:
+    """Whether extension ``mod`` (default: the one in use) is the instrumented build."""
+    mod = module() if mod is None else mod
+    return hasattr(mod.lib, SEAM_PROBE)
+
+
+def _release_loaded(what: str) -> str:
+    """The message of a seam asked of the release build already loaded."""
+    where = getattr(_module, "__file__", "?")
+    return (f"{what}: a test seam, and the engine loaded is the release "
+            f"build ({where}), which leaves every seam out; set "
+            f"{ENV_SEAMS}=1 before the engine is first used, or call "
+            "xcache.engine._lib.want_seams() first, or point "
+            f"{ENV_LIB} at an instrumented build "
+            "(`python engine/_build.py --out DIR`)")
+
+
+def seams_lib(what: str) -> Any:
+    """The cffi lib of the engine in use, which must be the instrumented build.
+
+    ``what`` names the caller's feature in the :class:`SeamsError` raised
+    when the release build is in use.
+    """
+    mod = module()
+    if not has_seams(mod):
+        raise SeamsError(_release_loaded(what))
+    return mod.lib
+
+
 def module() -> ModuleType:
-    """Return the loaded extension module, loading it on first use."""
+    """Return the loaded extension module, loading it on first use.
+
+    ``XC_ENGINE_LIB`` when set, else the instrumented build when
+    :func:`seams_wanted`, else the release build.
+    """
     global _module
     if _module is None:
         override = os.environ.get(ENV_LIB)
         if override:
             mod = _load(override)
+        elif seams_wanted():
+            try:
+                from xcache.engine import _xc_test as mod  # type: ignore[attr-defined]
+            except ImportError as e:
+                raise BuildError(not_built_reason(_ENGINE_DIR, e, "_xc_test")) from e
         else:
             try:
                 from xcache.engine import _xc as mod  # type: ignore[attr-defined]

@@ -7,6 +7,10 @@ reads the process-wide counters a fault loop compares against a baseline.
 Every thread the engine starts goes through a second wrapper in the same
 file with its own countdown: :func:`fail_thread_start` and
 :func:`thread_stats`.
+
+These are test seams: they exist in the instrumented build only (DESIGN
+"Two builds"); with the release build loaded every function here raises
+:class:`~xcache.engine._lib.SeamsError` saying how to load the other.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ class AllocStats(NamedTuple):
 
 def stats() -> AllocStats:
     """A snapshot of the engine's allocation counters."""
-    lib = _lib.lib()
+    lib = _lib.seams_lib("the allocation counters")
     return AllocStats(int(lib.xc_alloc_count()), int(lib.xc_alloc_live()),
                       int(lib.xc_alloc_failures()))
 
@@ -35,21 +39,22 @@ def fail_alloc(n: int, persistent: bool = False) -> None:
     """Make the nth engine allocation from now fail (and all later if persistent)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, not {n}")
-    _lib.lib().xc_alloc_fail_at(n, 1 if persistent else 0)
+    _lib.seams_lib("the allocation countdown").xc_alloc_fail_at(
+        n, 1 if persistent else 0)
 
 
 def disarm() -> None:
     """Let every allocation through again."""
-    _lib.lib().xc_alloc_fail_at(0, 0)
+    _lib.seams_lib("the allocation countdown").xc_alloc_fail_at(0, 0)
 
 
 def live() -> int:
     """Engine allocations not yet freed."""
-    return int(_lib.lib().xc_alloc_live())
+    return int(_lib.seams_lib("the allocation counters").xc_alloc_live())
 
 
 # -- the thread-start seam ------------------------------------------------
-# Thread starts have a countdown of their own (xc_thread_fail_at in xc.h;
+# Thread starts have a countdown of their own (xc_thread_fail_at in xc_test.h;
 # why it is separate is said at the top of engine/csrc/xc_alloc.c).
 
 
@@ -62,7 +67,7 @@ class ThreadStats(NamedTuple):
 
 def thread_stats() -> ThreadStats:
     """A snapshot of the engine's thread-start counters."""
-    lib = _lib.lib()
+    lib = _lib.seams_lib("the thread-start counters")
     return ThreadStats(int(lib.xc_thread_count()), int(lib.xc_thread_failures()))
 
 
@@ -70,9 +75,10 @@ def fail_thread_start(n: int, persistent: bool = False) -> None:
     """Fail the nth thread start from now (EAGAIN); all later ones too if persistent."""
     if n < 0:
         raise ValueError(f"n must be >= 0, not {n}")
-    _lib.lib().xc_thread_fail_at(n, 1 if persistent else 0)
+    _lib.seams_lib("the thread-start countdown").xc_thread_fail_at(
+        n, 1 if persistent else 0)
 
 
 def disarm_thread_start() -> None:
     """Let every thread start through again."""
-    _lib.lib().xc_thread_fail_at(0, 0)
+    _lib.seams_lib("the thread-start countdown").xc_thread_fail_at(0, 0)

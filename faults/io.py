@@ -3,7 +3,9 @@
 The injector is C (``engine/csrc/xc_fault.c``); Python only configures it, so
 no Python exception can ever cross a C read.  Pass ``IOFaults.io`` to
 ``engine.Container(..., io=...)`` and arm a fault before the operation under
-test.
+test.  The injector is a test seam, in the instrumented engine build only
+(docs/DESIGN.md, "Two builds"): with the release build loaded, opening one
+raises ``engine._lib.SeamsError`` saying how to load the other.
 """
 
 from __future__ import annotations
@@ -52,10 +54,12 @@ class IOFaults:
     """
 
     def __init__(self, inner: IOFaults | None = None) -> None:
-        ffi, lib = _lib.ffi(), _lib.lib()
+        self._ptr: Any = None
+        lib = _lib.seams_lib("the fault injector (faults.io.IOFaults)")
+        ffi = _lib.ffi()
         out = ffi.new("xc_fault **")
         _lib.check(lib.xc_fault_open(ffi.NULL if inner is None else inner.io, out))
-        self._ptr: Any = out[0]
+        self._ptr = out[0]
         self._inner = inner  # this injector forwards to it: keep it alive
         self._outers = 0  # open injectors forwarding to this one
         if inner is not None:

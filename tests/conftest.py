@@ -11,6 +11,12 @@ from hypothesis import HealthCheck, settings
 
 from tests.helpers import write_k3_mini
 
+# The suite drives the engine's test seams (countdowns, fault injector, test
+# hooks), which only the instrumented build has (docs/DESIGN.md, "Two
+# builds"): the first load takes it, here and in every subprocess a test
+# starts.  XC_ENGINE_LIB (CI's sanitizer and coverage builds) still wins.
+os.environ.setdefault("XC_TEST_SEAMS", "1")
+
 # `ci` extends hypothesis' built-in profile of that name (derandomized, no
 # deadline, no example database); `thorough` runs twenty times the examples.
 _ci = settings.get_profile("ci")

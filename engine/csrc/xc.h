@@ -1,9 +1,18 @@
 /*
  * xc.h -- the public C boundary of the expert cache: everything an
- * embedding application calls.  xc_test.h adds, on the same library, what
- * the engine's tests, fault injection and tools call besides (allocation
- * and thread-start countdowns, the io helpers, the fault injector, the test
- * hook); no declaration is in both.
+ * embedding application calls.  xc_ext.h adds, on the same library, what
+ * the engine's Python face and tools call besides (the io helpers, the
+ * zero-copy name block); xc_test.h the test seams (allocation and
+ * thread-start countdowns, the fault injector, the test hooks), which exist
+ * in the instrumented build only; no declaration is in two of them.
+ *
+ * Builds
+ * ------
+ * The release build (what `pip install` makes, what an engine embeds) holds
+ * xc.h and xc_ext.h and nothing else: no test hook, fault injector or
+ * countdown is compiled in, and its exported symbols show none.  The
+ * instrumented build (compiled with -DXC_TEST_SEAMS) is the same engine
+ * plus xc_test.h; every function of xc.h keeps the same contract in both.
  *
  * Ownership and lifetimes
  * -----------------------

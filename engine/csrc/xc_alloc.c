@@ -18,6 +18,12 @@
  * counts (faults/README.md F10, F11) would silently change meaning; and (3)
  * with a count of its own a test names "the k-th thread start" directly,
  * without knowing how many allocations come before it.
+ *
+ * The countdowns and counters are test seams: they exist in the
+ * instrumented build only (XC_TEST_SEAMS, xc_test.h).  In the release build
+ * refuse() is the constant 0 and LIVE() nothing, so each wrapper compiles
+ * to the plain call -- no atomic touched on any allocation -- and none of
+ * the xc_alloc_* / xc_thread_* control functions exists to be called.
  */
 #include "xc_internal.h"
 
@@ -26,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef XC_TEST_SEAMS
 /* One countdown: calls counted, the call that fails, refusals made. */
 typedef struct countdown {
     _Atomic uint64_t n_calls;   /* attempts so far */
@@ -74,6 +81,14 @@ void xc_thread_fail_at(uint64_t n, int persistent)
 uint64_t xc_thread_count(void) { return atomic_load(&starts.n_calls); }
 uint64_t xc_thread_failures(void) { return atomic_load(&starts.n_refused); }
 
+/* Counts d successful allocations (-1: one freed). */
+#define LIVE(d) atomic_fetch_add(&n_live, (d))
+#else
+/* The release build: nothing refused, nothing counted. */
+#define refuse(cd) 0
+#define LIVE(d) ((void)0)
+#endif /* XC_TEST_SEAMS */
+
 int xc_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 {
     if (refuse(&starts))
@@ -88,7 +103,7 @@ void *xc_malloc(size_t n)
         return NULL;
     p = malloc(n ? n : 1);
     if (p)
-        atomic_fetch_add(&n_live, 1);
+        LIVE(1);
     return p;
 }
 
@@ -99,7 +114,7 @@ void *xc_calloc(size_t count, size_t size)
         return NULL;
     p = calloc(count ? count : 1, size ? size : 1);
     if (p)
-        atomic_fetch_add(&n_live, 1);
+        LIVE(1);
     return p;
 }
 
@@ -121,7 +136,7 @@ void *xc_aligned_alloc(size_t align, size_t n)
         return NULL;
     if (posix_memalign(&p, align, n ? n : 1) != 0)
         return NULL;
-    atomic_fetch_add(&n_live, 1);
+    LIVE(1);
     return p;
 }
 
@@ -138,6 +153,6 @@ void xc_free(void *p)
 {
     if (p == NULL)
         return;
-    atomic_fetch_sub(&n_live, 1);
+    LIVE(-1);
     free(p);
 }

@@ -24,6 +24,9 @@
  * how many preads are blocked now: the test knows the read has begun (its
  * slot reserved, INFLIGHT) before it makes the call that races it.
  */
+#ifndef XC_TEST_SEAMS
+#error "xc_fault.c is a test seam: it is compiled into the instrumented build only (-DXC_TEST_SEAMS; engine/_build.py SEAM_SOURCES)"
+#endif
 #include "xc_internal.h"
 
 #include <assert.h>

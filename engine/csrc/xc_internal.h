@@ -1,13 +1,16 @@
 /*
  * xc_internal.h -- helpers shared by the engine's C files; not public.
- * Every engine file sees the whole boundary: xc.h and, for the seams the
- * library implements and uses itself (allocation, threads, io helpers),
- * xc_test.h.
+ * Every engine file sees the boundary of its build: xc.h, xc_ext.h (the io
+ * helpers the library implements and uses itself) and, in the instrumented
+ * build only (XC_TEST_SEAMS), the seams of xc_test.h.
  */
 #ifndef XC_INTERNAL_H
 #define XC_INTERNAL_H
 
+#include "xc_ext.h"
+#ifdef XC_TEST_SEAMS
 #include "xc_test.h"
+#endif
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -32,9 +35,10 @@ int xc_fail(int code, int64_t offset, int32_t layer, int32_t expert,
  * who reports it. */
 int xc_fail_copy(const xc_error *e);
 
-/* The allocation wrapper (see xc_alloc_fail_at in xc_test.h).  xc_malloc and
- * xc_calloc return NULL when the armed fault fires or the system is out of
- * memory; they do not record an error (the caller knows what it was
+/* The allocation wrapper (see xc_alloc_fail_at in xc_test.h: its countdown
+ * exists in the instrumented build only; the release build's wrapper is
+ * plain malloc).  xc_malloc and xc_calloc return NULL when the armed fault
+ * fires or the system is out of memory; they do not record an error (the caller knows what it was
  * allocating and says so).  xc_free(NULL) is a no-op.  xc_aligned_alloc
  * returns memory aligned to align (a power of two >= sizeof(void *)). */
 void *xc_malloc(size_t n);
@@ -126,8 +130,9 @@ int xc_st_verify(const xc_st *st);
  * output (a trace) must never be one of them.  Cannot fail. */
 const char *xc_st_file_with_id(const xc_st *st, uint64_t dev, uint64_t ino);
 
-/* The thread-start wrapper (see xc_thread_fail_at in xc_test.h): every thread
- * the engine starts goes through here instead of pthread_create.  Starts
+/* The thread-start wrapper (see xc_thread_fail_at in xc_test.h, in the
+ * instrumented build only): every thread the engine starts goes through
+ * here instead of pthread_create.  Starts
  * fn(arg) with default attributes in *t and returns 0, or returns an error
  * number (EAGAIN when the armed fault fires, else pthread_create's) with no
  * thread started.  Records no error: the caller says which thread it was. */

@@ -185,15 +185,13 @@ static inline int xc_policy_check_nop(const xc_policy *p)
     return 0;
 }
 
-/* The hotness policy's buckets, or NULL when p is another policy (for the
- * test hooks). */
-const xc_hset *xc_policy_hotness_set(const xc_policy *p);
-
 /* TEST HOOKS ONLY (xc_testhooks_check.c): pointers into a policy's private
  * state, so that the test hook can break each thing the policy's check()
  * tests.  Each policy with private state appends its filler
  * xc_policy_<name>_test_view to its file; fields a policy lacks stay NULL
- * or 0.  Never used by the cache itself. */
+ * or 0.  Never used by the cache itself; in the instrumented build only
+ * (XC_TEST_SEAMS, xc_test.h). */
+#ifdef XC_TEST_SEAMS
 typedef struct xc_ptest {
     xc_klinks *kl;         /* the link set of its key lists, or NULL */
     xc_klist *lists;       /* its key lists (n_lists), lists[i] marked
@@ -216,5 +214,11 @@ void xc_policy_lfu_test_view(xc_policy *p, xc_ptest *out);
 void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out);
 void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out);
 void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out);
+
+/* The hotness policy's buckets, or NULL when p is another policy (for the
+ * test hooks). */
+const xc_hset *xc_policy_hotness_set(const xc_policy *p);
+
+#endif /* XC_TEST_SEAMS */
 
 #endif /* XC_POLICY_H */

@@ -240,6 +240,7 @@ const xc_policy_ops xc_policy_arc_ops = {
 };
 
 /* TEST HOOKS ONLY (xc_policy.h): the state arc_check tests. */
+#ifdef XC_TEST_SEAMS
 void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out)
 {
     arc *a = p->priv;
@@ -252,3 +253,4 @@ void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out)
     out->mark_none = W_NONE;
     out->arc_p = &a->p;
 }
+#endif /* XC_TEST_SEAMS */

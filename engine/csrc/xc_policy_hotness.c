@@ -154,13 +154,15 @@ const xc_policy_ops xc_policy_hotness_ops = {
     XC_POLICY_ORDER_NONE, 0, hot_place, 0,
 };
 
+/* TEST HOOKS ONLY (xc_policy.h): the state hot_check tests. */
+#ifdef XC_TEST_SEAMS
+/* The buckets, for xc_testhook_halving_work (xc_testhooks.c). */
 const xc_hset *xc_policy_hotness_set(const xc_policy *p)
 {
     return p->ops == &xc_policy_hotness_ops ? &((const hot *)p->priv)->bs
                                             : NULL;
 }
 
-/* TEST HOOKS ONLY (xc_policy.h): the state hot_check tests. */
 void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out)
 {
     hot *h = p->priv;
@@ -169,3 +171,4 @@ void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out)
     out->held = h->held;
     out->hset = &h->bs;
 }
+#endif /* XC_TEST_SEAMS */

@@ -103,6 +103,7 @@ const xc_policy_ops xc_policy_lru_ops = {
 };
 
 /* TEST HOOKS ONLY (xc_policy.h): the state lru_check tests. */
+#ifdef XC_TEST_SEAMS
 void xc_policy_lru_test_view(xc_policy *p, xc_ptest *out)
 {
     lru *s = p->priv;
@@ -115,3 +116,4 @@ void xc_policy_lru_test_view(xc_policy *p, xc_ptest *out)
     out->mark_none = 0;
     out->tick = s->tick;
 }
+#endif /* XC_TEST_SEAMS */

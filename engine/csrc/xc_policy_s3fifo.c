@@ -293,6 +293,7 @@ const xc_policy_ops xc_policy_s3fifo_ops = {
 };
 
 /* TEST HOOKS ONLY (xc_policy.h): the state s3_check tests. */
+#ifdef XC_TEST_SEAMS
 void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out)
 {
     s3 *q = p->priv;
@@ -305,3 +306,4 @@ void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out)
     out->mark_none = W_NONE;
     out->g_cap = &q->g_cap;
 }
+#endif /* XC_TEST_SEAMS */

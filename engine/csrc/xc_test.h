@@ -1,23 +1,35 @@
 /*
- * xc_test.h -- the engine's extended C boundary: what its tests, its fault
- * injection and its tools call, and an embedding application does not.
+ * xc_test.h -- the engine's test seams: what its tests, its fault
+ * injection and its mutation and fuzz runs call, and what no embedding
+ * application may reach.
  *
- * xc.h is the public API; this header adds, on the same library (one
- * shared object, the same status codes and error records):
- *   - the allocation and thread-start countdowns (fail the Nth one);
- *   - the io helpers the engine reads with (full, aligned and probed
- *     reads), for tests that drive them directly;
- *   - the zero-copy tensor-name block of a container;
- *   - the fault injector, an xc_io vtable that breaks chosen reads;
- *   - the test hook that corrupts one field of a live cache so that
- *     xc_cache_check() must name the invariant it guards.
- * Everything here keeps the contracts of xc.h ("Ownership and lifetimes",
- * "Errors", "Threads").
+ * Two builds of one source tree (docs/DESIGN.md, "Two builds"):
+ *   - the release build (pip install: xcache.engine._xc, what an engine
+ *     embeds) compiles without XC_TEST_SEAMS.  Nothing declared here exists
+ *     in it: the seam files (xc_fault.c, xc_testhooks.c,
+ *     xc_testhooks_check.c) are not compiled, the policies' test views are
+ *     preprocessed out, and the allocation and thread-start wrappers
+ *     (xc_alloc.c) are plain malloc and pthread_create, with no counter;
+ *   - the instrumented build (-DXC_TEST_SEAMS: xcache.engine._xc_test,
+ *     `python engine/_build.py --out DIR`, the gate's, CI's sanitizer and
+ *     coverage builds) adds, on the same library (one shared object, the
+ *     same status codes and error records):
+ *       - the allocation and thread-start countdowns (fail the Nth one);
+ *       - the fault injector, an xc_io vtable that breaks chosen reads;
+ *       - the test hooks that corrupt one field of a live cache so that
+ *         xc_cache_check() must name the invariant it guards.
+ * Including this header without XC_TEST_SEAMS is a compile error, so
+ * release code cannot call a seam by mistake.  Everything here keeps the
+ * contracts of xc.h ("Ownership and lifetimes", "Errors", "Threads").
  */
 #ifndef XC_TEST_H
 #define XC_TEST_H
 
-#include "xc.h"
+#ifndef XC_TEST_SEAMS
+#error "xc_test.h declares the test seams: the instrumented build only (-DXC_TEST_SEAMS)"
+#endif
+
+#include "xc_ext.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,64 +64,6 @@ uint64_t xc_alloc_failures(void);
 void xc_thread_fail_at(uint64_t n, int persistent);
 uint64_t xc_thread_count(void);
 uint64_t xc_thread_failures(void);
-
-/* ------------------------------------------------------------------ */
-/* I/O helpers (xc_io.c)                                                */
-/* ------------------------------------------------------------------ */
-
-/* Reads exactly len bytes at offset through io, looping over partial reads
- * and retrying EINTR.  Returns XC_OK, XC_E_SHORT_READ when end of file came
- * first (*got says how many arrived), or XC_E_IO with errno in the message.
- * path is used only for messages and may be NULL.  buf's content after a
- * failure is unspecified. */
-int xc_io_read_full(const xc_io *io, int64_t handle, const char *path,
-                    void *buf, size_t len, uint64_t offset, size_t *got);
-
-/* Bytes an aligned read of [offset, offset + len) occupies once widened to
- * align (offset rounded down, offset + len rounded up), or 0 if align is not
- * a power of two or the widened range overflows.  Cannot fail otherwise. */
-size_t xc_io_aligned_span(uint64_t offset, size_t len, size_t align);
-
-/* Reads [offset, offset + len) widened to align, so that it may be issued on
- * an O_DIRECT handle: one read of the whole widened range into buf, which
- * must be aligned to align and hold xc_io_aligned_span(offset, len, align)
- * bytes (buf_len says how many it holds).  The widened range may run past
- * the end of the file; that is fine as long as the payload itself arrived.
- * On success *payload_start is where byte `offset` landed in buf (offset
- * modulo align), so the payload is buf[*payload_start, +len).  align 1
- * means no widening.  Returns XC_OK, XC_E_SHORT_READ if the file ends
- * before offset + len, XC_E_IO, or XC_E_MISUSE for a bad align, a
- * misaligned buf or a buf_len too small.  buf's content after a failure is
- * unspecified; *payload_start is written only on success. */
-int xc_io_read_aligned(const xc_io *io, int64_t handle, const char *path,
-                       void *buf, size_t buf_len, uint64_t offset,
-                       size_t len, size_t align, size_t *payload_start);
-
-/* Opens path through io for reading.  With want_direct, opens it O_DIRECT
- * and probes that with one read of XC_DIRECT_ALIGN bytes at offset 0; if
- * the open or the probe is refused, closes that handle, reopens the file
- * buffered and writes the reason into note (never a silent fallback).
- * *direct_active is 1 only when the probe succeeded.  note (may be NULL)
- * gets "" when there is nothing to report.  Returns XC_OK, XC_E_NOT_FOUND
- * when the file does not exist, XC_E_IO for other open errors, XC_E_NOMEM
- * for the probe buffer; no handle is left open after a failure. */
-int xc_io_open_probed(const xc_io *io, const char *path, int want_direct,
-                      int64_t *handle, int *direct_active, char *note,
-                      size_t note_len);
-
-/* ------------------------------------------------------------------ */
-/* Tensor names without a copy                                          */
-/* ------------------------------------------------------------------ */
-
-/* The same bytes xc_st_names writes (every tensor name in container order,
- * each followed by one NUL byte) without a copy: a pointer to them inside
- * the container, valid until xc_st_close, with their length in *len (always
- * set, the size xc_st_names needs).  NULL when the container does not hold
- * them as one block -- more than one shard, no tensors, tensors whose
- * header order is not their offset order, or a __metadata__ object between
- * two tensor entries -- and then xc_st_names is the way.  Records no
- * error. */
-const char *xc_st_names_block(const xc_st *st, size_t *len);
 
 /* ------------------------------------------------------------------ */
 /* Fault injection under the I/O seam (xc_fault.c)                      */

@@ -16,6 +16,9 @@
  * readers of the read-ahead ring (use a cache with io_threads = 0 for the
  * XC_TH_QUEUE_* corruptions, where no reader thread exists).
  */
+#ifndef XC_TEST_SEAMS
+#error "xc_testhooks.c is a test seam: it is compiled into the instrumented build only (-DXC_TEST_SEAMS; engine/_build.py SEAM_SOURCES)"
+#endif
 #include "xc_cache_impl.h"
 
 #include <pthread.h>

@@ -19,6 +19,9 @@
  * Not safe against the cache's read-ahead readers or a concurrent caller:
  * use a cache with io_threads = 0 and no other thread.
  */
+#ifndef XC_TEST_SEAMS
+#error "xc_testhooks_check.c is a test seam: it is compiled into the instrumented build only (-DXC_TEST_SEAMS; engine/_build.py SEAM_SOURCES)"
+#endif
 #include "xc_cache_impl.h"
 
 #include <assert.h>

@@ -169,14 +169,25 @@ class ExpertCache:
         layout, else ``xcache-layout.toml``, the fixture spec, detection).
         ``direct``, ``verify`` and ``io`` go to :class:`engine.Container`,
         every other option to the cache.  The cache owns the container:
-        :meth:`close` closes both.
+        :meth:`close` closes both.  A checkpoint's folder without its weights
+        (index and config, shards missing, Git-LFS pointers or header-only)
+        raises the reader's error led by what to do: make a twin with
+        ``xcache-fixtures from-header`` (``engine.weightless``).
         """
         from xcache.engine.container import Container  # noqa: PLC0415
         from xcache.engine.layout import resolve  # noqa: PLC0415
+        from xcache.engine.weightless import explained  # noqa: PLC0415
 
         copts = {k: cache_options.pop(k) for k in ("direct", "verify", "io")
                  if k in cache_options}
-        cont = Container(path, **copts)
+        try:
+            cont = Container(path, **copts)
+        except _err.EngineError as e:
+            # a checkpoint without its weights: say so and what to do
+            made = explained(e, path)
+            if made is e:
+                raise
+            raise made from None
         try:
             lay = resolve(path, layout, container=cont)
             cache = cls(cont, layout=lay, **cache_options)

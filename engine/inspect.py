@@ -14,7 +14,8 @@ for a from-header twin with stand-in tensors a ``stand-ins`` line naming
 them (their shapes are declared stand-ins, not the checkpoint's).  Exits
 0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
 <message>`` and exits 1 (a checkpoint's index and config without shard
-data add a ``hint:`` line naming ``python -m xcache.fixtures from-header``); a
+data add a ``hint:`` line naming ``xcache-fixtures from-header``,
+``engine.weightless``); a
 layout that cannot be found or does not fit prints (after the OK line)
 ``FAIL layout: <message>`` and exits 1.  A path
 that names nothing, or that cannot be passed to the C reader, is a mistaken
@@ -36,13 +37,15 @@ from xcache.engine.container import Container
 from xcache.engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
 from xcache.engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resolve
 from xcache.engine.layout import summarize as summarize_layout
-from xcache.engine.regular import open_regular, read_regular
+from xcache.engine.regular import read_regular
+from xcache.engine.weightless import weightless_hint
+from xcache.prog import INSPECT, prog_name
 
 
 def package_version() -> str:
     """The installed xcache version, else the one in this checkout's pyproject.toml.
 
-    ``python -m xcache.fixtures`` and ``replay.py`` keep their own copies: the
+    ``xcache-fixtures`` and ``xcache-replay`` keep their own copies: the
     generator and the gate must not import the engine to print a version.
     """
     try:
@@ -139,7 +142,7 @@ def stand_in_line(path: str, c: Container) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m xcache.engine.inspect",
+    ap = argparse.ArgumentParser(prog=prog_name(INSPECT),
                                  description=__doc__.splitlines()[0])
     ap.add_argument("path", help="a .safetensors file, a folder, or an index")
     ap.add_argument("--direct", action="store_true",
@@ -172,56 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL {e.kind}{where}: {e}")
         hint = weightless_hint(ns.path)
         if hint:
-            print(hint)
+            print(f"hint: {hint}")
         return 1
     return 0
-
-
-#: What a Git-LFS pointer file starts with (a repository without the weights).
-_LFS = b"version https://git-lfs"
-
-
-def weightless_hint(path: str) -> str:
-    """A pointer at ``from-header`` when ``path`` is a checkpoint without its weights.
-
-    That is a folder (or its index) holding ``model.safetensors.index.json``
-    and ``config.json`` whose shards are all missing, Git-LFS pointers or
-    header-only copies; "" otherwise.
-    """
-    p = Path(path)
-    folder = p if p.is_dir() else p.parent
-    index = folder / "model.safetensors.index.json"
-    if not (index.is_file() and (folder / "config.json").is_file()):
-        return ""
-    try:
-        shards = set(json.loads(read_regular(index))["weight_map"].values())
-        if not shards or not all(_no_data(folder / s) for s in shards):
-            return ""
-    except (OSError, ValueError, KeyError, TypeError, AttributeError,
-            RecursionError):
-        return ""
-    return (f"hint: {path} is a checkpoint's index and config without shard "
-            f"data (missing, Git-LFS pointers or header-only); make a twin "
-            f"the cache can read with `python -m xcache.fixtures from-header {path} "
-            f"TWIN --scale 0.01` and inspect TWIN")
-
-
-def _no_data(shard: Path) -> bool:
-    """Whether ``shard`` is missing, a Git-LFS pointer or shorter than its header."""
-    if not shard.exists():
-        return True
-    with open_regular(shard) as f:  # a FIFO is refused, never waited on
-        head = f.read(8)
-        if head == _LFS[:8]:
-            return f.read(len(_LFS) - 8) == _LFS[8:]
-        if len(head) < 8:
-            return False
-        n = int.from_bytes(head, "little")
-        if n > 100_000_000:
-            return False
-        header = json.loads(f.read(n))
-    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-    return shard.stat().st_size < 8 + n + max(ends, default=0)
 
 
 if __name__ == "__main__":

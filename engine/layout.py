@@ -38,7 +38,7 @@ from typing import Any
 
 from xcache.engine.container import Container
 from xcache.engine.detect import detect
-from xcache.engine.errors import LayoutError, misuse
+from xcache.engine.errors import EngineError, LayoutError, misuse
 from xcache.engine.layout_core import (
     FAMILIES,
     FUSED,
@@ -55,6 +55,7 @@ from xcache.engine.layout_core import (
     ranges,
 )
 from xcache.engine.regular import read_regular
+from xcache.engine.weightless import explained
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -233,14 +234,22 @@ def resolve(path: str | os.PathLike[str], layout: Any = None, *,
     :class:`Container` over ``path`` (else one is opened and closed here).
     ``group`` is the expert group detection takes (``engine.detect.detect``).
     Raises LayoutError; a container that fails validation raises the C
-    reader's own error.
+    reader's own error (led by what to do when ``path`` is a checkpoint
+    without its weights: ``engine.weightless``).
     """
     if layout is not None:
         return resolve_given(layout)
     p = Path(os.fsdecode(path))
     if container is not None:
         return _resolve_in(p, container, group)
-    with Container(p) as c:
+    try:
+        c = Container(p)
+    except EngineError as e:  # a checkpoint without its weights: what to do
+        made = explained(e, p)
+        if made is e:
+            raise
+        raise made from None
+    with c:
         return _resolve_in(p, c, group)
 
 

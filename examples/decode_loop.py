@@ -3,8 +3,9 @@
     python examples/decode_loop.py TWIN TRACE [--tokens N] [--slots N] [--no-prefetch]
 
 TWIN is a container with experts (a twin of a real checkpoint, made by
-``python -m xcache.fixtures from-header``, or a preset made by ``python -m
-xcache.fixtures new``); TRACE is a routing trace of the same shape (layers and
+``xcache-fixtures from-header``, or a preset made by ``xcache-fixtures
+new``; a checkpoint's folder without its weights is refused in one line
+saying so); TRACE is a routing trace of the same shape (layers and
 experts), e.g. ``fixtures/traces/olmoe_299.jsonl`` for an OLMoE twin.  The
 trace says which experts the router chose at every (token, layer); this
 loop does what an engine does around those choices:
@@ -94,8 +95,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     help="readers of a layer's misses, the caller included")
     ns = ap.parse_args(argv)
 
-    # The layout: which tensors make an expert, the MoE layers, top-k.
-    lay = resolve(ns.twin)
+    # The layout: which tensors make an expert, the MoE layers, top-k.  A
+    # folder the engine refuses (a checkpoint without its weights: the error
+    # says to make a twin) is one line and exit 2, not a traceback.
+    try:
+        lay = resolve(ns.twin)
+    except engine.EngineError as e:
+        ap.exit(2, f"{ap.prog}: {e}\n")
     todo = steps(ns.trace, ns.tokens)
     if max(la for _, la, _ in todo) >= len(lay.layers):
         ap.error(f"{ns.trace} routes {1 + max(la for _, la, _ in todo)} layers; "
@@ -108,9 +114,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     slots = ns.slots or max(len(lay.layers) * lay.top_k // 2, lay.top_k + 1)
 
     # The cache: the container opened, `slots` experts of room.
-    cache = engine.ExpertCache.open(ns.twin, layout=lay, n_slots=slots,
-                                    io_threads=ns.io_threads,
-                                    batch_threads=ns.batch_threads)
+    try:
+        cache = engine.ExpertCache.open(ns.twin, layout=lay, n_slots=slots,
+                                        io_threads=ns.io_threads,
+                                        batch_threads=ns.batch_threads)
+    except engine.EngineError as e:
+        ap.exit(2, f"{ap.prog}: {e}\n")
     with cache, engine.Container(ns.twin) as box:
         # Tensor shapes (BF16 views are flat bytes), the router, the state.
         first = lay.layers[0]

@@ -25,7 +25,7 @@ def test_checkpoint_without_shard_data_names_from_header(tmp_path, capsys, form,
     assert lines[1] == (
         f"hint: {path} is a checkpoint's index and config without shard data "
         f"(missing, Git-LFS pointers or header-only); make a twin the cache "
-        f"can read with `python -m xcache.fixtures from-header {path} TWIN --scale "
+        f"can read with `xcache-fixtures from-header {path} TWIN --scale "
         f"0.01` and inspect TWIN")
 
 

@@ -122,3 +122,22 @@ def test_a_trace_of_another_shape_is_refused(twin, tmp_path, capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "routes 32 layers; " + f"{twin} has 16 MoE layers")
+
+
+@pytest.mark.parametrize("form", ["index", "headers"])
+def test_a_checkpoint_without_weights_is_one_line_naming_from_header(
+        tmp_path, form):
+    """Pointed at a checkpoint folder with no expert bytes: exit 2, one line, no
+    traceback, naming the folder and `xcache-fixtures from-header`."""
+    ckpt = realistic.expand(ROOT / "fixtures" / "models" / "olmoe-1b-7b.json",
+                            tmp_path / "ckpt", form=form)
+    p = subprocess.run([sys.executable, str(EXAMPLE), str(ckpt), str(TRACE),
+                        "--tokens", "2"], capture_output=True, text=True,
+                       timeout=300)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr.startswith(
+        f"decode_loop.py: {ckpt} is a checkpoint's index and config without "
+        f"shard data (missing, Git-LFS pointers or header-only); make a twin "
+        f"the cache can read with `xcache-fixtures from-header {ckpt} TWIN "
+        f"--scale 0.01` and open TWIN instead (the reader: ")
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr

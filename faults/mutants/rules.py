@@ -219,11 +219,15 @@ def population(engine_dir: Path) -> list[RuleMutant]:
 # -- compiling: did-not-compile and trivial compiler equivalence ------------
 
 def _cflags() -> list[str]:
-    from xcache.engine._build import CFLAGS  # noqa: PLC0415  (the recipe, not the lib)
+    from xcache.engine._build import (  # noqa: PLC0415  (the recipe, not the lib)
+        CFLAGS,
+        SEAM_CFLAGS,
+    )
 
-    # a call of an undeclared name compiles (with a warning) but cannot
-    # link: such a mutant does not build
-    return [f for f in CFLAGS if f != "-g"] + [
+    # the instrumented build, as the mutation run builds and replays it; a
+    # call of an undeclared name compiles (with a warning) but cannot link:
+    # such a mutant does not build
+    return [f for f in CFLAGS if f != "-g"] + SEAM_CFLAGS + [
         "-g0", "-UNDEBUG", "-Werror=implicit-function-declaration", "-c"]
 
 

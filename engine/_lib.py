@@ -124,8 +124,15 @@ def check_fresh(mod: ModuleType, engine_dir: Path = _ENGINE_DIR) -> None:
 
 
 def _load(path: str | os.PathLike[str]) -> ModuleType:
-    """Load the extension file at ``path`` as ``engine._xc``."""
-    spec = importlib.util.spec_from_file_location("xcache.engine._xc", os.fspath(path))
+    """Load the extension file at ``path`` as ``engine._xc`` (or ``engine._xc_test``).
+
+    The name is the file's up to its first dot, which names the module's
+    init function: ``build_into`` makes ``_xc`` files of either build, and
+    the package's instrumented build is ``_xc_test``.
+    """
+    stem = Path(path).name.split(".", 1)[0]
+    name = "xcache.engine._xc_test" if stem == "_xc_test" else "xcache.engine._xc"
+    spec = importlib.util.spec_from_file_location(name, os.fspath(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the engine extension at {path}")
     mod = importlib.util.module_from_spec(spec)

@@ -3,8 +3,10 @@
 One curve per predictor: demand-miss recall against the speculative reads
 it would issue, one point per k = 1..K (the predictor's first k guesses
 per step; k = 1 is the curve's left end, K its right, and the two ends are
-labelled).  Points of different predictors that would hide one another are
-spread sideways (:func:`lab.plot.crowd_offsets`), so a predictor whose
+labelled where they hide no marker, no other label and stay inside the
+axes: :func:`lab.plot.place_labels`).  Points of different predictors that
+would hide one another are spread sideways, each line through its own
+markers (:func:`lab.plot.crowd_offsets`, :func:`lab.plot.settle`), so a predictor whose
 every point is (0, 0), as ``previous`` when the cache already holds what it
 guesses, still shows beside the others.  The ``--budget`` what-if is drawn
 too: per predictor, a hollow star at the reads the budgeted run issued and
@@ -17,10 +19,12 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from xcache.lab.plot import crowd_offsets, draw_series
+from xcache.lab.plot import crowd_offsets, draw_series, place_labels, settle
 
 #: The figure's size in pixels (width, height) at DPI.
 WIDTH_PX, HEIGHT_PX, DPI = 1200, 650, 100
+#: A curve shorter than this on screen (pixels) gets one label, not two.
+SHORT_PX = 40
 #: Markers of the predictors, in the order they are drawn.
 MARKERS = "osD^vP*X"
 #: Colours of the predictors, in the order they are drawn.
@@ -67,18 +71,16 @@ def predict_figure(report: dict[str, Any], title: str) -> Any:
     x_span = max(xs_all, default=1) or 1
     spread = crowd_offsets(curves, x_span, 1.02 - bottom)
     k_max = report["k"]
+    ends: list[tuple[str, Any, str, str]] = []  # name, line, colour, its ends
     for i, (name, pts) in enumerate(curves.items()):
         colour = COLOURS[i % len(COLOURS)]
         xs, ys = zip(*pts, strict=True)
-        draw_series(ax, fig, xs, ys,
+        line = draw_series(ax, fig, xs, ys,
                     {j: o for (q, j), o in spread.items() if q == name},
                     color=colour, marker=MARKERS[i % len(MARKERS)],
                     markersize=7, linewidth=1.8, label=name, zorder=2)
         if len(pts) > 1 and pts[0] != pts[-1]:  # the ends: k = 1 and k = K
-            for (x, y), k in ((pts[0], 1), (pts[-1], k_max)):
-                ax.annotate(f"k={k}", (x, y), xytext=(4, 4),
-                            textcoords="offset points", fontsize=7,
-                            color=colour)
+            ends.append((name, line, colour, ""))
     first = True
     for i, (name, (x, y)) in enumerate(stars.items()):
         colour = COLOURS[list(curves).index(name) % len(COLOURS)] \
@@ -103,7 +105,29 @@ def predict_figure(report: dict[str, Any], title: str) -> Any:
                 xy=(0, 0), xycoords="axes fraction", xytext=(0, -40),
                 textcoords="offset points", va="top", ha="left", fontsize=8,
                 annotation_clip=False)
+    settle(fig)
+    place_labels(ax, end_labels(ax, ends, k_max))
     return fig
+
+
+def end_labels(ax: Any, ends: list[tuple[str, Any, str, str]], k_max: int
+               ) -> list[tuple[str, tuple[float, float], str]]:
+    """The labels of the curves' ends, at their drawn (settled) vertices.
+
+    ``k=1`` at a curve's first point and ``k=K`` at its last; a curve whose
+    ends are less than :data:`SHORT_PX` apart on screen gets one label,
+    ``NAME k=1..K``, at its last point instead (two would sit on each other).
+    """
+    out = []
+    for name, line, colour, _ in ends:
+        xy = line.get_xydata()
+        a, b = (line.get_transform().transform(xy[i]) for i in (0, -1))
+        first, last = tuple(xy[0]), tuple(xy[-1])
+        if ((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5 < SHORT_PX:
+            out.append((f"{name} k=1..{k_max}", last, colour))
+        else:
+            out += [("k=1", first, colour), (f"k={k_max}", last, colour)]
+    return out
 
 
 def plot_predict(report: dict[str, Any], path: str, title: str) -> None:

@@ -15,7 +15,7 @@ dynamic symbol table read here when ``nm`` is absent.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import os
 import re
 import shutil
@@ -121,16 +121,25 @@ def exported(path: Path) -> set[str]:
     return {ln.split()[-1] for ln in done.stdout.splitlines() if ln.strip()}
 
 
-def _package_build(module: str) -> Path | None:
-    """The package's extension file of ``module``, or None when it is not built."""
-    spec = importlib.util.find_spec(module)
-    return Path(spec.origin) if spec is not None and spec.origin else None
+def _package_build(stem: str) -> Path | None:
+    """The package's extension file ``stem`` (``_xc``, ``_xc_test``), or None.
+
+    Found beside the package's modules, not through the import system, which
+    may already hold another build under the same name (XC_ENGINE_LIB).
+    """
+    import xcache.engine
+
+    folder = Path(xcache.engine.__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (folder / (stem + suffix)).is_file():
+            return folder / (stem + suffix)
+    return None
 
 
 @pytest.fixture(scope="module")
 def release_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The release build: the package's own, else one built here."""
-    found = _package_build(_build.RELEASE_MODULE)
+    found = _package_build(_build.RELEASE_MODULE.rsplit(".", 1)[1])
     if found is not None:
         return found
     return _build.build_into(tmp_path_factory.mktemp("release"), seams=False)
@@ -142,7 +151,7 @@ def instrumented_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
     named = os.environ.get(_lib.ENV_LIB)
     if named:
         return Path(named)
-    found = _package_build(_build.SEAMS_MODULE)
+    found = _package_build(_build.SEAMS_MODULE.rsplit(".", 1)[1])
     if found is not None:
         return found
     return _build.build_into(tmp_path_factory.mktemp("instrumented"))

@@ -245,3 +245,34 @@ def test_the_release_build_serves_experts(k3_shard: Path):
     assert [w for w, _ in got["refused"]] == ["alloc", "faults"]
     for _, message in got["refused"]:
         assert f"{_lib.ENV_SEAMS}=1" in message and "release build" in message
+
+
+@pytest.mark.parametrize("seams", ["0", "1"])
+def test_each_package_build_loads_fresh_and_is_the_build_asked_for(seams: str):
+    """XC_TEST_SEAMS picks the build, and each carries these sources' digest."""
+    env = {k: v for k, v in os.environ.items() if k != _lib.ENV_LIB}
+    env[_lib.ENV_SEAMS] = seams
+    code = ("from xcache.engine import _lib; m = _lib.module(); "
+            "print(m.__file__); print(_lib.has_seams()); "
+            "print(m.ffi.string(m.lib.xc_build_digest()).decode())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, has, digest = done.stdout.split()
+    stem = "_xc_test" if seams == "1" else "_xc"
+    assert Path(path).name.split(".", 1)[0] == stem
+    assert has == str(seams == "1")
+    assert digest == _build.source_digest(ENGINE)
+
+
+def test_want_seams_after_a_release_load_is_refused():
+    """Asking for the instrumented build once the release build is loaded is refused."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (_lib.ENV_LIB, _lib.ENV_SEAMS)}
+    code = ("from xcache.engine import _lib; _lib.module()\n"
+            "try:\n    _lib.want_seams()\nexcept _lib.SeamsError as e:\n"
+            "    print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: the instrumented build: a test seam")

@@ -2,7 +2,8 @@
 
 One table, read by each lab's ``--help`` (its epilog), by the front door's
 list of commands (each lab's ``SUMMARY``) and checked against README.md by
-``tests/lab/test_runtimes.py``, so a new user knows the command to try
+``tests/lab/test_runtimes.py`` (README.md gives the same commands and
+times), so a new user knows the command to try
 first and whether to wait seconds or minutes.  The times are wall-clock
 seconds of the command as written, the median of three runs after one
 warm-up, on :data:`MACHINE`.
@@ -34,9 +35,10 @@ class Runtime:
 
 #: lab name -> its example on the shipped trace.
 RUNTIMES: dict[str, Runtime] = {
-    "lab": Runtime(f"replay.py lab {TRACE} /tmp/lab", 1.0,
+    "lab": Runtime(f"replay.py lab {TRACE} /tmp/lab --fractions 0.1,0.25,0.5", 1.0,
                    "7 policies and Belady at 3 sizes"),
-    "predict": Runtime(f"replay.py predict {TRACE} /tmp/predict", 6.0,
+    "predict": Runtime(f"replay.py predict {TRACE} /tmp/predict --split 0.5 "
+                       "--budget 4", 6.0,
                        "5 predictors, k = 1..8, and the --budget what-if"),
     "time": Runtime(f"replay.py time {TRACE} /tmp/time", 7.0,
                     "the default sweep: 26 configurations"),

@@ -347,3 +347,23 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     assert data["container"] == str(folders["deepseek-mini"])
     assert [s["scenario"] for s in data["skipped"]] == ["found-direct-partial",
                                                          "state-direct"]
+
+
+@pytest.mark.parametrize("form", ["index", "headers", "lfs"])
+def test_a_checkpoint_without_weights_is_refused_naming_from_header(tmp_path,
+                                                                   form):
+    """--container on a checkpoint's folder without its weights: the refusal
+    says what it is and to make a twin with xcache-fixtures from-header."""
+    from xcache.fixtures import realistic
+
+    ckpt = realistic.expand(ROOT / "fixtures" / "models" / "mixtral-8x7b.json",
+                            tmp_path / "ckpt", form=form, layers=[0], experts=2)
+    with pytest.raises(CannotRun) as info:
+        precheck(str(ckpt))
+    text = str(info.value)
+    assert text.startswith(f"container {ckpt}: not a safetensors container: ")
+    assert text.endswith(
+        f"; {ckpt} is a checkpoint's index and config without shard data "
+        f"(missing, Git-LFS pointers or header-only); make a twin the cache "
+        f"can read with `xcache-fixtures from-header {ckpt} TWIN --scale "
+        f"0.01` and give --container TWIN")

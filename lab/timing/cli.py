@@ -25,7 +25,7 @@ from xcache.lab.runtimes import about, epilog
 from xcache.prog import REPLAY, prog_name
 
 #: One line on what the time lab does, for the front door's list of commands.
-SUMMARY = ("predict seconds per token of streaming decode for every cache, "
+SUMMARY = ("predict ms per token of streaming decode for every cache, "
            "schedule and prefetch; write time.csv, time.json and time.png "
            "(and time_layers.csv); " + about("time"))
 PROG = f"{prog_name(REPLAY)} time"  # xcache.prog

@@ -6,7 +6,8 @@ list of commands (each lab's ``SUMMARY``) and checked against README.md by
 times), so a new user knows the command to try
 first and whether to wait seconds or minutes.  The times are wall-clock
 seconds of the command as written, the median of three runs after one
-warm-up, on :data:`MACHINE`.
+warm-up, on :data:`MACHINE` (with other jobs loading it to 4-5, the
+prefetch and time labs took about twice as long: 10 and 15 s).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Where and when the times of :data:`RUNTIMES` were measured.
-MACHINE = "a 2-core Intel Xeon VM, 23 GB, 2026-12-03"
+MACHINE = "an otherwise idle 2-core Intel Xeon VM, 23 GB, 2026-12-03"
 #: The shipped trace the examples run on.
 TRACE = "fixtures/traces/olmoe_299.jsonl"
 

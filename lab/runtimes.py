@@ -36,12 +36,12 @@ class Runtime:
 
 #: lab name -> its example on the shipped trace.
 RUNTIMES: dict[str, Runtime] = {
-    "lab": Runtime(f"replay.py lab {TRACE} /tmp/lab --fractions 0.1,0.25,0.5", 1.0,
+    "lab": Runtime(f"replay.py lab {TRACE} /tmp/lab --fractions 0.1,0.25,0.5", 0.6,
                    "7 policies and Belady at 3 sizes"),
     "predict": Runtime(f"replay.py predict {TRACE} /tmp/predict --split 0.5 "
                        "--budget 4", 6.0,
                        "5 predictors, k = 1..8, and the --budget what-if"),
-    "time": Runtime(f"replay.py time {TRACE} /tmp/time", 7.0,
+    "time": Runtime(f"replay.py time {TRACE} /tmp/time", 5.5,
                     "the default sweep: 26 configurations"),
 }
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 #: kind -> (folder under the package, what it is, the command that takes it)
@@ -65,6 +67,15 @@ def resolve(kind: str, arg: str | Path) -> Path:
         if key in items and (name == key or items[key].name == name):
             return items[key]
     return path
+
+
+def path_arg(kind: str) -> Callable[[str], str]:
+    """An argparse ``type`` that reads a path or a shipped ``kind``'s name."""
+    def resolved(text: str) -> str:
+        return os.fspath(resolve(kind, text))
+
+    resolved.__name__ = f"{kind} path"  # argparse names it in its errors
+    return resolved
 
 
 def hint(kind: str) -> str:

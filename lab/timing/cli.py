@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 from contextlib import ExitStack
 from typing import Any
 
+from xcache import data
 from xcache.lab.runtimes import about, epilog
 from xcache.prog import REPLAY, prog_name
 
@@ -79,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
                       "options, the model or the output folder are unusable, "
                       "130 interrupted.  docs/DESIGN.md 'The time lab' "
                       "describes the model."))
-    ap.add_argument("trace", metavar="TRACE", nargs="?", help="trace file")
+    ap.add_argument("trace", metavar="TRACE", nargs="?", type=data.path_arg("trace"),
+                    help="trace file, or a shipped trace's name (xcache-data)")
     ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
                     help="folder for time.csv, time_layers.csv, time.json and "
                          "time.png")

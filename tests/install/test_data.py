@@ -81,3 +81,22 @@ def test_a_missing_description_names_the_shipped_ones(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert p.stderr == f"error: mixtral: no such file; {data.hint('model')}\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lab", ["lab", "predict", "time"])
+def test_a_lab_takes_a_shipped_trace_by_name_and_names_them_when_missing(
+        lab: str, tmp_path: Path) -> None:
+    """Each lab resolves a shipped trace's name; a missing TRACE is one line, exit 2."""
+    from xcache.replay import main
+
+    p = subprocess.run([sys.executable, "-m", "xcache.replay", lab, "nope",
+                        str(tmp_path / "out")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr == (f"replay.py {lab}: TRACE nope: no such file; "
+                        f"{data.hint('trace')}\n")
+    assert not (tmp_path / "out").exists()
+    opts = {"lab": ["--policies", "lru", "--slots", "8", "--quiet"],
+            "predict": ["--quiet"], "time": ["--tokens", "20", "--quiet"]}[lab]
+    assert main([lab, "olmoe_299", str(tmp_path / "ok"), *opts]) == 0
+    assert any((tmp_path / "ok").iterdir())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import TRACES_DIR
-from xcache import replay
+from xcache import data, replay
 from xcache.engine.sim import simulate
 from xcache.lab.predict.cli import COLUMNS, run
 from xcache.lab.predict.evaluate import split_steps, steps_of
@@ -79,7 +79,7 @@ def test_missing_trace(tmp_path, capsys):
     """A TRACE that does not exist is named."""
     rc, err = errors(capsys, [str(tmp_path / "no.jsonl"), str(tmp_path / "out")])
     assert (rc, err) == (2, f"replay.py predict: TRACE {tmp_path / 'no.jsonl'}: "
-                            "No such file or directory")
+                            f"no such file; {data.hint('trace')}")
 
 
 def test_malformed_trace_names_file_and_line(tmp_path, capsys):
@@ -114,8 +114,8 @@ def test_missing_train_trace(tmp_path, capsys):
     other = tmp_path / "other.jsonl"
     rc, err = errors(capsys, [tiny_file(tmp_path), str(tmp_path / "out"),
                               "--train", str(other)])
-    assert (rc, err) == (2, f"replay.py predict: --train {other}: No such file "
-                            "or directory")
+    assert (rc, err) == (2, f"replay.py predict: --train {other}: no such file; "
+                            f"{data.hint('trace')}")
 
 
 def test_train_trace_of_another_shape(tmp_path, capsys):

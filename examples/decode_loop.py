@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from anywhere, as `python examples/...`
     sys.path.insert(0, str(ROOT))
 
-from xcache import engine  # noqa: E402
+from xcache import data, engine  # noqa: E402
 from xcache.engine.layout import resolve  # noqa: E402
 from xcache.oracle.traces import load_trace  # noqa: E402
 
@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ap = argparse.ArgumentParser(prog="decode_loop.py", description=__doc__
                                  .splitlines()[0])
     ap.add_argument("twin", help="a container with experts (folder)")
-    ap.add_argument("trace", help="a routing trace of the same shape")
+    ap.add_argument("trace", type=data.path_arg("trace"),
+                    help="a routing trace of the same shape, or a shipped "
+                         "trace's name (xcache-data)")
     ap.add_argument("--tokens", type=int, default=None,
                     help="decode only the first N tokens (default: all)")
     ap.add_argument("--slots", type=int, default=None,

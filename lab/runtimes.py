@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 #: Where and when the times of :data:`RUNTIMES` were measured.
 MACHINE = "an otherwise idle 2-core Intel Xeon VM, 23 GB, 2026-12-03"
-#: The shipped trace the examples run on.
-TRACE = "fixtures/traces/olmoe_299.jsonl"
+#: The shipped trace the examples run on, by its name (any folder; xcache-data).
+TRACE = "olmoe_299"
 
 
 @dataclass(frozen=True)

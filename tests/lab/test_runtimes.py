@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.helpers import ROOT
+from xcache import data
 from xcache.lab import cli as lab_cli
 from xcache.lab.predict import cli as predict_cli
 from xcache.lab.runtimes import MACHINE, RUNTIMES, TRACE
@@ -26,12 +27,12 @@ def flat(text: str) -> str:
 
 
 def test_the_table_covers_the_three_labs_on_the_shipped_trace():
-    """lab, predict and time each have a command on olmoe_299.jsonl and a time."""
+    """lab, predict and time each have a command on olmoe_299, by name, and a time."""
     assert sorted(RUNTIMES) == ["lab", "predict", "time"]
     for name, r in RUNTIMES.items():
         assert r.command.startswith(f"replay.py {name} {TRACE} /tmp/{name}")
         assert 0 < r.seconds < 60
-    assert (ROOT / TRACE).is_file()
+    assert data.resolve("trace", TRACE) == ROOT / "fixtures/traces/olmoe_299.jsonl"
 
 
 @pytest.mark.parametrize("name", sorted(PARSERS))

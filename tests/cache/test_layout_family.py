@@ -181,8 +181,8 @@ def _engine_imports(module: str) -> set[tuple[str, str]]:
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                "engine."):
-            out.update((node.module.split(".")[1], a.name) for a in node.names)
+                "xcache.engine."):
+            out.update((node.module.split(".")[2], a.name) for a in node.names)
     return out
 
 

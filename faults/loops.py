@@ -23,7 +23,8 @@ from typing import Any
 from xcache import engine, fixtures
 from xcache.engine import alloc
 from xcache.faults.io import Fault, IOFaults
-from xcache.oracle.cache import COUNTERS, CacheModel
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.cache_types import COUNTERS
 
 Key = tuple[int, int]
 

@@ -238,7 +238,7 @@ class OracleBackend(ReadPath, Backend):
         the reads queued behind it too; a drained one cannot (the engine's
         drain would wait for the stall).
         """
-        from xcache.oracle.cache import UNDER_WAY  # noqa: PLC0415
+        from xcache.oracle.cache_types import UNDER_WAY  # noqa: PLC0415
 
         if self.alloc_fault:  # getmany allocates its key arrays first (F13)
             raise NoMemory("getmany: no memory for its key arrays")
@@ -593,7 +593,7 @@ class OracleBackend(ReadPath, Backend):
 
     def values(self) -> dict[str, Any]:
         """Counters and slot facts a check may pin."""
-        from xcache.oracle.cache import INFLIGHT, READY  # noqa: PLC0415
+        from xcache.oracle.cache_types import INFLIGHT, READY  # noqa: PLC0415
 
         v: dict[str, Any] = dict(self.model.stats())
         v["queue_fallbacks"] = 0  # the queue cannot fill (IO_DEPTH)

@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from xcache.oracle.cache import READY, CacheModel, Ref, StreamOpen
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.cache_types import READY, Ref, StreamOpen
 from xcache.oracle.traces import ENGINE_TRACE_KINDS, ENGINE_TRACE_OUTCOMES
 
 # The oracle's own names (its one copy, in oracle.traces, written from the

@@ -12,7 +12,8 @@ from xcache import engine
 from xcache.faults import corrupt
 from xcache.faults.io import Fault, IOFaults
 from xcache.faults.loops import Baseline, k3_expected
-from xcache.oracle.cache import COUNTERS, CacheModel
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.cache_types import COUNTERS
 from xcache.oracle.errors import ShortRead
 
 CUT = DATA_START + EXPERT_BYTES * 20  # 53,248: expert 20's payload

@@ -10,8 +10,8 @@ from xcache.oracle.cache import (
     lfru_sample,
     parse_policy,
     splitmix64,
-    stride_bytes,
 )
+from xcache.oracle.cache_types import stride_bytes
 from xcache.oracle.errors import (
     AllPinned,
     Budget,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from xcache.oracle.cache import INFLIGHT, READY, UNDER_WAY, CacheModel
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.cache_types import INFLIGHT, READY, UNDER_WAY
 from xcache.oracle.errors import AllPinned, IOFailure, Misuse
 from xcache.oracle.trace_model import TracingCacheModel
 

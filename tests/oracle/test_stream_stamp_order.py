@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from xcache.oracle.cache import INFLIGHT, READY, CacheModel
+from xcache.oracle.cache import CacheModel
+from xcache.oracle.cache_types import INFLIGHT, READY
 from xcache.oracle.errors import IOFailure
 
 

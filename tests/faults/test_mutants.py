@@ -176,7 +176,8 @@ def test_runner_verdicts_on_a_tiny_catalogue(
 
 def test_the_behaviour_selection_names_existing_test_files() -> None:
     """Every path of BEHAVIOUR_TESTS is a test file or folder of this checkout."""
-    from xcache.faults.mutants.run import BEHAVIOUR_TESTS, ROOT
+    from xcache.faults.mutants.run import ROOT
+    from xcache.faults.mutants.selections import BEHAVIOUR_TESTS
 
     assert len(BEHAVIOUR_TESTS) == len(set(BEHAVIOUR_TESTS)) == 15
     for rel in BEHAVIOUR_TESTS:

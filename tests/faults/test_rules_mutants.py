@@ -133,13 +133,13 @@ def test_a_draw_of_nothing_is_refused(engine_dir: Path) -> None:
 def test_every_targeted_test_path_exists_and_a_file_without_one_gets_all() -> None:
     """--pytest targeted names only test paths that exist; an engine file with no
     entry gets the behaviour selection."""
-    from xcache.faults.mutants import run
+    from xcache.faults.mutants import selections as sel
 
     root = Path(__file__).resolve().parents[2]
-    named = {p for paths in run.FILE_TESTS.values() for p in paths}
+    named = {p for paths in sel.FILE_TESTS.values() for p in paths}
     assert sorted(p for p in named if not (root / p).exists()) == []
-    assert run.targeted_tests("xc_json.c").split() == list(run.FILE_TESTS["xc_json.c"])
-    assert run.targeted_tests("no_such.c").split() == list(run.BEHAVIOUR_TESTS)
+    assert sel.targeted_tests("xc_json.c").split() == list(sel.FILE_TESTS["xc_json.c"])
+    assert sel.targeted_tests("no_such.c").split() == list(sel.BEHAVIOUR_TESTS)
 
 
 def test_every_listed_survivor_has_a_reason_and_a_rule_id() -> None:

@@ -53,14 +53,6 @@ def _split(raw: bytes) -> tuple[int, str, bytes]:
     return n, raw[HEADER_START:HEADER_START + n].decode(), raw[HEADER_START + n:]
 
 
-def _join(header: str, data: bytes, pad: bool = True) -> bytes:
-    """A file from header text (padded with spaces to 8 bytes) and data."""
-    h = header.encode()
-    if pad:
-        h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + data
-
-
 def read_head(src: Path) -> tuple[bytes, int]:
     """(the first 8 + N bytes, the file's length) of a valid safetensors file."""
     with open(src, "rb") as f:

@@ -1,6 +1,6 @@
 """A ``--scheduler`` endpoint is trusted for nothing: a peer that accepts and stays
 silent, or answers bytes that are not dask's, is exit 2 with one line within the
-connect limit, for ``lab`` and ``predict`` alike (DESIGN §7)."""
+connect limit, for ``lab`` and ``predict`` alike (DESIGN §7, "Hostile input")."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ out=${XC_COVERAGE_DIR:-$(mktemp -d)}
 mkdir -p "$out"
 
 echo "== build (XC_COVERAGE=1: --coverage -O0) into $out"
-so=$(XC_COVERAGE=1 python engine/_build.py --out "$out/build")
+so=$(XC_COVERAGE=1 python -m xcache.engine._build --out "$out/build")
 find "$out/build" -name '*.gcda' -delete
 
 echo "== tests under coverage (pytest-cov; every core through pytest-xdist)"

@@ -15,7 +15,7 @@ release (``seams=False``)
     not defined (the policies' test views and the allocation countdowns
     preprocess away), and ``_cdef_test.h`` is not declared.
 instrumented (``seams=True``, the default of :func:`build_into` and of
-``python engine/_build.py --out DIR``)
+``python -m xcache.engine._build --out DIR``)
     the same plus ``csrc/xc_test.h`` (countdowns, fault injector, test hooks;
     cdef ``_cdef_test.h``), compiled with :data:`SEAM_CFLAGS`; ``pip install``
     makes it as ``xcache.engine._xc_test``, and the gate, the fault loops,
@@ -23,6 +23,14 @@ instrumented (``seams=True``, the default of :func:`build_into` and of
     builds use it (``engine._lib`` says how it is chosen).
 
 In each, Python calls every ``lib.xc_*`` on the one ``lib``.
+
+Run it as a module, ``python -m xcache.engine._build --out DIR [--src
+ENGINE] [--release]``: it prints the path of the ``.so`` it built.  Never as
+a script by path (``python engine/_build.py``): that puts ``engine/`` first
+on ``sys.path``, where ``engine/inspect.py`` shadows the standard library's
+``inspect`` that cffi imports.  A tool that must run another tree's own
+recipe (the gate) runs the file as ``__main__`` without adding its folder
+(``gate.build``).
 
 A build that cannot go stale: :func:`source_digest` is a SHA-256 over every
 source the build reads (``csrc/*.c``, ``csrc/*.h``, ``_cdef.h``,
@@ -57,14 +65,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
-
-# Run as a script (`python engine/_build.py`, as CI does), this folder is
-# sys.path[0], where engine/inspect.py would shadow the standard library's
-# inspect module that cffi imports.  The package does not need it there.
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(
-        os.path.abspath(__file__)):
-    del sys.path[0]
 from pathlib import Path
 from typing import TYPE_CHECKING
 

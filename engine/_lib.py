@@ -200,7 +200,7 @@ def _release_loaded(what: str) -> str:
             f"{ENV_SEAMS}=1 before the engine is first used, or call "
             "xcache.engine._lib.want_seams() first, or point "
             f"{ENV_LIB} at an instrumented build "
-            "(`python engine/_build.py --out DIR`)")
+            "(`python -m xcache.engine._build --out DIR`)")
 
 
 def seams_lib(what: str) -> Any:

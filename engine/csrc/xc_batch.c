@@ -95,6 +95,7 @@ static void pool_lock(xc_cache *c)
 static resv *claim(xc_cache *c, job *j)
 {
     resv *r;
+    assert(xc_locked(&c->pool_mu) && j != NULL && j->next_item <= j->n);
     if (j->next_item == j->n)
         return NULL;
     r = &j->items[j->next_item++];
@@ -114,6 +115,8 @@ static resv *claim(xc_cache *c, job *j)
 static void done_one(xc_cache *c, job *j)
 {
     size_t n = j->n;
+    /* an item claimed, so not every item has ended yet */
+    assert(xc_locked(&c->pool_mu) && atomic_load(&j->n_done) < n);
     if (atomic_fetch_add_explicit(&j->n_done, 1, memory_order_release) + 1 ==
         n)
         pthread_cond_broadcast(&c->pool_done);
@@ -206,6 +209,11 @@ int xc_readahead_push(xc_cache *c, int32_t si, uint32_t key, int kind,
                       xc_stream *stream, size_t idx)
 {
     aitem *it;
+    assert(xc_locked(&c->mu) && si >= 0 && (size_t)si < c->n_slots &&
+           key < c->ld.n_keys && kind >= 0 && kind < XC_N_KINDS);
+    /* a stream's item is pushed with its stream, anything else without */
+    assert(stream == NULL ? kind != XC_KIND_STREAM
+                          : kind == XC_KIND_STREAM && idx < stream->n);
     if (c->n_io == 0 || c->aq_n + c->aq_active >= c->aq_cap)
         return 0;
     assert(c->slots[si].state == XC_SLOT_INFLIGHT);
@@ -449,6 +457,7 @@ void xc_pool_stop(xc_cache *c, int n_started)
 static int hold_read_failed(const xc_cache *c, const resv *r)
 {
     int32_t layer, expert;
+    assert(r != NULL && r->rc != XC_OK);
     if (r->err != NULL && r->err->code == r->rc)
         return xc_fail_copy(r->err);
     xc_load_unkey(&c->ld, r->key, &layer, &expert);

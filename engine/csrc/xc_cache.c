@@ -94,7 +94,9 @@
 static inline int fast_key(const xc_loader *ld, int32_t layer, int32_t expert,
                            uint32_t *key)
 {
-    int64_t pos = (int64_t)layer - ld->layers[0];
+    int64_t pos;
+    assert(ld->n_layers > 0 && ld->layers != NULL && key != NULL); /* open */
+    pos = (int64_t)layer - ld->layers[0];
     if ((int64_t)ld->layers[ld->n_layers - 1] - ld->layers[0] !=
             (int64_t)ld->n_layers - 1 ||
         pos < 0 || pos >= (int64_t)ld->n_layers || expert < 0 ||
@@ -209,6 +211,7 @@ static int repin_key(xc_cache *c, int32_t layer, int32_t expert, int delta,
     uint32_t key;
     int32_t si;
     int rc;
+    assert((delta == 1 || delta == -1) && what != NULL);
     if ((rc = xc_load_key(&c->ld, layer, expert, &key)) != XC_OK)
         return rc;
     pthread_mutex_lock(&c->mu);
@@ -248,8 +251,9 @@ int xc_cache_unpin(xc_cache *c, int32_t layer, int32_t expert)
 /* A new arena of bytes bytes with one reference (the cache's), or NULL. */
 static struct xc_arena *arena_new(size_t bytes)
 {
-    struct xc_arena *a = xc_calloc(1, sizeof *a);
-    if (a == NULL)
+    struct xc_arena *a;
+    assert(bytes > 0 && bytes % XC_ALIGN == 0); /* n_slots x stride */
+    if ((a = xc_calloc(1, sizeof *a)) == NULL)
         return NULL;
     if ((a->data = xc_aligned_alloc(XC_ALIGN, bytes)) == NULL) {
         xc_free(a);
@@ -282,6 +286,8 @@ void xc_arena_release(xc_arena *a)
 /* Frees everything open() allocated; the sync objects when inited. */
 static void destroy(xc_cache *c, int synced)
 {
+    /* every thread joined (or none started): nothing else touches c */
+    assert(c != NULL && c->aq_n == 0 && c->aq_active == 0 && c->jobs == NULL);
     if (synced) {
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->ended);
@@ -317,7 +323,11 @@ static void destroy(xc_cache *c, int synced)
 static int start_failed(xc_cache *c, const char *pool, int i, int n, int err,
                         int n_workers, int n_io)
 {
-    int rc = xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: cannot start %s "
+    int rc;
+    assert(c != NULL && pool != NULL && i >= 0 && i < n && err != 0);
+    assert(n_workers >= 0 && n_workers <= c->n_workers && n_io >= 0 &&
+           n_io <= c->n_io);
+    rc = xc_fail(XC_E_NOMEM, -1, -1, -1, "cache open: cannot start %s "
                      "thread %d of %d: %s (errno %d); joined the %d "
                      "thread(s) already running", pool, i + 1, n,
                      strerror(err), err, n_workers + n_io);
@@ -333,6 +343,7 @@ static void lock_arena(xc_cache *c, int want)
     size_t bytes = c->n_slots * c->ld.stride;
     struct rlimit rl;
     int e;
+    assert(c->arena != NULL && bytes > 0 && !c->mlocked);
     if (!want) {
         snprintf(c->mlock_note, sizeof c->mlock_note, "mlock not requested");
         return;
@@ -359,8 +370,11 @@ static void lock_arena(xc_cache *c, int want)
 static int size_budget(const xc_cache_opts *o, uint64_t stride,
                        size_t *n_slots)
 {
-    uint64_t need = (uint64_t)o->top_k + 1, need_bytes;
-    uint64_t have = o->n_slots ? o->n_slots : o->budget_bytes / stride;
+    uint64_t need, need_bytes, have;
+    /* top_k checked by open, stride made by the loader (never 0) */
+    assert(o != NULL && n_slots != NULL && o->top_k >= 1 && stride > 0);
+    need = (uint64_t)o->top_k + 1;
+    have = o->n_slots ? o->n_slots : o->budget_bytes / stride;
     if (__builtin_mul_overflow(need, stride, &need_bytes))
         need_bytes = UINT64_MAX; /* only ever printed */
     if (have < need) {

@@ -235,9 +235,28 @@ static inline uint64_t xc_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* For the asserts of "mu held" (and "pool_mu held"): whether some thread
+ * holds the mutex.  A default mutex records no owner to ask, but
+ * pthread_mutex_trylock() of a locked one fails at once with EBUSY
+ * (whoever holds it, the caller included), and a free one it takes is
+ * given back, so a function the caller forgot to lock for aborts unless
+ * another thread happens to hold the mutex at that instant.  One atomic
+ * instruction: asserted where a call costs a read or a reservation
+ * anyway, not on the hit path (a C hit is about 15 ns, docs/BENCHMARKS.md,
+ * "The hit path"), whose functions say so.  Only ever inside assert(). */
+static inline int xc_locked(const pthread_mutex_t *mu)
+{
+    pthread_mutex_t *m = (pthread_mutex_t *)(uintptr_t)mu;
+    if (pthread_mutex_trylock(m) != 0)
+        return 1;
+    pthread_mutex_unlock(m);
+    return 0;
+}
+
 /* First byte of slot s in the arena (s < n_slots). */
 static inline uint8_t *xc_slot_mem(const xc_cache *c, int32_t s)
 {
+    assert(s >= 0 && (size_t)s < c->n_slots);
     return c->arena + (size_t)s * c->ld.stride;
 }
 
@@ -248,6 +267,7 @@ static inline uint8_t *xc_slot_mem(const xc_cache *c, int32_t s)
 /* The handle of slot si as it is now (mu held). */
 static inline int64_t xc_handle_of(const xc_cache *c, int32_t si)
 {
+    assert(si >= 0 && (size_t)si < c->n_slots);
     return (int64_t)(c->slots[si].generation & XC_HANDLE_GEN_MASK) << 32 |
            (int64_t)si;
 }
@@ -271,6 +291,7 @@ static inline slot *xc_held_slot(xc_cache *c, int64_t handle)
 static inline void xc_slot_row(const xc_cache *c, const slot *s,
                                xc_pcand *out)
 {
+    assert(s >= c->slots && s < c->slots + c->n_slots && out != NULL);
     out->slot = (int32_t)(s - c->slots);
     out->key = s->key;
     out->last_use = s->last_use;
@@ -281,7 +302,10 @@ static inline void xc_slot_row(const xc_cache *c, const slot *s,
 /* Notes slot s as maybe not a candidate (see xc_cache.nc; mu held). */
 static inline void xc_slot_note(xc_cache *c, slot *s)
 {
+    assert(s >= c->slots && s < c->slots + c->n_slots);
     if (c->nc != NULL && !s->noted) {
+        /* each slot is listed once (noted), so the list has room */
+        assert(c->nc_n < c->n_slots);
         s->noted = 1;
         c->nc[c->nc_n++] = (int32_t)(s - c->slots);
     }
@@ -292,6 +316,7 @@ static inline void xc_slot_note(xc_cache *c, slot *s)
  * a policy ordering keys by last_use keeps them in order. */
 static inline void xc_slot_touch(xc_cache *c, slot *s)
 {
+    assert(s >= c->slots && s < c->slots + c->n_slots);
     s->last_use = ++c->tick;
     xc_slot_note(c, s); /* a getmany() touches what it holds */
     if (s->state == XC_SLOT_READY && !s->insert_pending) {

@@ -71,6 +71,7 @@
  */
 #include "xc_st_impl.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,7 @@ typedef struct st_dtcache {
 /* The dtype spelled s[0..n), or -1. */
 static int dtype_lookup(const char *s, size_t n, st_dtcache *last)
 {
+    assert((s != NULL || n == 0) && last != NULL);
     if (last->name && last->len == n && small_eq(last->name, s, n))
         return last->d;
     for (int d = 0; d < XC_DT_COUNT; d++) {
@@ -135,6 +137,7 @@ typedef struct st_parse {
 static int malformed_value(const xj *j, size_t at)
 {
     xj probe = *j;
+    assert(at <= j->len); /* a position the parse reached */
     probe.pos = at;
     return xj_skip(&probe, 2);
 }
@@ -145,6 +148,7 @@ static int malformed_value(const xj *j, size_t at)
 static int malformed_at_level(const xj *j, size_t at, int depth)
 {
     xj probe = *j;
+    assert(at <= j->len && depth >= 0);
     probe.pos = at;
     return xj_skip(&probe, depth);
 }
@@ -156,6 +160,8 @@ static int parse_metadata(st_parse *p)
     int rc, nul, started = 0;
     char *k, *v;
     size_t kn, vn, kat;
+    /* this shard's metadata table, on the value of "__metadata__" */
+    assert(st != NULL && p->m_first <= st->n_meta && j->pos <= j->len);
     if (xj_peek(j) == 'n') /* null: the official reader's Option::None */
         return xj_skip(j, 1);
     if (xj_peek(j) != '{')
@@ -209,6 +215,8 @@ static int parse_uint_array(xj *j, uint64_t *v, int max, uint64_t limit,
     int n = 0, rc;
     size_t at = j->pos;
     const char *what = max == 2 ? "a data_offsets entry" : "a shape entry";
+    assert(v != NULL && max >= 1 && name != NULL && field != NULL &&
+           count != NULL);
     if (xj_peek(j) != '[')
         return malformed_value(j, at) ? XC_E_FORMAT_JSON
                : xj_fail(j, XC_E_FORMAT_SCHEMA, at, "tensor \"%.200s\": %s "
@@ -267,8 +275,11 @@ static inline int fast_digit(char c) { return c >= '0' && c <= '9'; }
 static inline int fast_uint(const char *b, size_t len, size_t *pos,
                             uint64_t limit, uint64_t *out)
 {
-    size_t k = *pos, stop = len - k > 19 ? k + 19 : len;
+    size_t k, stop;
     uint64_t v;
+    assert(b != NULL && pos != NULL && out != NULL);
+    k = *pos;
+    stop = len - k > 19 ? k + 19 : len;
     if (k >= len || !fast_digit(b[k]))
         return 0;
     v = (uint64_t)(b[k] - '0');
@@ -301,6 +312,9 @@ static int parse_entry_fast(st_parse *p, st_tensor *t, uint64_t *dims,
     const char *b = p->j.buf;
     size_t len = p->j.len, k = p->j.pos, at;
     int nd = 0, d;
+    /* the cursor on an entry's value, inside the padded buffer */
+    assert(b != NULL && k <= len && t != NULL && dims != NULL &&
+           nd_out != NULL && offs != NULL);
     if (!is_key(b + k, 10, "{\"dtype\":\""))
         return 0;
     k += 10;
@@ -364,6 +378,8 @@ static int parse_entry(st_parse *p, st_tensor *t)
     static const char *const field_names[3] = {"dtype", "shape",
                                                "data_offsets"};
 
+    /* the entry being parsed: the one past the table's end, named */
+    assert(p->pending && t == &st->t[st->n_t] && name != NULL);
     if (parse_entry_fast(p, t, dims, &nd, offs))
         goto parsed;
     if (xj_peek(j) != '{')
@@ -491,6 +507,9 @@ parsed:
 static char *compact_name(st_parse *p, char *k, size_t kn)
 {
     char *to = p->cw;
+    /* decoded in place, NUL-terminated, at or above the write point (see
+     * above: the write point never passes a name's opening quote) */
+    assert(to != NULL && to <= k && k[kn] == '\0');
     p->cw_gap |= p->meta_after;
     if (to != k)
         memmove(to, k, kn + 1);
@@ -507,6 +526,7 @@ int xc_doc_open(xj *j, int code, const char *what)
 {
     size_t at;
     int rc;
+    assert(j != NULL && j->buf != NULL && code < 0 && what != NULL);
     xj_ws(j);
     if (xj_peek(j) != '{') {
         at = j->pos;
@@ -520,6 +540,7 @@ int xc_doc_open(xj *j, int code, const char *what)
 
 int xc_doc_close(xj *j, const char *what)
 {
+    assert(j != NULL && what != NULL);
     xj_ws(j);
     if (j->pos != j->len)
         return xj_fail(j, XC_E_FORMAT_JSON, j->pos,
@@ -535,6 +556,9 @@ static int parse_header(st_parse *p)
     char *k;
     size_t kn, kat;
 
+    /* a fresh parse of this shard's header: nothing recorded yet */
+    assert(st != NULL && p->first == st->n_t && p->m_first == st->n_meta &&
+           j->pos == 0 && p->cw == j->buf && !p->pending);
     if ((rc = xc_doc_open(j, XC_E_FORMAT_SCHEMA, "header")) != XC_OK)
         return rc;
     while ((rc = xj_member(j, &started, &k, &kn, &nul, &kat)) > 0) {
@@ -597,9 +621,14 @@ static int parse_header(st_parse *p)
 static int dup_check(st_parse *p, const xj *j)
 {
     xc_st *st = p->st;
-    const st_tensor *t = st->t + p->first;
-    size_t n = st->n_t - p->first + (size_t)p->pending;
+    const st_tensor *t;
+    size_t n;
     st_table *tb = &p->dup;
+    /* once per shard, after its parse: the table holds none of its names */
+    assert(j == &p->j && p->first <= st->n_t && tb->n == 0 &&
+           (!p->pending || st->n_t < st->cap_t));
+    t = st->t + p->first;
+    n = st->n_t - p->first + (size_t)p->pending;
     if (n == 0)
         return XC_OK;
     if (xc_table_reserve(tb, n) != XC_OK)
@@ -640,6 +669,8 @@ int xc_st_tensor_fail(const xc_st *st, const st_tensor *t, int code,
 {
     char what[768];
     va_list ap;
+    assert(st != NULL && t != NULL && t->shard < st->n_shards && code < 0 &&
+           fmt != NULL);
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
@@ -671,6 +702,7 @@ static int sort_shard(xc_st *st, const st_shard *sh, int *moved)
     st_tensor *t = st->t + sh->first, *copy;
     st_sortkey *keys;
     size_t n = sh->count, i;
+    assert(sh->first + sh->count <= st->n_t && moved != NULL);
     for (i = 1; i < n; i++)
         if (t[i - 1].begin > t[i].begin ||
             (t[i - 1].begin == t[i].begin && t[i - 1].end > t[i].end))
@@ -712,6 +744,9 @@ static int sort_shard(xc_st *st, const st_shard *sh, int *moved)
 static int data_ok(xc_st *st, st_tensor *t, size_t n, uint64_t *data_end)
 {
     uint64_t expected = 0;
+    assert((n == 0 || (t != NULL && t >= st->t &&
+                       (size_t)(t - st->t) + n <= st->n_t)) &&
+           data_end != NULL);
     for (size_t i = 0; i < n; i++) {
         const uint64_t *d = st->dims + t[i].dims_at;
         uint64_t count = 1, bits;
@@ -736,10 +771,16 @@ static int data_ok(xc_st *st, st_tensor *t, size_t n, uint64_t *data_end)
  * is left. */
 static int check_data(xc_st *st, size_t s, int ok, uint64_t data_end)
 {
-    st_shard *sh = &st->shards[s];
-    st_tensor *t = st->t + sh->first;
-    size_t n = sh->count, i;
+    st_shard *sh;
+    st_tensor *t;
+    size_t n, i;
     uint64_t expected = 0, want;
+
+    assert(s < st->n_shards);
+    sh = &st->shards[s];
+    assert(sh->first + sh->count <= st->n_t);
+    t = st->t + sh->first;
+    n = sh->count;
 
     if (ok || data_ok(st, t, n, &data_end))
         goto length;
@@ -854,6 +895,8 @@ static int read_padded(xc_st *st, st_shard *sh, uint64_t offset, size_t len,
     size_t align = sh->direct ? XC_DIRECT_ALIGN : 64, span, at = 0;
     char *b;
     int rc;
+    assert(sh >= st->shards && sh < st->shards + st->n_shards &&
+           buf != NULL && data != NULL);
     span = xc_io_aligned_span(offset, len, align);
     if (span == 0 || span > SIZE_MAX - XJ_PAD)
         return xc_st_nomem(sh->path, "header buffer");
@@ -879,11 +922,15 @@ static int read_padded(xc_st *st, st_shard *sh, uint64_t offset, size_t len,
 
 int xc_st_load_shard(xc_st *st, size_t s)
 {
-    st_shard *sh = &st->shards[s];
+    st_shard *sh;
     st_parse p;
     char *lenbuf = NULL, *lenp, *hdr;
     uint64_t n = 0, data_end = 0;
     int rc, moved = 0, ok;
+
+    /* a shard xc_st_add_shard opened, not loaded yet */
+    assert(st != NULL && s < st->n_shards && st->shards[s].buf == NULL);
+    sh = &st->shards[s];
 
     rc = st->io.size(st->io.ctx, sh->handle, &sh->file_bytes);
     if (rc != 0)
@@ -1003,6 +1050,7 @@ int xc_st_add_shard(xc_st *st, char *path)
     st_shard *sh;
     char note[NOTE_LEN];
     int rc;
+    assert(st != NULL); /* path NULL: the caller's allocation failed */
     if (path == NULL)
         return xc_st_nomem(NULL, "shard path");
     if (xc_st_grow((void **)&st->shards, &st->cap_shards, st->n_shards,

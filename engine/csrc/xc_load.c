@@ -39,6 +39,7 @@
 #include "xc_internal.h"
 #include "xc_load.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +52,7 @@ static size_t format_name(const char *tmpl, int32_t layer, int32_t expert,
     size_t n = 0;
     const char *p = tmpl;
     char num[16];
+    assert(tmpl != NULL && tensor != NULL && (buf != NULL || cap == 0));
     while (*p) {
         const char *piece = NULL;
         size_t len = 1, skip = 1;
@@ -78,6 +80,7 @@ static size_t format_name(const char *tmpl, int32_t layer, int32_t expert,
 void xc_load_close(xc_loader *ld)
 {
     size_t i;
+    assert(ld != NULL);
     if (ld->names)
         for (i = 0; i < ld->n_tensors; i++)
             xc_free(ld->names[i]);
@@ -95,6 +98,7 @@ static int check_opts(const xc_cache_opts *o)
 {
     uint64_t keys, cells;
     size_t i;
+    assert(o != NULL); /* checked by cache open */
     if (o->expert_template == NULL || o->tensors == NULL ||
         o->n_tensors == 0 || o->layers == NULL || o->n_layers == 0)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
@@ -129,6 +133,7 @@ static int check_opts(const xc_cache_opts *o)
 static int same_shape(const xc_tensor_info *a, const xc_slot_tensor *b)
 {
     int d;
+    assert(a != NULL && b != NULL);
     if (a->dtype != b->dtype || a->ndim != b->ndim || a->nbytes != b->nbytes)
         return 0;
     for (d = 0; d < a->ndim; d++)
@@ -144,6 +149,8 @@ static int resolve(xc_loader *ld, const char *tmpl, uint32_t key, size_t t,
     char name[1024];
     int32_t layer, expert;
     int rc;
+    assert(!ld->fused && key < ld->n_keys && t < ld->n_tensors &&
+           ld->names[t] != NULL && info != NULL && index != NULL);
     xc_load_unkey(ld, key, &layer, &expert);
     if (format_name(tmpl, layer, expert, ld->names[t], name, sizeof name) >=
         sizeof name)
@@ -169,11 +176,14 @@ static int resolve(xc_loader *ld, const char *tmpl, uint32_t key, size_t t,
  * own). */
 static int classify(xc_loader *ld, uint32_t key)
 {
-    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
-    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    const uint32_t *shard;
+    const uint64_t *off;
     int contiguous = 1, direct = 0;
     int32_t layer, expert;
     size_t t;
+    assert(key < ld->n_keys && ld->n_tensors > 0); /* its rows filled */
+    shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    off = &ld->file_offset[(size_t)key * ld->n_tensors];
     xc_load_unkey(ld, key, &layer, &expert);
     for (t = 0; t < ld->n_tensors; t++) {
         if (t > 0 && (shard[t] != shard[0] ||
@@ -206,6 +216,8 @@ static int resolve_all(xc_loader *ld, const char *tmpl)
     size_t t, index;
     uint32_t key;
     int rc;
+    assert(!ld->fused && tmpl != NULL && ld->n_keys > 0 &&
+           ld->expert_bytes == 0); /* the tables allocated, nothing in them */
     for (key = 0; key < ld->n_keys; key++) {
         int32_t layer, expert;
         xc_load_unkey(ld, key, &layer, &expert);
@@ -258,6 +270,8 @@ static void shape_text(int64_t lead, const int64_t *shape, int ndim,
 {
     size_t n = 0;
     int d, first = 1;
+    assert(buf != NULL && cap > 0 && ndim >= 0 && ndim <= XC_MAX_DIMS &&
+           (shape != NULL || ndim == 0));
     n += (size_t)snprintf(buf + n, cap - n, "[");
     if (lead >= 0) {
         n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)lead);
@@ -278,12 +292,16 @@ static void shape_text(int64_t lead, const int64_t *shape, int ndim,
 static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
                        const xc_tensor_info *info)
 {
-    xc_slot_tensor *lt = &ld->tensors[t];
-    int32_t layer = ld->layers[li];
+    xc_slot_tensor *lt;
+    int32_t layer;
     int64_t E = ld->n_experts;
     char have[256], want[256];
     uint64_t slice;
     int d, same;
+    assert(ld->fused && li < ld->n_layers && t < ld->n_tensors &&
+           name != NULL && info != NULL);
+    lt = &ld->tensors[t];
+    layer = ld->layers[li];
     shape_text(-1, info->shape, info->ndim, have, sizeof have);
     if (info->ndim == 0)
         return xc_fail(XC_E_MISUSE, -1, layer, -1,
@@ -349,6 +367,8 @@ static int resolve_fused(xc_loader *ld, const char *tmpl)
     size_t li, t, index;
     int32_t e;
     int rc;
+    assert(ld->fused && tmpl != NULL && ld->n_keys > 0 &&
+           ld->expert_bytes == 0); /* the tables allocated, nothing in them */
     for (li = 0; li < ld->n_layers; li++) {
         int32_t layer = ld->layers[li];
         uint32_t key0 = (uint32_t)(li * (size_t)ld->n_experts);
@@ -388,6 +408,7 @@ int xc_load_open(xc_loader *ld, const xc_st *st, const xc_cache_opts *o)
 {
     size_t i;
     int rc;
+    assert(ld != NULL && st != NULL && o != NULL); /* checked by cache open */
     memset(ld, 0, sizeof *ld);
     if ((rc = check_opts(o)) != XC_OK)
         return rc;
@@ -435,6 +456,8 @@ int xc_load_key(const xc_loader *ld, int32_t layer, int32_t expert,
                 uint32_t *key)
 {
     size_t lo = 0, hi = ld->n_layers;
+    /* layer and expert are the caller's to check: a bad pair is MISUSE */
+    assert(ld->n_layers > 0 && ld->n_experts > 0 && key != NULL);
     while (lo < hi) { /* binary search: layers are strictly ascending */
         size_t mid = lo + (hi - lo) / 2;
         if (ld->layers[mid] < layer)
@@ -457,6 +480,7 @@ int xc_load_key(const xc_loader *ld, int32_t layer, int32_t expert,
 void xc_load_unkey(const xc_loader *ld, uint32_t key, int32_t *layer,
                    int32_t *expert)
 {
+    assert(key < ld->n_keys && layer != NULL && expert != NULL);
     *layer = ld->layers[key / (uint32_t)ld->n_experts];
     *expert = (int32_t)(key % (uint32_t)ld->n_experts);
 }
@@ -467,6 +491,7 @@ static int blame(const xc_loader *ld, uint32_t key, int rc)
     char msg[sizeof xc_last_error()->message];
     int64_t off = xc_last_error()->offset;
     int32_t layer, expert;
+    assert(rc < 0); /* a failure this thread recorded */
     xc_load_unkey(ld, key, &layer, &expert);
     memcpy(msg, xc_last_error()->message, sizeof msg);
     return xc_fail(rc, off, layer, expert, "layer %d expert %d: %s",
@@ -481,6 +506,7 @@ static int read_piece(const xc_loader *ld, int64_t h, const char *path,
                       int *src)
 {
     int64_t n = -EOPNOTSUPP;
+    assert(path != NULL && buf != NULL && src != NULL);
     if (ld->io->pread_nowait != NULL && len > 0)
         n = ld->io->pread_nowait(ld->io->ctx, h, buf, len, off);
     if (n == (int64_t)len) {
@@ -512,6 +538,8 @@ static int end_load(const xc_loader *ld, uint32_t key, uint32_t shard, int rc)
     uint64_t now;
     int ch;
     int32_t layer, expert;
+    assert(key < ld->n_keys && shard < xc_st_n_shards(ld->st) &&
+           rc <= 0);
     if (rc == XC_OK && !xc_st_verify(ld->st))
         return XC_OK;
     ch = xc_st_shard_changed(ld->st, shard, why, sizeof why, &now);
@@ -564,6 +592,10 @@ static int read_run(const xc_loader *ld, uint32_t shard, int direct,
     uint64_t begin = off, end = off + n, at, run_end = off + n;
     size_t got;
     int rc = XC_OK;
+    /* O_DIRECT: an aligned buffer and pieces (classify refuses others) */
+    assert(buf != NULL && asked != NULL && src != NULL &&
+           (!direct || ((uintptr_t)buf % XC_ALIGN == 0 &&
+                        ld->chunk_bytes % XC_ALIGN == 0)));
     if (direct)
         xc_io_window(off, n, XC_DIRECT_ALIGN, &begin, &end);
     for (at = begin; at < end && rc == XC_OK;) {
@@ -605,11 +637,17 @@ static int read_scattered_direct(const xc_loader *ld, uint32_t key,
                                  uint8_t *slot, uint64_t *asked, int *src,
                                  uint32_t *last)
 {
-    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
-    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    const uint32_t *shard;
+    const uint64_t *off;
     const uint64_t base = 2 * XC_ALIGN;
     size_t t = ld->n_tensors;
     int rc = XC_OK;
+    /* only a fused expert is scattered under O_DIRECT (classify) */
+    assert(key < ld->n_keys && ld->fused && ld->direct[key] &&
+           !ld->contiguous[key] && (uintptr_t)slot % XC_ALIGN == 0 &&
+           asked != NULL && src != NULL && last != NULL);
+    shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    off = &ld->file_offset[(size_t)key * ld->n_tensors];
     while (t-- > 0 && rc == XC_OK) {
         uint64_t n = ld->tensors[t].nbytes, place = base + ld->tensors[t].offset;
         uint64_t lo, hi, at;
@@ -631,12 +669,19 @@ static int read_scattered_direct(const xc_loader *ld, uint32_t key,
 int xc_load_read_src(const xc_loader *ld, uint32_t key, uint8_t *slot,
                      uint64_t *payload_off, uint64_t *asked_bytes, int *src)
 {
-    const uint32_t *shard = &ld->file_shard[(size_t)key * ld->n_tensors];
-    const uint64_t *off = &ld->file_offset[(size_t)key * ld->n_tensors];
+    const uint32_t *shard;
+    const uint64_t *off;
     uint64_t asked = 0;
     size_t t, got;
     int rc = XC_OK;
 
+    /* a key of this loader into a slot of the arena (stride bytes,
+     * XC_ALIGN-aligned) */
+    assert(key < ld->n_keys && slot != NULL &&
+           (uintptr_t)slot % XC_ALIGN == 0 && payload_off != NULL &&
+           asked_bytes != NULL && src != NULL);
+    shard = &ld->file_shard[(size_t)key * ld->n_tensors];
+    off = &ld->file_offset[(size_t)key * ld->n_tensors];
     *src = ld->direct[key] ? XC_SRC_DEVICE : XC_SRC_PAGE_CACHE;
     if (!ld->contiguous[key]) { /* one read per tensor, packed in order */
         uint32_t last = shard[0];

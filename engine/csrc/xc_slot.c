@@ -82,6 +82,7 @@
  * so appending keeps the list in stamp order. */
 void xc_slot_stamp(xc_cache *c, int32_t si)
 {
+    assert(xc_locked(&c->mu) && si >= 0 && (size_t)si < c->n_slots);
     /* only a fresh reservation is stamped, once */
     assert(c->slots[si].state == XC_SLOT_INFLIGHT &&
            c->slots[si].last_use == 0);
@@ -103,6 +104,7 @@ void xc_slot_stamp(xc_cache *c, int32_t si)
 static void tell(xc_cache *c, slot *s)
 {
     xc_pcand row;
+    assert(c->ordered && s >= c->slots && s < c->slots + c->n_slots);
     assert(s->state == XC_SLOT_READY && s->insert_pending);
     s->insert_pending = 0;
     xc_slot_row(c, s, &row);
@@ -115,6 +117,7 @@ static void tell(xc_cache *c, slot *s)
  * first read that has not ended (mu held). */
 static void tell_ready(xc_cache *c)
 {
+    assert(c->ordered); /* no list is kept otherwise */
     while (c->oq_first >= 0 &&
            c->slots[c->oq_first].state == XC_SLOT_READY) {
         slot *s = &c->slots[c->oq_first];
@@ -132,6 +135,7 @@ static void tell_ready(xc_cache *c)
 static void oq_sweep(xc_cache *c, int all)
 {
     int32_t *link = &c->oq_first, si;
+    assert(c->ordered);
     c->oq_last = -1;
     while ((si = *link) >= 0) {
         slot *s = &c->slots[si];
@@ -162,6 +166,7 @@ typedef struct vctx {
 
 static int is_candidate(const slot *s)
 {
+    assert(s != NULL);
     if (s->state != XC_SLOT_READY || SLOT_PROTECTED(s))
         return 0;
     if (s->insert_pending)
@@ -172,7 +177,9 @@ static int is_candidate(const slot *s)
 static int view_row(const void *ctx, uint32_t key, xc_pcand *out)
 {
     const xc_cache *c = ((const vctx *)ctx)->c;
-    int32_t si = c->index[key];
+    int32_t si;
+    assert(key < c->ld.n_keys && out != NULL); /* a key the policy knows */
+    si = c->index[key];
     if (si < 0 || !is_candidate(&c->slots[si]))
         return 0;
     xc_slot_row(c, &c->slots[si], out);
@@ -193,6 +200,7 @@ static void view_list(vctx *v)
 {
     xc_cache *c = v->c;
     size_t i, n = 0;
+    assert(c->nc != NULL); /* kept for a policy sampling by position */
     if (v->listed)
         return;
     for (i = 0; i < c->nc_n; i++) {
@@ -221,6 +229,7 @@ static void view_nth(const void *ctx, size_t j, xc_pcand *out)
     vctx *v = (vctx *)(uintptr_t)ctx;
     size_t i, s = j;
     view_list(v);
+    assert(j < v->c->n_slots - v->n); /* j-th of view_count()'s candidates */
     for (i = 0; i < v->n && (size_t)v->c->nc[i] <= s; i++)
         s++;
     xc_slot_row(v->c, &v->c->slots[s], out);
@@ -252,6 +261,7 @@ int32_t xc_slot_victim(xc_cache *c)
     xc_pview view = {view_row, view_count, view_nth, &v};
     size_t i;
     int64_t k;
+    assert(xc_locked(&c->mu) && c->empty_lo <= c->n_slots);
     for (i = c->empty_lo; i < c->n_slots; i++)
         if (c->slots[i].state == XC_SLOT_EMPTY)
             break;
@@ -276,7 +286,10 @@ int32_t xc_slot_victim(xc_cache *c)
  * (last_use 0: xc_slot_finish() touches) unless the caller stamps one. */
 void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key)
 {
-    slot *s = &c->slots[si];
+    slot *s;
+    assert(xc_locked(&c->mu) && si >= 0 && (size_t)si < c->n_slots &&
+           key < c->ld.n_keys);
+    s = &c->slots[si];
     /* never a read under way, never a held or pinned expert */
     assert(s->state != XC_SLOT_INFLIGHT && !SLOT_PROTECTED(s));
     assert(c->index[key] < 0);
@@ -315,9 +328,15 @@ void xc_slot_reserve(xc_cache *c, int32_t si, uint32_t key)
 void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
                     uint64_t asked_bytes, uint64_t ns, int kind, int src)
 {
-    slot *s = &c->slots[si];
+    slot *s;
     xc_stats dropped, *cs = &c->stats;
-    int listed = c->ordered && s->last_use != 0; /* stamped: on the list */
+    int listed;
+    assert(xc_locked(&c->mu) && si >= 0 && (size_t)si < c->n_slots);
+    assert(kind >= 0 && kind < XC_N_KINDS);
+    assert(rc != XC_OK || src == XC_SRC_UNKNOWN ||
+           src == XC_SRC_PAGE_CACHE || src == XC_SRC_DEVICE);
+    s = &c->slots[si];
+    listed = c->ordered && s->last_use != 0; /* stamped: on the list */
     /* only a read under way is published (or emptied), once */
     assert(s->state == XC_SLOT_INFLIGHT && c->n_reads > 0);
     if (s->window != c->window) {
@@ -385,7 +404,10 @@ void xc_slot_finish(xc_cache *c, int32_t si, int rc, uint64_t payload_off,
  * (first use), bump freq, touch, hold. */
 void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
 {
-    slot *s = &c->slots[si];
+    slot *s;
+    /* the hit path: mu held is not asserted (xc_locked) */
+    assert(si >= 0 && (size_t)si < c->n_slots && key < c->ld.n_keys);
+    s = &c->slots[si];
     assert(s->state == XC_SLOT_READY && s->key == key);
     c->stats.requests++;
     c->stats.hits++;
@@ -417,6 +439,9 @@ void xc_slot_hit(xc_cache *c, int32_t si, uint32_t key)
 int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key)
 {
     int32_t si;
+    /* a miss: the key is neither resident nor in flight */
+    assert(xc_locked(&c->mu) && key < c->ld.n_keys && c->index[key] < 0 &&
+           !c->pol.want_set);
     c->pol.want = key; /* xc_policy.h: the victim is chosen for key */
     c->pol.want_set = 1;
     si = xc_slot_victim(c);
@@ -435,7 +460,11 @@ int32_t xc_slot_miss_reserve(xc_cache *c, uint32_t key)
 
 void xc_slot_ref(const xc_cache *c, int32_t si, xc_ref *out)
 {
-    const slot *s = &c->slots[si];
+    const slot *s;
+    /* the hit path: mu held is not asserted (xc_locked) */
+    assert(si >= 0 && (size_t)si < c->n_slots && out != NULL);
+    s = &c->slots[si];
+    assert(s->state == XC_SLOT_READY && s->holds > 0); /* a held reference */
     out->slot = si;
     out->generation = s->generation;
     out->data = xc_slot_mem(c, si) + s->payload_off;
@@ -450,7 +479,14 @@ void xc_slot_ref(const xc_cache *c, int32_t si, xc_ref *out)
  * slot is INFLIGHT and owned by the caller. */
 void xc_slot_read(const xc_cache *c, resv *r)
 {
-    uint64_t t0 = xc_now_ns();
+    uint64_t t0;
+    /* the caller's own INFLIGHT reservation of r's key: nobody else
+     * writes these fields until it is finished */
+    assert(r != NULL && r->slot >= 0 && (size_t)r->slot < c->n_slots &&
+           r->key < c->ld.n_keys);
+    assert(c->slots[r->slot].state == XC_SLOT_INFLIGHT &&
+           c->slots[r->slot].key == r->key);
+    t0 = xc_now_ns();
     r->rc = xc_load_read_src(&c->ld, r->key, xc_slot_mem(c, r->slot),
                              &r->payload_off, &r->asked_bytes, &r->src);
     r->ns = xc_now_ns() - t0;
@@ -464,6 +500,16 @@ void xc_slot_read(const xc_cache *c, resv *r)
  * on the stream's completion list. */
 void xc_slot_stream_done(xc_cache *c, xc_stream *stream, size_t idx, int rc)
 {
+    assert(xc_locked(&c->mu) && stream != NULL && stream->c == c &&
+           idx < stream->n && stream->n_done < stream->n);
+    /* our read of the item (from the ring, or claimed), just finished:
+     * published and not held yet, or failed */
+    assert(stream->state[idx] == STREAM_ITEM_QUEUED ||
+           stream->state[idx] == STREAM_ITEM_READING);
+    assert(rc != XC_OK ||
+           (c->slots[stream->slot[idx]].state == XC_SLOT_READY &&
+            c->slots[stream->slot[idx]].key == stream->keys[idx] &&
+            c->slots[stream->slot[idx]].holds == 0));
     if (rc == XC_OK)
         c->slots[stream->slot[idx]].holds = 1;
     else
@@ -482,6 +528,8 @@ void xc_slot_stream_done(xc_cache *c, xc_stream *stream, size_t idx, int rc)
 void xc_slot_claim_read(xc_cache *c, xc_stream *stream, size_t i)
 {
     resv r;
+    assert(xc_locked(&c->mu) && stream != NULL && stream->c == c &&
+           i < stream->n);
     r.slot = stream->slot[i];
     r.key = stream->keys[i];
     r.err = NULL;
@@ -513,6 +561,9 @@ static int get_miss(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
     uint64_t payload_off = 0, asked = 0, t0, ns;
     int32_t si;
     int rc, src;
+
+    assert(xc_locked(&c->mu) && out != NULL &&
+           (kind == XC_KIND_GET || kind == XC_KIND_STREAM));
 
     /* (4) choose a victim; none leaves everything as it was */
     si = xc_slot_miss_reserve(c, key);
@@ -547,6 +598,9 @@ int xc_get_locked(xc_cache *c, uint32_t key, int32_t layer, int32_t expert,
 {
     int waited = 0;
     int32_t si;
+    /* the hit path: mu held is not asserted (xc_locked) */
+    assert(key < c->ld.n_keys && out != NULL &&
+           (kind == XC_KIND_GET || kind == XC_KIND_STREAM));
     for (;;) {
         /* (2) look up */
         si = c->index[key];

@@ -138,6 +138,8 @@ static int stream_yield_done(xc_cache *c, xc_stream *stream, size_t i,
                              xc_ref *out, size_t *index)
 {
     int32_t layer, expert;
+    assert(xc_locked(&c->mu) && stream->c == c && i < stream->n &&
+           stream->state[i] == STREAM_ITEM_DONE && out != NULL);
     stream->state[i] = STREAM_ITEM_YIELDED;
     if (index)
         *index = i;
@@ -159,6 +161,8 @@ static int stream_get(xc_cache *c, xc_stream *stream, size_t i, xc_ref *out,
                       size_t *index)
 {
     int32_t layer, expert;
+    assert(xc_locked(&c->mu) && stream->c == c && i < stream->n &&
+           stream->state[i] != STREAM_ITEM_YIELDED && out != NULL);
     stream->state[i] = STREAM_ITEM_YIELDED;
     if (index)
         *index = i;

@@ -11,8 +11,8 @@
  *     preprocessed out, and the allocation and thread-start wrappers
  *     (xc_alloc.c) are plain malloc and pthread_create, with no counter;
  *   - the instrumented build (-DXC_TEST_SEAMS: xcache.engine._xc_test,
- *     `python engine/_build.py --out DIR`, the gate's, CI's sanitizer and
- *     coverage builds) adds, on the same library (one shared object, the
+ *     `python -m xcache.engine._build --out DIR`, the gate's, CI's
+ *     sanitizer and coverage builds) adds, on the same library (one shared object, the
  *     same status codes and error records):
  *       - the allocation and thread-start countdowns (fail the Nth one);
  *       - the fault injector, an xc_io vtable that breaks chosen reads;

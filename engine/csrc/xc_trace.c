@@ -61,8 +61,12 @@ void xc_trace_put(xc_cache *c, int kind, int outcome, uint32_t key)
 {
     uint8_t *r;
     int32_t layer, expert;
+    assert(kind >= 0 && kind < XC_N_KINDS && outcome >= 0 &&
+           outcome < XC_N_OUTCOMES && key < c->ld.n_keys);
     if (c->tr == NULL || c->tr_failed)
         return;
+    /* tracing: asserted only here, off the untraced hit path (xc_locked) */
+    assert(xc_locked(&c->mu) && c->tr_n < c->tr_cap);
     xc_load_unkey(&c->ld, key, &layer, &expert);
     r = c->tr_buf + c->tr_n * TRACE_RECORD_BYTES;
     memset(r, 0, TRACE_RECORD_BYTES);

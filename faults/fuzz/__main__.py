@@ -42,7 +42,8 @@ def build(out: Path) -> Path:
         os.environ, CC="clang", LDSHARED="clang -shared -pthread", XC_SANITIZE=SANITIZE
     )
     res = subprocess.run(
-        [sys.executable, str(ROOT / "engine" / "_build.py"), "--out", str(out)],
+        [sys.executable, "-m", "xcache.engine._build", "--out", str(out),
+         "--src", str(ROOT / "engine")],
         env=env,
         cwd=ROOT,
         capture_output=True,

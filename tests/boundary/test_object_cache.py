@@ -25,7 +25,7 @@ def _copy_engine(tmp_path: Path) -> Path:
     """A copy of everything a build reads, as tmp_path/engine."""
     dst = tmp_path / "engine"
     shutil.copytree(ENGINE / "csrc", dst / "csrc")
-    for name in (*_build.CDEFS, "_build.py"):
+    for name in _build.CDEFS:
         shutil.copy2(ENGINE / name, dst / name)
     return dst
 
@@ -33,8 +33,8 @@ def _copy_engine(tmp_path: Path) -> Path:
 def _build_with_cache(tree: Path, out: Path, cache: Path) -> Path:
     """Build ``tree`` into ``out`` through the object cache ``cache``; the .so."""
     env = {"XC_OBJ_CACHE": str(cache), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, str(tree / "_build.py"), "--out",
-                           str(out), "--src", str(tree)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "xcache.engine._build",
+                           "--out", str(out), "--src", str(tree)], env=env,
                           capture_output=True, text=True, check=True)
     return Path(proc.stdout.strip().splitlines()[-1])
 

@@ -187,8 +187,9 @@ def _pytest(scratch: Path, selection: str, timeout: float) -> Stage:
     so = _kept_build(scratch)
     py = sys.executable
     if so is None:  # replay kept none (it did not get that far): build here
-        rc, out, err = _run([py, "engine/_build.py", "--out",
-                             str(scratch / "pybuild")], scratch, timeout)
+        rc, out, err = _run([py, "-m", "xcache.engine._build", "--out",
+                             str(scratch / "pybuild"), "--src", "engine"],
+                            scratch, timeout)
         if rc != 0:
             return Stage(NO_COMPILE if rc else TIMED_OUT, rc,
                          detail=_tail(err or out, 4))

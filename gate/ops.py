@@ -3,7 +3,7 @@
 Every step of a scenario file (docs/SCENARIOS.md "Operations") is one row
 of :data:`OPS`: an :class:`OpSpec` naming
 
-- ``run(run, step)``, the handler, given the :class:`~gate.scenarios.ScenarioRun`
+- ``run(run, step)``, the handler, given the :class:`~gate.scenario_run.ScenarioRun`
   and the compiled step;
 - ``compile(ctx, step)``, the step's fields made concrete for one container
   (keys, sizes), given a :class:`gate.steps.StepContext`; None when the

@@ -46,7 +46,8 @@ from xcache.gate.backends import factory
 from xcache.gate.containers import Target, make_target
 from xcache.gate.program_gen import OPTION_SETS, generate, with_checks
 from xcache.gate.report import Report
-from xcache.gate.scenarios import WATCHDOG, ScenarioRun, run_bounded
+from xcache.gate.scenario_run import ScenarioRun
+from xcache.gate.scenarios import WATCHDOG, run_bounded
 from xcache.gate.steps import NotApplicable, cache_options, compile_steps
 
 #: The programs file every replay runs (a JSON object, see docs/SCENARIOS.md).

@@ -41,7 +41,7 @@ from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import EngineBackend, OracleBackend
 from xcache.gate.containers import Target, _layout_of_spec, make_target
 from xcache.gate.report import Report
-from xcache.gate.scenarios import ScenarioRun
+from xcache.gate.scenario_run import ScenarioRun
 
 
 @pytest.fixture(scope="module")
@@ -244,10 +244,10 @@ def test_a_seeded_sample_of_scenarios_passes_on_huge_sparse(tmp_path, monkeypatc
     from xcache.gate import scenarios
     from xcache.gate.scenarios import run_scenarios
 
-    real = scenarios.load_scenarios  # exact names (stream-claim is in
-    # stream-claim-kinds)
-    monkeypatch.setattr(scenarios, "load_scenarios", lambda only: [
-        sc for sc in real(only) if sc["name"] in only])
+    files = scenarios.scenario_files  # exact names (stream-claim is in
+    # stream-claim-kinds): run_scenarios reads the files through it
+    monkeypatch.setattr(scenarios, "scenario_files", lambda only, folder=None: [
+        (p, sc) for p, sc in files(only, folder) if sc["name"] in only])
     report = Report()
     with contextlib.redirect_stdout(io.StringIO()):
         ran = run_scenarios(engine, tmp_path, report, HUGE_SCENARIOS,
@@ -261,7 +261,7 @@ def test_a_seeded_sample_of_scenarios_passes_on_huge_sparse(tmp_path, monkeypatc
     assert not failed, rerun + "\n" + "\n".join(failed[:10])
     # only a scenario for contiguous experts skips: huge-sparse's are
     # dtype-sorted (each weight's block scales lie apart from it)
-    by_name = {sc["name"]: sc for sc in real([])}
+    by_name = {sc["name"]: sc for _, sc in files([])}
     for name, reason in skipped.items():
         assert "contiguous == 1" in by_name[name].get("requires", []), (name, rerun)
         assert reason.startswith("requires contiguous == 1"), (name, reason)

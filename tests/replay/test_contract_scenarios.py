@@ -15,7 +15,8 @@ from xcache.gate.backends import IO_MAX_RETRIES, EngineBackend, OracleBackend
 from xcache.gate.containers import Target, make_target
 from xcache.gate.corruptions import make_overlap
 from xcache.gate.report import Report
-from xcache.gate.scenarios import ScenarioRun, compile_steps
+from xcache.gate.scenario_run import ScenarioRun
+from xcache.gate.steps import compile_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core

@@ -18,7 +18,8 @@ from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import EngineBackend, OracleBackend
 from xcache.gate.containers import Target
 from xcache.gate.report import Report
-from xcache.gate.scenarios import ScenarioRun, run_bounded
+from xcache.gate.scenario_run import ScenarioRun
+from xcache.gate.scenarios import run_bounded
 from xcache.replay import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from xcache.gate.backends import EngineBackend, OracleBackend
 from xcache.gate.check_probe import BREAK_NAMES, probe
 from xcache.gate.containers import Target, make_target
 from xcache.gate.report import Report
-from xcache.gate.scenarios import ScenarioRun
+from xcache.gate.scenario_run import ScenarioRun
 from xcache.gate.trace_check import take, trace_path
 
 

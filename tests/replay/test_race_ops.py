@@ -239,6 +239,7 @@ def test_ctrl_c_ends_a_run_whose_read_a_stall_holds(tmp_path):
                   {"op": "join", "bound_s": 40}]}))
     code = ("import sys\nfrom xcache import engine\nfrom pathlib import Path\n"
             "from xcache.gate import scenarios as gs, race_ops\n"
+            "from xcache.gate.ops import OPS\n"
             "from xcache.gate.report import Report\n"
             f"gs.SCENARIO_DIR = Path({str(folder)!r})\n"
             "real = race_ops.join\n"
@@ -247,7 +248,7 @@ def test_ctrl_c_ends_a_run_whose_read_a_stall_holds(tmp_path):
             "        print('held', flush=True)\n"
             "    real(run, step)\n"
             "import dataclasses\n"
-            "gs.OPS['join'] = dataclasses.replace(gs.OPS['join'], run=join)\n"
+            "OPS['join'] = dataclasses.replace(OPS['join'], run=join)\n"
             f"gs.run_scenarios(engine, Path({str(tmp_path / 'work')!r}), "
             "Report(), [])\n")
     err = tmp_path / "stderr.txt"

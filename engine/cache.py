@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import threading
 import time
 import weakref
@@ -38,6 +37,7 @@ import numpy as np
 
 from xcache.engine import _lib
 from xcache.engine import errors as _err
+from xcache.engine.cache_options import open_cache
 from xcache.engine.errors import InvariantError, misuse
 from xcache.engine.hold import (
     Expert,
@@ -47,8 +47,7 @@ from xcache.engine.hold import (
     hold_layer,
     pinned_bytes,
 )
-from xcache.engine.layout import UNSET, cache_keywords
-from xcache.engine.layout_core import FUSED, check_family
+from xcache.engine.layout import UNSET
 from xcache.engine.stream import Stream
 from xcache.engine.stream import key_arrays as _key_arrays
 
@@ -60,44 +59,6 @@ __all__ = ["TIMING_COUNTERS", "Expert", "ExpertCache", "LayerHold", "Stream"]
 TIMING_COUNTERS = ("load_ns", "page_cache_loads", "device_loads",
                    "unknown_loads", "page_cache_bytes", "device_bytes",
                    "queue_fallbacks")
-
-
-#: The largest batch_threads (the C core's range, xc_cache_open).
-MAX_BATCH_THREADS = 256
-#: Bytes of one trace record (TRACE_RECORD_BYTES in engine/csrc), and the
-#: ring's records when trace_ring_records is 0.
-TRACE_RECORD_BYTES = 24
-DEFAULT_TRACE_RING_RECORDS = 4096
-#: The C message when one of the tables xc_cache_open sizes (slots, index,
-#: trace ring) cannot be allocated.
-_SLOTS_NOMEM = re.compile(r"cache open: no memory for \d+ slots of \d+ bytes")
-#: Keys (layers x n_experts) the C core can number: its key count is 32-bit.
-MAX_KEYS = 2**32 - 1
-
-
-def _check_key_count(container: Any, template: Any, n_layers: int,
-                     n_experts: int, n_tensors: int) -> None:
-    """MisuseError when layers x n_experts cannot be what the container holds.
-
-    The C core sizes its expert tables by that product before it looks a
-    single name up, so a mistaken ``n_experts=10**8`` would fail as "no
-    memory" (or, past 32 bits, as too many keys).  An unfused layout needs
-    a tensor of its own for every key, so more keys than the container has
-    tensors is refused here, naming the numbers.
-    """
-    n_keys = n_layers * n_experts
-    if n_keys > MAX_KEYS:
-        return  # C refuses it: "... is too many keys"
-    fused = isinstance(template, str) and check_family(
-        "expert_template", template) == FUSED
-    try:
-        held = len(container)
-    except (TypeError, _err.EngineError):
-        return  # not countable (or closed: the open says so)
-    if not fused and n_tensors and n_keys > held:
-        raise misuse(f"n_experts={n_experts} x {n_layers} layers is "
-                     f"{n_keys:,} experts, each with tensors of its own, but "
-                     f"the container holds {held:,} tensors in all")
 
 
 def _closed(*_args: object) -> Any:
@@ -212,87 +173,17 @@ class ExpertCache:
         self._ptr: Any = None
         self._busy: list[None] = []
         self._owns_container = False
-        kw = cache_keywords(layout, {
-            "expert_template": expert_template, "tensors": tensors,
-            "layers": layers, "n_experts": n_experts, "top_k": top_k})
-        expert_template, tensors = kw["expert_template"], kw["tensors"]
-        layers, n_experts, top_k = kw["layers"], kw["n_experts"], kw["top_k"]
-        if (n_slots is None) == (budget_bytes is None):
-            raise misuse("give exactly one of n_slots and budget_bytes")
-        handle = getattr(container, "_handle", None)
-        if handle is None and not hasattr(container, "_ptr"):
-            raise misuse(f"container must be an engine.Container, got "
-                         f"{type(container).__name__} {container!r}")
-        o = ffi.new("xc_cache_opts *")
-        ci, u64, i32 = _err.check_int, _err.U64, _err.INT32
-        o.n_slots = ci("n_slots", n_slots, *u64) if n_slots is not None else 0
-        o.budget_bytes = (ci("budget_bytes", budget_bytes, *u64)
-                          if budget_bytes is not None else 0)
-        o.top_k = ci("top_k", top_k, *i32)
-        # its own range here: C checks it in one message with top_k's
-        ci("batch_threads", batch_threads, 1, MAX_BATCH_THREADS)
-        if isinstance(tensors, (str, bytes)):
-            raise misuse(f"tensors must be a sequence of str, got "
-                         f"{type(tensors).__name__} {tensors!r}")
-        try:
-            tensor_list = list(tensors)
-            layer_list = list(layers)
-        except TypeError as e:
-            raise misuse(f"tensors and layers must be sequences: {e}") from None
-        names = [ffi.new("char[]", _err.check_text(f"tensors[{i}]", t))
-                 for i, t in enumerate(tensor_list)]
-        keep = {
-            "policy": ffi.new("char[]", _err.check_text("policy", policy)),
-            "template": ffi.new("char[]", _err.check_text("expert_template",
-                                                          expert_template)),
-            "names": names,
-            "tensors": ffi.new("const char *[]", names),
-            "layers": ffi.new("int32_t[]", [ci(f"layers[{i}]", v, *i32)
-                                            for i, v in enumerate(layer_list)]),
-            "trace": (ffi.new("char[]", _err.check_path("trace_path",
-                                                        trace_path))
-                      if trace_path is not None else ffi.NULL),
-        }
-        o.policy = keep["policy"]
-        o.expert_template = keep["template"]
-        o.tensors = keep["tensors"]
-        o.n_tensors = len(names)
-        o.layers = keep["layers"]
-        o.n_layers = len(layer_list)
-        o.n_experts = ci("n_experts", n_experts, *i32)
-        _check_key_count(container, expert_template, len(layer_list),
-                         o.n_experts, len(tensor_list))
-        o.chunk_bytes = ci("chunk_bytes", chunk_bytes, *u64)
-        o.batch_threads = ci("batch_threads", batch_threads, *i32)
-        o.io_threads = ci("io_threads", io_threads, *i32)
-        o.io_depth = ci("io_depth", io_depth, *i32)
-        o.split_min_misses = ci("split_min_misses", split_min_misses, *i32)
-        o.lock_memory = int(_err.check_flag("lock_memory", lock_memory))
-        o.trace_path = keep["trace"]
-        o.trace_ring_records = ci("trace_ring_records", trace_ring_records,
-                                  0, 2**64 - 1)
+        #: the C cache, and the layout facts it was opened with (read by
+        #: the properties below; the C cache keeps its own copy)
+        self._ptr, self._shape = open_cache(
+            container, layout=layout, n_slots=n_slots, budget_bytes=budget_bytes,
+            top_k=top_k, expert_template=expert_template, tensors=tensors,
+            layers=layers, n_experts=n_experts, policy=policy,
+            chunk_bytes=chunk_bytes, batch_threads=batch_threads,
+            io_threads=io_threads, io_depth=io_depth,
+            split_min_misses=split_min_misses, lock_memory=lock_memory,
+            trace_path=trace_path, trace_ring_records=trace_ring_records)
         self._container = container
-        out = ffi.new("xc_cache **")
-        cptr = handle() if handle is not None else container._ptr  # closed: misuse
-        rc = lib.xc_cache_open(cptr, o, out)
-        if rc == lib.XC_E_NOMEM and trace_path is not None:
-            try:
-                _lib.check(rc)
-            except _err.OutOfMemoryError as e:
-                if not _SLOTS_NOMEM.fullmatch(str(e)):
-                    raise
-                # C's one message for its tables names only the slots
-                n = trace_ring_records or DEFAULT_TRACE_RING_RECORDS
-                raise _err.OutOfMemoryError(
-                    f"{e} and a trace ring of {n:,} records "
-                    f"({n * TRACE_RECORD_BYTES:,} bytes)",
-                    status=e.status, kind=e.kind) from None
-        _lib.check(rc)
-        self._ptr = ffi.gc(out[0], lib.xc_cache_close)
-        #: the layout facts the cache was opened with (read by the
-        #: properties below; the C cache keeps its own copy)
-        self._shape = (tuple(layer_list), int(o.n_experts), int(o.top_k),
-                       str(policy))
         #: the C library for internal calls that must still work while
         #: closing (ending streams); _lib is swapped to refuse once closed
         self._clib = lib
@@ -306,7 +197,6 @@ class ExpertCache:
         self._arena = np.frombuffer(
             ffi.buffer(keeper, int(lib.xc_arena_bytes(arena))), np.uint8)
         self._arena.flags.writeable = False
-        self._arena_addr = int(ffi.cast("uintptr_t", base))
         self._layout = SlotLayout(self._ptr)
         #: whether the slot arena is locked in memory, and why (not) in words
         self.mlock_active: bool = bool(lib.xc_cache_mlock_active(self._ptr))
@@ -316,7 +206,6 @@ class ExpertCache:
         # bound once: the hit path is a few hundred ns and lookups show
         self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
-        self._new = ffi.new
         #: views by payload offset and spare C arrays of hold_layer
         self._hold_views = HoldViews(lib, self._ptr, self._arena, self._layout,
                                      int(lib.xc_cache_n_slots(self._ptr)),

@@ -1,6 +1,7 @@
 """A ``--scheduler`` endpoint is trusted for nothing: a peer that accepts and stays
 silent, or answers bytes that are not dask's, is exit 2 with one line within the
-connect limit, for ``lab`` and ``predict`` alike (DESIGN §7, "Hostile input")."""
+connect limit, for ``lab`` and ``predict`` alike (docs/LABS.md, "Hostile input in
+the labs")."""
 
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from xcache import fixtures
+from xcache.fixtures import content
 from xcache.gate import oracle_reads
 from xcache.gate.backend import BackendFactory
 from xcache.gate.backends import EngineBackend, OracleBackend
@@ -94,7 +95,7 @@ def test_a_served_huge_sparse_expert_is_judged_from_its_written_bytes(
     wrong = bytearray(served)
     wrong[len(wrong) // 2] = 1  # the middle of the gate tensor's hole
     made = []
-    real = fixtures.content.expected_range
+    real = content.expected_range
     monkeypatch.setattr(fixtures.content, "expected_range",
                         lambda sp, td, b, e: made.append(e - b) or real(sp, td, b, e))
     run = ScenarioRun({"name": "probe", "steps": []}, {}, [], target, tmp_path,
@@ -107,7 +108,7 @@ def test_a_served_huge_sparse_expert_is_judged_from_its_written_bytes(
     # 6 tensors (3 weights, 3 block scales), their first and last 64 bytes
     # each: made once for the key, however often it is served
     assert made == [64] * 12
-    length, parts = fixtures.content.expert_extents(spec, *key)
+    length, parts = content.expert_extents(spec, *key)
     assert length == 44_050_944
     w, sc = 14_680_064, 3_584
     assert [(o, len(c)) for o, c in parts] == [

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT as REPO
-from xcache import engine, oracle
+from xcache import engine
+from xcache.oracle import safetensors as oracle_safetensors
 from xcache.oracle.regular import NotRegularFileError, open_regular
 from xcache.oracle.traces import read_trace
 
@@ -110,7 +111,7 @@ def test_the_open_of_a_fifo_returns_at_once_so_nothing_blocks_ctrl_c(tmp_path):
         engine.Container(fifo)
     assert str(info.value) == why(fifo, "a FIFO")
     with pytest.raises(NotRegularFileError) as info2:
-        oracle.safetensors.Container(fifo)
+        oracle_safetensors.Container(fifo)
     assert str(info2.value) == why(fifo, "a FIFO")
     with pytest.raises(NotRegularFileError):
         open_regular(fifo)

@@ -180,12 +180,13 @@ def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
 def test_interrupted_export_leaves_no_half_file(tmp_path, monkeypatch, capsys):
     """Ctrl-C while --export-csv writes: exit 130 and no half-written CSV."""
 
-    from xcache import oracle
+    from xcache.oracle import traces
+
     def half(trace: object, path: str) -> None:
         Path(path).write_text("sequence,token\n0,")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(oracle.traces, "write_csv", half)
+    monkeypatch.setattr(traces, "write_csv", half)
     export = tmp_path / "trace.csv"
     assert main(["lab", MIXTRAL, str(tmp_path / "out"), "--export-csv",
                  str(export), "--quiet", "--executor", "thread"]) == 130
@@ -239,11 +240,12 @@ def test_a_run_that_ends_without_results_removes_the_out_it_made(
         command, how, rc, tmp_path, monkeypatch, capsys):
     """Ctrl-C or an error mid-sweep: the OUT the run made (three deep) is gone."""
 
-    from xcache import lab
+    from xcache.lab.timing import sweep as time_sweep
+
     if command == "lab":
         monkeypatch.setattr(lab_cli, "run_sweep", _ends(how))
     else:
-        monkeypatch.setattr(lab.timing.sweep, "run_time_sweep", _ends(how))
+        monkeypatch.setattr(time_sweep, "run_time_sweep", _ends(how))
     out = tmp_path / "a" / "b" / "out"
     assert main([command, MIXTRAL, str(out), "--quiet", "--executor",
                  "thread"]) == rc
@@ -260,11 +262,12 @@ def test_a_run_that_ends_without_results_keeps_an_out_that_was_there(
         command, how, rc, tmp_path, monkeypatch):
     """An OUT that existed (empty, or with the user's file) stays as it was."""
 
-    from xcache import lab
+    from xcache.lab.timing import sweep as time_sweep
+
     if command == "lab":
         monkeypatch.setattr(lab_cli, "run_sweep", _ends(how))
     else:
-        monkeypatch.setattr(lab.timing.sweep, "run_time_sweep", _ends(how))
+        monkeypatch.setattr(time_sweep, "run_time_sweep", _ends(how))
     empty, mine = tmp_path / "empty", tmp_path / "mine"
     empty.mkdir()
     mine.mkdir()

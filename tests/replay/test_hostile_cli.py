@@ -145,18 +145,8 @@ def test_stuck_scenario_fails_and_the_users_work_folder_stays(tmp_path):
     assert sorted(x.name for x in out.iterdir()) == ["replay-work"]
 
 
-@pytest.mark.nosan
-@pytest.mark.parametrize("at", [b"Verified", b"Built the engine"])
-def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
-    """One SIGINT during the build or the scenarios: exit 130, no traceback, no child.
-
-    Only what the run made is removed: the user's replay-work stays as it was.
-    """
-    out = tmp_path / "out"
-    before = _user_work(out)
-    proc = subprocess.Popen([sys.executable, "replay.py", str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+def _interrupt_at(proc: subprocess.Popen[bytes], at: bytes) -> tuple[int, str]:
+    """SIGINT ``proc``'s group once its stdout shows ``at``; its exit and stderr."""
     os.set_blocking(proc.stdout.fileno(), False)
     seen = b""
     deadline = time.monotonic() + 300
@@ -170,7 +160,22 @@ def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    err = proc.stderr.read().decode()
+    return rc, proc.stderr.read().decode()
+
+
+@pytest.mark.nosan
+@pytest.mark.parametrize("at", [b"Verified", b"Built the engine"])
+def test_ctrl_c_ends_the_gate_leaving_nothing(at, tmp_path):
+    """One SIGINT during the build or the scenarios: exit 130, no traceback, no child.
+
+    Only what the run made is removed: the user's replay-work stays as it was.
+    """
+    out = tmp_path / "out"
+    before = _user_work(out)
+    proc = subprocess.Popen([sys.executable, "replay.py", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    rc, err = _interrupt_at(proc, at)
     assert rc == 130, err
     assert "Traceback" not in err
     assert err.endswith("replay.py: interrupted; nothing of this run is left\n")
@@ -186,21 +191,7 @@ def test_ctrl_c_removes_the_out_folder_and_parents_the_gate_made(tmp_path):
     proc = subprocess.Popen([sys.executable, "replay.py", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    os.set_blocking(proc.stdout.fileno(), False)
-    seen = b""
-    deadline = time.monotonic() + 300
-    while (b"Built the engine" not in seen and proc.poll() is None
-           and time.monotonic() < deadline):
-        time.sleep(0.05)
-        seen += proc.stdout.read() or b""
-    assert b"Built the engine" in seen, seen.decode(errors="replace")
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        rc = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    err = proc.stderr.read().decode()
+    rc, err = _interrupt_at(proc, b"Built the engine")
     assert rc == 130, err
     assert err.endswith("replay.py: interrupted; nothing of this run is left\n")
     assert os.listdir(tmp_path) == []

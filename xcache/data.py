@@ -11,8 +11,9 @@ from an installed copy as they do from the clone's root:
   ``xcache-replay --cache NAME OUT``.
 
 Each tool takes a path first: a file or folder that exists is always what it
-names.  Only an argument that names nothing on disk is looked up here, by its
-file name or stem (``mixtral-8x7b``, ``olmoe_299.jsonl``, ``tinycache``).
+names.  Only a bare name (no folder in it) that names nothing on disk is
+looked up here, by its file name or stem (``mixtral-8x7b``,
+``olmoe_299.jsonl``, ``tinycache``).
 ``xcache-data`` (:func:`main`) prints every shipped name and its path.
 """
 
@@ -59,8 +60,8 @@ def resolve(kind: str, arg: str | Path) -> Path:
     "no such file" error (:func:`hint` adds what could have been meant).
     """
     path = Path(arg)
-    if path.exists():
-        return path
+    if path.exists() or os.fspath(arg) != path.name:
+        return path  # a path with a folder in it is never a shipped name
     items = shipped(kind)
     name = path.name
     for key in (name, Path(name).stem):

@@ -47,10 +47,12 @@ def test_a_path_that_exists_wins_over_a_shipped_name(
 
 
 @pytest.mark.parametrize("arg", ["nope", "mixtral-8x7b.jsonl", "olmoe_299.json",
-                                 "sub/olmoe_299.txt"])
+                                 "sub/olmoe_299.txt", "sub/olmoe_299",
+                                 "sub/mixtral-8x7b"])
 def test_anything_else_is_returned_as_given(arg: str, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """An unknown name, or a shipped stem with another suffix, is left to the caller."""
+    """An unknown name, a shipped stem with another suffix, or a name under a
+    folder (a mistyped path) is left to the caller."""
     monkeypatch.chdir(tmp_path)
     kind = "model" if "mixtral" in arg or arg == "nope" else "trace"
     assert data.resolve(kind, arg) == Path(arg)
@@ -99,4 +101,7 @@ def test_a_lab_takes_a_shipped_trace_by_name_and_names_them_when_missing(
     opts = {"lab": ["--policies", "lru", "--slots", "8", "--quiet"],
             "predict": ["--quiet"], "time": ["--tokens", "20", "--quiet"]}[lab]
     assert main([lab, "olmoe_299", str(tmp_path / "ok"), *opts]) == 0
-    assert any((tmp_path / "ok").iterdir())
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == {
+        "lab": ["mrc.png", "results.csv", "results.json"],
+        "predict": ["predict.csv", "predict.json", "predict.png"],
+        "time": ["time.csv", "time.json", "time.png", "time_layers.csv"]}[lab]

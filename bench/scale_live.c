@@ -25,7 +25,7 @@
  * rounds come last (they evict the resident keys).
  */
 #include "xc.h"
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <stdio.h>
 #include <stdlib.h>

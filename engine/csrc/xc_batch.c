@@ -4,7 +4,7 @@
  * the read-ahead ring and its io_threads readers (xc_cache.c explains why
  * a read-ahead leaves the cache exactly as getmany would).
  */
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

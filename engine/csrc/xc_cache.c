@@ -3,7 +3,7 @@
  * handles, pin/unpin, the arena, open/close; and the design of the whole.
  *
  * The cache is one object in several files sharing the private types of
- * xc_cache_impl.h, each with one job, and the calls between them run one
+ * xc_core.h, each with one job, and the calls between them run one
  * way (no file calls back into one that calls it):
  *
  *   xc_cache.c   get, handles, pins, the arena, open/close
@@ -77,7 +77,7 @@
  * `aq_work` wakes the read-ahead readers.  The batch readers have their
  * own mutex (pool_mu) that is never held together with mu.
  */
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * and window reset, slot snapshots and geometry, and xc_cache_check(), the
  * walk over every structure that names the first broken invariant.
  */
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -69,7 +69,7 @@
  * report is the same: the first duplicate wins over any later problem,
  * including one in its own entry.
  */
-#include "xc_st_impl.h"
+#include "xc_reader.h"
 
 #include <assert.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * check that the index and the shards agree tensor by tensor and in
  * total_size.
  */
-#include "xc_st_impl.h"
+#include "xc_reader.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -14,7 +14,7 @@
  * (xc_header.c) and maps weight_map entries for the index (xc_index.c);
  * all go through xc_name_hash.
  */
-#include "xc_st_impl.h"
+#include "xc_reader.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * choice, the order list, and a key's demand read through them.
  *
  * These are the primitives the cache's other files share
- * (xc_cache_impl.h): get (xc_cache.c), getmany, prefetch and hold_layer
+ * (xc_core.h): get (xc_cache.c), getmany, prefetch and hold_layer
  * (xc_batch.c) and streams (xc_stream.c) all move slots only through the
  * functions here, and this file calls none of theirs, so the calls run one
  * way, down to this file (xc_cache.c draws them).  A stream's
@@ -67,7 +67,7 @@
  *   they describe, so check() can relate them (INV-COUNTERS, INV-PREFETCH)
  *   at any call boundary, even with other threads mid-call.
  */
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <pthread.h>
 #include <stdlib.h>

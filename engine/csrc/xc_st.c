@@ -3,7 +3,7 @@
  * file, a folder, or an index), its tensors, shards and metadata, reads,
  * and the check that the files are still the ones opened.
  *
- * The reader's other files, sharing xc_st_impl.h (which says who calls
+ * The reader's other files, sharing xc_reader.h (which says who calls
  * whom: from this file down, never back):
  *   xc_index.c   model.safetensors.index.json;
  *   xc_header.c  one shard: its file opened, its header validated
@@ -16,7 +16,7 @@
  * Nothing here is static and mutable: two threads may open containers at
  * once.
  */
-#include "xc_st_impl.h"
+#include "xc_reader.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -4,9 +4,9 @@
  * The reader's other files (xc_st.c, xc_index.c, xc_header.c, xc_names.c)
  * grow their arrays, advise big buffers onto huge pages, join paths and
  * record running out of memory through these, and these call nothing of
- * theirs: the bottom of the reader's one-way calls (xc_st_impl.h).
+ * theirs: the bottom of the reader's one-way calls (xc_reader.h).
  */
-#include "xc_st_impl.h"
+#include "xc_reader.h"
 
 #include <stdlib.h>
 #include <string.h>

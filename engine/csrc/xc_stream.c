@@ -3,7 +3,7 @@
  * hold, yielded hits first and then in completion order (docs/CACHE.md
  * "stream"; xc_cache.c tells why a reservation nobody reads is claimable).
  */
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <pthread.h>
 #include <stdlib.h>

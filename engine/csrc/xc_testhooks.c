@@ -9,7 +9,7 @@
  * corrupts exactly one field, runs the checker, and puts every field back,
  * so the cache stays usable (and closable) afterwards.
  *
- * The cache's private types come from xc_cache_impl.h, the header
+ * The cache's private types come from xc_core.h, the header
  * xc_cache.c itself uses, so the hook always sees the real layout.
  *
  * Not for production use: the hook is not thread safe against concurrent
@@ -19,7 +19,7 @@
 #ifndef XC_TEST_SEAMS
 #error "xc_testhooks.c is a test seam: it is compiled into the instrumented build only (-DXC_TEST_SEAMS; engine/_build.py SEAM_SOURCES)"
 #endif
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #ifndef XC_TEST_SEAMS
 #error "xc_testhooks_check.c is a test seam: it is compiled into the instrumented build only (-DXC_TEST_SEAMS; engine/_build.py SEAM_SOURCES)"
 #endif
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <assert.h>
 #include <math.h>

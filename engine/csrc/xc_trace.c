@@ -3,7 +3,7 @@
  * buffered under the cache lock and written in blocks, the header with the
  * container fingerprint, opened as the last step of cache open.
  */
-#include "xc_cache_impl.h"
+#include "xc_core.h"
 
 #include <errno.h>
 #include <fcntl.h>

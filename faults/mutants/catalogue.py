@@ -192,7 +192,7 @@ CATALOGUE: tuple[Mutant, ...] = (
        "aggregate adjusted hits subtract first uses, not loads",
        "adjusted-hits"),
     # -- holds and pins ----------------------------------------------------
-    _m("M25", "xc_cache_impl.h",
+    _m("M25", "xc_core.h",
        "#define SLOT_PROTECTED(s) ((s)->holds != 0 || (s)->pins != 0)",
        "#define SLOT_PROTECTED(s) ((s)->holds != 0)",
        "a pinned expert can be chosen as a victim", "holds-pins"),

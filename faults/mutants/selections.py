@@ -48,7 +48,7 @@ _POLICY_TESTS = ("tests/policies", "tests/lab/test_c_simulator.py",
 FILE_TESTS: dict[str, tuple[str, ...]] = {
     **{f: _READER_TESTS for f in ("xc_json.c", "xc_header.c", "xc_names.c",
                                   "xc_index.c", "xc_st.c", "xc_st_mem.c",
-                                  "xc_st_impl.h", "xc_json.h")},
+                                  "xc_reader.h", "xc_json.h")},
     **{f: _POLICY_TESTS for f in (
         "xc_policy.c", "xc_policy_arc.c", "xc_policy_fifo.c",
         "xc_policy_hotness.c", "xc_policy_lfru.c", "xc_policy_lfu.c",
@@ -89,7 +89,7 @@ FILE_TESTS: dict[str, tuple[str, ...]] = {
            "tests/faults/test_alloc_every_entry_point.py",
            "tests/faults/test_thread_start_failures.py")
        for f in ("xc_cache.c", "xc_batch.c", "xc_slot.c", "xc_stream.c",
-                 "xc_cache_impl.h", "xc.h")},
+                 "xc_core.h", "xc.h")},
 }
 
 

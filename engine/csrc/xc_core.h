@@ -1,5 +1,5 @@
 /*
- * xc_cache_impl.h -- the private types of the cache and the functions its
+ * xc_core.h -- the private types of the cache and the functions its
  * files share; not public (xc.h and xc_test.h are the boundary).
  *
  * The cache is one object split along its seams, every file including
@@ -22,8 +22,8 @@
  * Every function declared below runs with the cache mutex `mu` held unless
  * its comment says otherwise.
  */
-#ifndef XC_CACHE_IMPL_H
-#define XC_CACHE_IMPL_H
+#ifndef XC_CORE_H
+#define XC_CORE_H
 
 #include "xc_internal.h"
 #include "xc_kinds.h"
@@ -404,4 +404,4 @@ void xc_trace_put(xc_cache *c, int kind, int outcome, uint32_t key);
  * XC_E_IO recorded on failure, with no file left behind that it made. */
 int xc_trace_open(xc_cache *c, const char *path);
 
-#endif /* XC_CACHE_IMPL_H */
+#endif /* XC_CORE_H */

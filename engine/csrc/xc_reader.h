@@ -1,5 +1,5 @@
 /*
- * xc_st_impl.h -- the private types of the safetensors reader and the
+ * xc_reader.h -- the private types of the safetensors reader and the
  * functions its files share; not public (xc.h is the boundary).
  *
  *   xc_st.c      the public reader API: open (file, folder, index), the
@@ -16,8 +16,8 @@
  * calls one above it).  The sections below follow the same order, bottom
  * first.
  */
-#ifndef XC_ST_IMPL_H
-#define XC_ST_IMPL_H
+#ifndef XC_READER_H
+#define XC_READER_H
 
 #include "xc_json.h"
 
@@ -206,4 +206,4 @@ int xc_doc_close(xj *j, const char *what);
  * describes.  The first problem's code, recorded. */
 int xc_st_open_index(xc_st *st, const char *index_path, const char *dir);
 
-#endif /* XC_ST_IMPL_H */
+#endif /* XC_READER_H */

@@ -60,7 +60,7 @@ CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "pins": ("a pinned expert is never a victim; unpin frees it", [
         ("batch-residents-pins", "")]),
     "holds": ("a held expert is never a victim; release gives it back", [
-        ("state-holds", ""), ("held-victim", ""), ("hold-layer-refusal", "")]),
+        ("state-holds", ""), ("held-victim", ""), ("hold-layer-no-slot", "")]),
     "policies": ("every policy's counters on real routing", [
         ("policies", "")]),
     "reader-refusals": ("a malformed container is refused at open", [

@@ -33,7 +33,7 @@ from tests.containers.matrix import DIRECT_ONLY, HUGE, Cell, all_cells, run_cell
 DEFAULT_SEED = 20261201
 DEFAULT_SAMPLE = 8
 #: a twin with few keys skips the scenarios that need more, with a reason
-#: (the found-* scenarios and hold-layer-refused name flat keys of their home
+#: (the found-* scenarios and hold-layer-gives-back name flat keys of their home
 #: container, the programs' shrunk findings: a twin without them skips them,
 #: saying which key is outside); check-cross-s3fifo's breaks need its home's
 #: five slots filled as written, so a top-k above 4 skips it, naming k)
@@ -43,7 +43,7 @@ ALLOWED_SKIPS = {DIRECT_ONLY, "batch-residents-pins", "key-bounds",
                  "found-stream-of-residents-open", "found-unhold-twice",
                  "found-stream-get-between-reads",
                  "found-verify-replaced", "found-verify-truncated",
-                 "hold-layer-refused", "hold-layer-refusal",
+                 "hold-layer-gives-back", "hold-layer-no-slot",
                  "check-cross-s3fifo"}
 
 

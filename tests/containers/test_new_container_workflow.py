@@ -35,7 +35,8 @@ SCENARIOS = 52
 #: scenarios written for their home container's keys (the programs' shrunk
 #: findings and the hold_layer refusals, and check-cross-s3fifo's five
 #: slots filled as written): a twin may lack those keys or that top-k
-FOUND = ("found-", "hold-layer-refus", "check-cross-s3fifo")
+FOUND = ("found-", "hold-layer-no-slot", "hold-layer-gives-back",
+         "check-cross-s3fifo")
 #: runs of the scenario that needs experts in one run each (O_DIRECT cannot
 #: pack a scattered one): a twin whose experts are scattered skips them
 DIRECT_RUNS = ("state-direct", 2)

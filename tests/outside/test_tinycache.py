@@ -39,7 +39,7 @@ REPORT = {
     "reader-refusals": "N/A", "replaced-file": "PASS", "allocation": "N/A",
     "direct-io": "N/A", "streams": "N/A", "victim-order": "PASS",
     "reads-under-way": "N/A", "trace": "N/A", "invariant-check": "N/A",
-    # the programs' shrunk findings (found-*, hold-layer-refused) judge no
+    # the programs' shrunk findings (found-*, hold-layer-gives-back) judge no
     # contract of their own; what tinycache can run of them passes
     "other": "PASS",
 }

@@ -104,9 +104,9 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
-    # mixtral-mini's 8 experts lack those hold-layer-refused names
-    ("mixtral-mini", 65, ["found-direct-partial", "hold-layer-refusal",
-                          "hold-layer-refused", "state-direct"]),
+    # mixtral-mini's 8 experts lack those hold-layer-gives-back names
+    ("mixtral-mini", 65, ["found-direct-partial", "hold-layer-no-slot",
+                          "hold-layer-gives-back", "state-direct"]),
     ("deepseek-mini", 67, ["found-direct-partial", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
@@ -212,13 +212,13 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
                                   "state-order", "state-holds",
                                   "state-untold", "state-direct",
                                   "held-victim", "reset-window",
-                                  "hold-layer-refusal",
+                                  "hold-layer-no-slot",
                                   "found-claim-wait-hit", "found-direct-partial",
                                   "found-fused-chunked-eio", "found-release-twice",
                                   "found-stream-of-residents-open",
                                   "found-unhold-twice", "found-verify-replaced",
                                   "found-stream-get-between-reads",
-                                  "found-verify-truncated", "hold-layer-refused",
+                                  "found-verify-truncated", "hold-layer-gives-back",
                                   "stalled-reads", "stalled-read-ahead",
                                   "files-changed-in-place", "check-cross-arc",
                                   "check-cross-fields", "check-cross-fifo",

@@ -18,7 +18,8 @@ from setuptools import find_namespace_packages, setup
 
 HERE = Path(__file__).resolve().parent
 #: The design's top-level folders, each installed as ``xcache.<name>``.
-TOPS = ("engine", "oracle", "fixtures", "gate", "lab", "faults", "examples")
+TOPS = ("engine", "oracle", "fixtures", "gate", "lab", "faults", "hunt",
+        "examples")
 #: Data a package's folder ships besides its Python modules.
 DATA = ["*.c", "*.h", "*.json", "*.jsonl", "*.toml", "*.md", "*.oracleGeneral"]
 #: Never packages: caches and build output left in a working tree.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Coverage: Python branch coverage (oracle, fixtures, faults, engine) and C
+# Coverage: Python branch coverage (oracle, fixtures, faults, hunt, engine) and C
 # line + branch coverage of engine/csrc, from one run of the whole suite
 # against a gcov-instrumented engine.  Standalone: run it from the repository
 # root with the project's venv activated (pip install -e '.[test]').

@@ -11,7 +11,9 @@ to a subpackage (``pyproject.toml``, ``[tool.setuptools]``):
 ``xcache.fixtures``    the synthetic-shard and twin generator (``fixtures/``)
 ``xcache.gate``        the pinned replays that gate engine changes (``gate/``)
 ``xcache.lab``         the policy, prefetch and time labs (``lab/``)
-``xcache.faults``      fault injection, mutants and fuzzers (``faults/``)
+``xcache.faults``      fault injection: I/O faults, corruptions (``faults/``)
+``xcache.hunt``        the hunters that drive the gate: mutants, fuzzers
+                       (``hunt/``)
 ``xcache.replay``      the front door behind ``xcache-replay``
 =====================  ======================================================
 

@@ -3,8 +3,9 @@
 Each package may import only the packages below it: ``engine`` none of the
 project's others; ``oracle`` and ``fixtures`` neither the engine nor the tools
 built on them; ``faults`` the engine, the oracle and the generator; the gate
-and the labs all of those.  An import inside a function counts as much as one
-at the top: the rule is about what a package needs, not when it loads it.
+and the labs all of those; ``hunt`` (mutants, fuzzers) everything below it.
+An import inside a function counts as much as one at the top: the rule is
+about what a package needs, not when it loads it.
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ ALLOWED: dict[str, set[str]] = {
     "oracle": set(),
     "fixtures": {"oracle"},
     "faults": {"engine", "oracle", "fixtures"},
-    # the fuzzers drive every tool, the gate's container step included: a
-    # layer of their own above the gate (which imports faults' injectors,
-    # corruptions and kinds, never the fuzzers)
-    "faults/fuzz": {"engine", "oracle", "fixtures", "faults", "gate", "lab"},
     "gate": {"engine", "oracle", "fixtures", "faults"},
     "lab": {"engine", "oracle", "fixtures", "gate"},
+    # the hunters (mutants, fuzzers) drive every tool, the gate included: a
+    # package above the gate, which imports faults' injectors, corruptions
+    # and kinds and never a hunter
+    "hunt": {"engine", "oracle", "fixtures", "faults", "gate", "lab"},
 }
 PROJECT = set(ALLOWED) | {"replay", "tests", "bench"}
 #: The design's top-level folders: importable only as ``xcache.<name>``.
-TOPS = ("engine", "oracle", "fixtures", "gate", "lab", "faults")
+TOPS = ("engine", "oracle", "fixtures", "gate", "lab", "faults", "hunt")
 
 
 def _package(dotted: str) -> str:

@@ -20,7 +20,8 @@ def unbuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the checkout's packages with no compiled extension in it."""
     dest = tmp_path_factory.mktemp("unbuilt") / "clone"
     ignore = shutil.ignore_patterns("*.so", "__pycache__", "_xc.c", "*.o")
-    for name in ("xcache", "engine", "oracle", "fixtures", "gate", "lab", "faults"):
+    for name in ("xcache", "engine", "oracle", "fixtures", "gate", "lab", "faults",
+                 "hunt"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
     for name in ("replay.py", "pyproject.toml"):
         shutil.copy2(ROOT / name, dest / name)

@@ -22,7 +22,8 @@ from xcache.fixtures import __main__ as fixtures_cli
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [
     ROOT / "README.md", ROOT / "fixtures" / "README.md",
-    ROOT / "faults" / "README.md", ROOT / "fixtures" / "traces" / "README.md"]
+    ROOT / "faults" / "README.md", ROOT / "hunt" / "README.md",
+    ROOT / "fixtures" / "traces" / "README.md"]
 
 
 def _text(rel: str) -> str:

@@ -1,4 +1,4 @@
-"""The engine mutation catalogue and its runner (faults/mutants)."""
+"""The engine mutation catalogue and its runner (hunt/mutants)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from xcache.faults.mutants import run as mrun
-from xcache.faults.mutants.catalogue import (
+from xcache.hunt.mutants import run as mrun
+from xcache.hunt.mutants.catalogue import (
     CATALOGUE,
     CONTRACTS,
     KNOWN_SURVIVORS,
@@ -102,15 +102,15 @@ def test_failed_checks_from_a_replay_report() -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--jobs", "0"], "faults.mutants: --jobs 0: it must be at least 1"),
-    (["--timeout", "0"], "faults.mutants: --timeout 0: it must be above 0"),
+    (["--jobs", "0"], "hunt.mutants: --jobs 0: it must be at least 1"),
+    (["--timeout", "0"], "hunt.mutants: --timeout 0: it must be above 0"),
     (["--replay-timeout", "-1"],
-     "faults.mutants: --replay-timeout -1: it must be above 0"),
+     "hunt.mutants: --replay-timeout -1: it must be above 0"),
     (["--only", "M01,M99"],
-     f"faults.mutants: --only 'M01,M99': no such mutant M99; ids are "
+     f"hunt.mutants: --only 'M01,M99': no such mutant M99; ids are "
      f"M01..{CATALOGUE[-1].id}"),
-    (["--pytest", " "], "faults.mutants: --pytest: an empty selection"),
-    (["--root", "/nonexistent"], "faults.mutants: --root /nonexistent: no "
+    (["--pytest", " "], "hunt.mutants: --pytest: an empty selection"),
+    (["--root", "/nonexistent"], "hunt.mutants: --root /nonexistent: no "
      "checkout there (expected replay.py and engine/)"),
 ])
 def test_bad_options_exit_2_with_a_message(argv: list[str], message: str,
@@ -128,12 +128,12 @@ def test_bad_catalogue_file(tmp_path: Path,
     bad.write_text('[{"id": "X1"}]')
     assert mrun.main(["--catalogue", str(bad)]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"faults.mutants: --catalogue {bad}: entry 0 must have exactly the "
+        f"hunt.mutants: --catalogue {bad}: entry 0 must have exactly the "
         "string fields id, file, original, replacement, description, contract")
     bad.write_text("{")
     assert mrun.main(["--catalogue", str(bad)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"faults.mutants: --catalogue {bad}: cannot read it: ")
+        f"hunt.mutants: --catalogue {bad}: cannot read it: ")
 
 
 @pytest.mark.nosan  # builds and replays three engines (about a minute)
@@ -176,8 +176,8 @@ def test_runner_verdicts_on_a_tiny_catalogue(
 
 def test_the_behaviour_selection_names_existing_test_files() -> None:
     """Every path of BEHAVIOUR_TESTS is a test file or folder of this checkout."""
-    from xcache.faults.mutants.run import ROOT
-    from xcache.faults.mutants.selections import BEHAVIOUR_TESTS
+    from xcache.hunt.mutants.run import ROOT
+    from xcache.hunt.mutants.selections import BEHAVIOUR_TESTS
 
     assert len(BEHAVIOUR_TESTS) == len(set(BEHAVIOUR_TESTS)) == 15
     for rel in BEHAVIOUR_TESTS:

@@ -1,4 +1,4 @@
-"""Mutants by rule (faults/mutants/rules.py): the population, the draw and its filter.
+"""Mutants by rule (hunt/mutants/rules.py): the population, the draw and its filter.
 
 A tiny engine folder of one C file stands in for engine/: small enough that
 every mutant of it can be listed and compiled here.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xcache.faults.mutants import catalogue, rules
+from xcache.hunt.mutants import catalogue, rules
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")
 
@@ -133,7 +133,7 @@ def test_a_draw_of_nothing_is_refused(engine_dir: Path) -> None:
 def test_every_targeted_test_path_exists_and_a_file_without_one_gets_all() -> None:
     """--pytest targeted names only test paths that exist; an engine file with no
     entry gets the behaviour selection."""
-    from xcache.faults.mutants import selections as sel
+    from xcache.hunt.mutants import selections as sel
 
     root = Path(__file__).resolve().parents[2]
     named = {p for paths in sel.FILE_TESTS.values() for p in paths}

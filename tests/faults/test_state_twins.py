@@ -1,7 +1,7 @@
 """State and counter contracts, checked by what the engine does.
 
 Each test pins one contract a one-line engine bug breaks quietly (the
-mutants of faults/mutants/catalogue.py named in its docstring) by values
+mutants of hunt/mutants/catalogue.py named in its docstring) by values
 only: counters, slot states and holds, residents after a victim choice,
 the class of an error, ``check()`` -- never a message's wording or a time.
 k3-mini's expert e is the run [20608 + 1632 e, 22240 + 1632 e) of its shard.

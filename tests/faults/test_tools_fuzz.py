@@ -1,8 +1,8 @@
-"""The tool fuzzer (faults/fuzz/tools.py): a fixed, derandomized budget per group.
+"""The tool fuzzer (hunt/fuzz/tools.py): a fixed, derandomized budget per group.
 
 Each test draws its cases with hypothesis' derandomized generator, so the
 same cases run every time; ``XC_TOOL_FUZZ_SCALE=K`` multiplies every
-budget (``python -m xcache.faults.fuzz tools --seconds N`` runs for a time
+budget (``python -m xcache.hunt.fuzz tools --seconds N`` runs for a time
 instead, with fresh cases).
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from xcache.faults.fuzz import tools
-from xcache.faults.fuzz.tools import Case, Outcome, Report, Target
+from xcache.hunt.fuzz import tools
+from xcache.hunt.fuzz.tools import Case, Outcome, Report, Target
 
 pytestmark = pytest.mark.nosan  # runs the tools as subprocesses on the plain build
 
@@ -58,7 +58,7 @@ def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None
 def test_corpus_regressions(work: Path) -> None:
     """Every kept case of a fixed finding ends acceptably (known-*: CI's run)."""
     cases = tools.corpus_cases(known=False)
-    assert cases, "faults/fuzz/corpus-tools/cases/ is empty"
+    assert cases, "hunt/fuzz/corpus-tools/cases/ is empty"
     report = Report()
     for case in cases:
         tools.check(case, work, report)

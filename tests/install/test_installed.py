@@ -107,7 +107,7 @@ def test_the_wheel_installs_one_import_name_and_its_engine_sources(
                  "xcache/engine/_cdef.h", "xcache/engine/pins.json",
                  "xcache/gate/sim_counts.json", "xcache/oracle/traces/__init__.py",
                  "xcache/gate/open_probe/__init__.py", "xcache/lab/timing/__init__.py",
-                 "xcache/faults/fuzz/targets/__init__.py",
+                 "xcache/hunt/fuzz/targets/__init__.py",
                  "xcache/fixtures/models/mixtral-8x7b.json",
                  "xcache/fixtures/traces/olmoe_299.jsonl",
                  "xcache/examples/tinycache/xcs.toml", "xcache/replay.py"):
@@ -119,7 +119,8 @@ def test_every_folder_with_python_ships_in_the_wheel(dist: dict[str, Path]) -> N
     """Each package folder of the clone is in the wheel: none is left out by a list."""
     with zipfile.ZipFile(dist["wheel"]) as z:
         names = set(z.namelist())
-    tops = ("engine", "oracle", "fixtures", "gate", "lab", "faults", "examples")
+    tops = ("engine", "oracle", "fixtures", "gate", "lab", "faults", "hunt",
+            "examples")
     missing = [p.relative_to(ROOT).as_posix() for top in tops
                for p in (ROOT / top).rglob("*.py")
                if "__pycache__" not in p.parts
@@ -143,7 +144,7 @@ def test_the_installed_package_is_the_one_that_runs(wheel_bin: Path,
     """xcache comes from the venv, and no bare design folder name is importable."""
     code = ("import importlib.util, xcache, xcache.engine\n"
             "print(xcache.engine.__file__)\n"
-            "print([n for n in ('engine', 'gate', 'oracle', 'lab', 'faults',\n"
+            "print([n for n in ('engine', 'gate', 'oracle', 'lab', 'faults', 'hunt',\n"
             "       'fixtures', 'replay') if importlib.util.find_spec(n)])\n")
     p = run([str(wheel_bin / "python"), "-c", code], cwd=away)
     where, bare = p.stdout.splitlines()

@@ -1,9 +1,9 @@
 """The fuzz corpus replayed without atheris: every input, engine and oracle reader.
 
-``faults/fuzz/corpus/`` holds the seeds (``python -m xcache.faults.fuzz seed``) and
+``hunt/fuzz/corpus/`` holds the seeds (``python -m xcache.hunt.fuzz seed``) and
 the inputs the coverage-guided fuzzer found reaching new code; each is
-decoded as the fuzz target decodes it (``faults.fuzz.inputs``) and must open
-or fail the same way in both readers (``faults.fuzz.verdicts``), with no
+decoded as the fuzz target decodes it (``hunt.fuzz.inputs``) and must open
+or fail the same way in both readers (``hunt.fuzz.verdicts``), with no
 crash -- under CI's sanitizer run too.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from xcache.faults.fuzz import inputs
-from xcache.faults.fuzz.verdicts import compare_oracle
+from xcache.hunt.fuzz import inputs
+from xcache.hunt.fuzz.verdicts import compare_oracle
 
-CORPUS = Path(__file__).resolve().parents[2] / "faults" / "fuzz" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "hunt" / "fuzz" / "corpus"
 FILES = sorted(p for p in CORPUS.iterdir() if p.is_file())
 
 

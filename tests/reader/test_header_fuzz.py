@@ -1,10 +1,10 @@
 """Header fuzz suite: generated and mutated headers and index files, three readers.
 
-Every example is written to disk (``faults.fuzz.inputs``) and read by the
+Every example is written to disk (``hunt.fuzz.inputs``) and read by the
 engine's C reader, the oracle reader and, for single files, the official
 ``safetensors`` reader.  The rules they must agree by, and the documented
 exceptions (each with its line of docs/DESIGN.md §3 or faults/README.md),
-are in one place: ``faults/fuzz/verdicts.py``.  Runs in CI's normal pytest
+are in one place: ``hunt/fuzz/verdicts.py``.  Runs in CI's normal pytest
 run and in its sanitizer run.
 """
 
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz import inputs
-from xcache.faults.fuzz.verdicts import (
+from xcache.hunt.fuzz import inputs
+from xcache.hunt.fuzz.verdicts import (
     OFFICIAL_DIFFERENCES,
     OPEN_FINDINGS,
     compare_official,
@@ -482,7 +482,7 @@ def test_open_findings_are_real_and_still_open(tmp_path):
     finding that no longer does was resolved and leaves the table (its case
     then runs in ``test_resolved_finding_agrees``).
     """
-    from xcache.faults.fuzz import verdicts
+    from xcache.hunt.fuzz import verdicts
 
     for name in sorted(OPEN_FINDINGS):
         path = inputs.materialise(finding_input(name), tmp_path / name)

@@ -4,8 +4,8 @@ Every scenario file and the programs file are read as bounded regular
 JSON files and checked whole against one schema each (gate/schema.py)
 before anything of them runs; the first field that does not fit is exit
 2 with one line naming the file and the field.  The cases are the tool
-fuzzer's findings (faults/fuzz/targets/gate_files.py), run through
-``faults.fuzz.gate_files``, which does what ``replay.py`` does with the
+fuzzer's findings (hunt/fuzz/targets/gate_files.py), run through
+``hunt.fuzz.gate_files``, which does what ``replay.py`` does with the
 files once its engine is built.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from xcache.faults.fuzz import gate_files
 from xcache.gate import SCENARIO_DIR, CannotRun
 from xcache.gate.ops import OPS
 from xcache.gate.programs import load_programs
 from xcache.gate.scenarios import load_scenario, load_scenarios
+from xcache.hunt.fuzz import gate_files
 
 SHIPPED = json.loads((SCENARIO_DIR / "reset-window-k3-mini.json").read_text())
 PROGRAMS = {"length": 24, "programs": [

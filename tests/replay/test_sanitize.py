@@ -164,7 +164,7 @@ def test_a_report_is_a_failed_check_in_the_json(
     assert doc["passed"] is False
     assert [c["check"] for c in doc["checks"]] == (
         ["sanitizer"] if rc == SANITIZER_EXIT else ["x", "sanitizer"])
-    from xcache.faults.mutants.run import Stage, by_sanitizer, failed_checks
+    from xcache.hunt.mutants.run import Stage, by_sanitizer, failed_checks
 
     names = failed_checks(doc)
     assert names[-1] == "reference: sanitizer"
@@ -260,8 +260,8 @@ def test_ctrl_c_ends_the_parent_and_the_child_leaving_nothing(
 
 def test_the_mutation_run_replays_with_sanitize_and_reads_the_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """faults.mutants --sanitize replays so; a sanitizer check is a sanitizer kill."""
-    from xcache.faults.mutants import run as mrun
+    """hunt.mutants --sanitize replays so; a sanitizer check is a sanitizer kill."""
+    from xcache.hunt.mutants import run as mrun
 
     calls: list[list[str]] = []
     report = {"checks": [{"scenario": "found-claim-wait-hit",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz.case import PY, ROOT, SEED, Case, Target
-from xcache.faults.fuzz.mutate import _opt, byte_edit, dump_json, mutated_doc
+from xcache.hunt.fuzz.case import PY, ROOT, SEED, Case, Target
+from xcache.hunt.fuzz.mutate import _opt, byte_edit, dump_json, mutated_doc
 
 LAB_OPTS = ["--policies", "lru", "--slots", "4", "--executor", "thread",
             "--workers", "1", "--quiet"]

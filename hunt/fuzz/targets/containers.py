@@ -12,8 +12,8 @@ import json
 import tomllib
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz.case import PY, SEED, Case, Target
-from xcache.faults.fuzz.mutate import json_file_case, toml_file_case
+from xcache.hunt.fuzz.case import PY, SEED, Case, Target
+from xcache.hunt.fuzz.mutate import json_file_case, toml_file_case
 
 CONFIG = json.loads((SEED / "ckpt" / "config.json").read_text())
 INDEX = json.loads((SEED / "ckpt" / "model.safetensors.index.json").read_text())
@@ -26,9 +26,9 @@ TARGETS = (
     Target("inspect-layout", lambda d: [PY, "-m", "xcache.engine.inspect", "ckpt",
                                         "--layout", "layout.toml"],
            ("ckpt",), exit1_ok=True),
-    Target("gate-container", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_container",
+    Target("gate-container", lambda d: [PY, "-m", "xcache.hunt.fuzz.gate_container",
                                         "ckpt"], ("ckpt",)),
-    Target("gate-spec", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_container",
+    Target("gate-spec", lambda d: [PY, "-m", "xcache.hunt.fuzz.gate_container",
                                    "spec.toml"], ("spec.toml",)),
 )
 

@@ -1,7 +1,7 @@
 """The tool fuzzer's seed corpus: small valid inputs of every kind the tools read.
 
-``python -m xcache.faults.fuzz tools --write-seeds`` rewrites
-``faults/fuzz/corpus-tools/seed/`` from this module (deterministic, about 40 KB):
+``python -m xcache.hunt.fuzz tools --write-seeds`` rewrites
+``hunt/fuzz/corpus-tools/seed/`` from this module (deterministic, about 40 KB):
 
 * ``ckpt/``: a tiny real checkpoint (2 MoE layers x 4 experts, top-2, one
   shard with its data, an index and a ``config.json``), whose layout

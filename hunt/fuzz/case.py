@@ -1,7 +1,7 @@
 """One case of the tool fuzzer: what it is, how it runs bounded, how it is judged.
 
 A :class:`Case` is one command of a tool (a :class:`Target`) run in a fresh
-folder holding the seed inputs (``faults/fuzz/corpus-tools/seed``) with
+folder holding the seed inputs (``hunt/fuzz/corpus-tools/seed``) with
 some of them replaced.  :func:`run_case` runs it in a subprocess limited
 to 2 GiB of address space (``RLIMIT_AS``), :data:`CPU_SECONDS` of CPU,
 :data:`FILE_BYTES` per written file and a wall-clock timeout;
@@ -37,7 +37,7 @@ CASES = CORPUS / "cases"
 #: The checkout's own code: a traceback frame elsewhere under ROOT (a venv
 #: made inside the checkout, as CI makes .venv-ci) is not the project's.
 PROJECT_TOPS = frozenset({"engine", "oracle", "fixtures", "gate", "lab",
-                          "faults", "replay.py"})
+                          "faults", "hunt", "replay.py"})
 
 #: Address space of one case (the issue's bound).
 ADDRESS_BYTES = 2 << 30

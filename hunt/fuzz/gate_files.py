@@ -1,4 +1,4 @@
-"""``python -m xcache.faults.fuzz.gate_files scenarios|programs PATH``: gate file steps.
+"""``python -m xcache.hunt.fuzz.gate_files scenarios|programs PATH``: gate file steps.
 
 ``replay.py DIR`` builds the engine (about 20 s) before it reads a scenario
 or a programs file, which is too slow to fuzz.  This runs the same steps on
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``argv`` (``scenarios FOLDER`` or ``programs FILE``); the exit status."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("scenarios", "programs"):
-        print("usage: python -m xcache.faults.fuzz.gate_files scenarios|programs PATH",
+        print("usage: python -m xcache.hunt.fuzz.gate_files scenarios|programs PATH",
               file=sys.stderr)
         return EXIT_CANNOT_RUN
 

@@ -1,6 +1,6 @@
-"""The tool fuzzer's targets, one module per group (faults/fuzz/tools.py runs them).
+"""The tool fuzzer's targets, one module per group (hunt/fuzz/tools.py runs them).
 
-Each module has ``TARGETS`` (its :class:`faults.fuzz.case.Target` rows:
+Each module has ``TARGETS`` (its :class:`hunt.fuzz.case.Target` rows:
 the command and the seed files it needs) and ``STRATEGIES`` (target name
 to the hypothesis strategy drawing its cases): :mod:`.containers`
 (engine.inspect, the gate's container step), :mod:`.fixtures`

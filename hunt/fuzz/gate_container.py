@@ -1,4 +1,4 @@
-"""``python -m xcache.faults.fuzz.gate_container REF``: --container's container step.
+"""``python -m xcache.hunt.fuzz.gate_container REF``: --container's container step.
 
 ``replay.py gate DIR --container REF`` builds the engine (about 20 s) before
 it opens the container, which is too slow to fuzz.  This runs the same
@@ -14,16 +14,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xcache.faults.fuzz.gate_files import as_gate
 from xcache.gate import EXIT_CANNOT_RUN
 from xcache.gate.containers import make_target, precheck
+from xcache.hunt.fuzz.gate_files import as_gate
 
 
 def main(argv: list[str] | None = None) -> int:
     """Load container ``argv[0]`` as the gate does; return the exit status."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m xcache.faults.fuzz.gate_container REF", file=sys.stderr)
+        print("usage: python -m xcache.hunt.fuzz.gate_container REF", file=sys.stderr)
         return EXIT_CANNOT_RUN
     ref = args[0]
 

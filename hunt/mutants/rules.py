@@ -1,6 +1,6 @@
 """Mutants by rule: universalmutator's C rules over ``engine/csrc``, drawn and filtered.
 
-The hand-written catalogue (:mod:`faults.mutants.catalogue`) plants the bugs
+The hand-written catalogue (:mod:`hunt.mutants.catalogue`) plants the bugs
 its authors thought of.  This module plants the ones nobody listed: every
 line of every engine source is rewritten by the standard operator rules of
 universalmutator (the ``universal`` and ``c_like`` rule sets: relational and
@@ -29,9 +29,9 @@ whose object code is byte-identical to the original's is dropped as
 *equivalent* (trivial compiler equivalence): it cannot change behaviour, so
 no test could kill it.  The first ``n`` left are the sample.
 
-``python -m xcache.faults.mutants --generated N --seed S`` draws and runs a sample
+``python -m xcache.hunt.mutants --generated N --seed S`` draws and runs a sample
 through the same runner as the catalogue (plant, re-pin, build, replay);
-``python -m xcache.faults.mutants.rules --generated N --seed S --json FILE`` only
+``python -m xcache.hunt.mutants.rules --generated N --seed S --json FILE`` only
 draws it and writes it as a catalogue file (``--catalogue FILE``).
 docs/QUALITY.md holds the scores and the survivors with their reasons.
 """
@@ -52,7 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xcache.faults.mutants.catalogue import Mutant
+from xcache.hunt.mutants.catalogue import Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -359,7 +359,7 @@ def listed_survivors(path: Path = SURVIVORS_FILE) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Draw a sample and write it as a catalogue file; exit 0, or 2 if it cannot."""
-    ap = argparse.ArgumentParser(prog="python -m xcache.faults.mutants.rules",
+    ap = argparse.ArgumentParser(prog="python -m xcache.hunt.mutants.rules",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--generated", type=int, default=300, metavar="N",
                     help="how many mutants to draw (default 300)")
@@ -371,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         d = draw(ROOT / "engine", ns.generated, ns.seed, ns.jobs)
     except RulesError as e:
-        print(f"faults.mutants.rules: {e}", file=sys.stderr)
+        print(f"hunt.mutants.rules: {e}", file=sys.stderr)
         return 2
     cat = catalogue(ROOT / "engine", d.kept)
     Path(ns.json_path).write_text(json.dumps(

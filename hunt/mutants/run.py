@@ -33,15 +33,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xcache.faults.mutants import rules
-from xcache.faults.mutants.catalogue import (
+from xcache.hunt.mutants import rules
+from xcache.hunt.mutants.catalogue import (
     CATALOGUE,
     KNOWN_SURVIVORS,
     Mutant,
     NotApplicable,
     apply_mutant,
 )
-from xcache.faults.mutants.selections import BEHAVIOUR_TESTS, targeted_tests
+from xcache.hunt.mutants.selections import BEHAVIOUR_TESTS, targeted_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -367,9 +367,9 @@ def select(mutants: Sequence[Mutant], only: str | None) -> list[Mutant]:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m xcache.faults.mutants``."""
+    """The command line of ``python -m xcache.hunt.mutants``."""
     ap = argparse.ArgumentParser(
-        prog="python -m xcache.faults.mutants",
+        prog="python -m xcache.hunt.mutants",
         description="Plant each engine mutant in a scratch copy, re-pin, "
                     "build and replay it as CI gates a candidate; report "
                     "which checks caught it.")
@@ -406,7 +406,7 @@ def parser() -> argparse.ArgumentParser:
                     help="exit 0 when every survivor is in KNOWN_SURVIVORS")
     ap.add_argument("--generated", type=int, metavar="N",
                     help="instead of the catalogue, draw N mutants by rule "
-                         "(faults/mutants/rules.py) and run them; a survivor "
+                         "(hunt/mutants/rules.py) and run them; a survivor "
                          "not listed with its reason in "
                          "generated_survivors.json fails the run")
     ap.add_argument("--seed", type=int, default=rules.DEFAULT_SEED,
@@ -473,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ToolError("the catalogue has duplicate ids")
         mutants = select(mutants, ns.only)
     except (ToolError, rules.RulesError) as e:
-        print(f"faults.mutants: {e}", file=sys.stderr)
+        print(f"hunt.mutants: {e}", file=sys.stderr)
         return 2
 
     print(f"{len(mutants)} mutants, {ns.jobs} at a time, from {root}",
@@ -487,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               flush=True)
 
     if ns.pytest_only and ns.pytest is None:
-        print("faults.mutants: --pytest-only needs --pytest", file=sys.stderr)
+        print("hunt.mutants: --pytest-only needs --pytest", file=sys.stderr)
         return 2
     results = run_all(mutants, root, ns.jobs, ns.timeout, ns.replay_timeout,
                       ns.pytest, progress, ns.pytest_missed, ns.pytest_only,
@@ -541,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
             os.replace(tmp, dest)
         except OSError as e:
-            print(f"faults.mutants: --json {dest}: cannot write it: {e}",
+            print(f"hunt.mutants: --json {dest}: cannot write it: {e}",
                   file=sys.stderr)
             return 2
         finally:
@@ -549,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if errors:
         for r in results:
             if r.replay.verdict == ERROR:
-                print(f"faults.mutants: {r.id}: could not run: "
+                print(f"hunt.mutants: {r.id}: could not run: "
                       f"{r.replay.detail}", file=sys.stderr)
         return 2
     if unexpected:

@@ -5,7 +5,7 @@ changed, as the gate runs its scenario folder; ``gate-programs`` the seed
 programs file (``corpus-tools/seed/programs.json``: the shipped
 ``gate/scenarios/programs.json`` cut to two programs), changed, as
 ``replay.py --programs-file FILE`` runs it.  Both go through
-``faults.fuzz.gate_files`` on this checkout's engine and the oracle.
+``hunt.fuzz.gate_files`` on this checkout's engine and the oracle.
 The changes are structural: a field of a wrong type, missing or added, a
 huge count, key or length, deep nesting, a non-finite number, an unknown
 op, option name, option set or fault, binary bytes, and a FIFO or a
@@ -18,8 +18,8 @@ import json
 
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz.case import DIR, FIFO, PY, ROOT, SEED, Case, Target
-from xcache.faults.fuzz.mutate import byte_edit, dump_json, hostile_value, mutated_doc
+from xcache.hunt.fuzz.case import DIR, FIFO, PY, ROOT, SEED, Case, Target
+from xcache.hunt.fuzz.mutate import byte_edit, dump_json, hostile_value, mutated_doc
 
 SCENARIO_DIR = ROOT / "gate" / "scenarios"
 #: The shipped scenarios a case starts from.
@@ -28,10 +28,10 @@ SCENARIOS = sorted(p.name for p in SCENARIO_DIR.glob("*.json")
 PROGRAMS = json.loads((SEED / "programs.json").read_text())
 
 TARGETS = (
-    Target("gate-scenario", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_files",
+    Target("gate-scenario", lambda d: [PY, "-m", "xcache.hunt.fuzz.gate_files",
                                        "scenarios", "scenarios"], (),
            exit1_ok=True),
-    Target("gate-programs", lambda d: [PY, "-m", "xcache.faults.fuzz.gate_files",
+    Target("gate-programs", lambda d: [PY, "-m", "xcache.hunt.fuzz.gate_files",
                                        "programs", "programs.json"],
            ("programs.json",), exit1_ok=True),
 )
@@ -55,7 +55,7 @@ def structural(draw: st.DrawFn, doc: dict) -> tuple[object, str]:
     kind = draw(st.integers(0, 5))
     if kind <= 2:
         return draw(mutated_doc(doc))
-    from xcache.faults.fuzz.mutate import _paths, _set, _show  # noqa: PLC0415
+    from xcache.hunt.fuzz.mutate import _paths, _set, _show  # noqa: PLC0415
 
     dicts = [p for p in _paths(doc) if _is(doc, p, dict)]
     lists = [p for p in _paths(doc) if _is(doc, p, list)]

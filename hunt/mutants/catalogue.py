@@ -364,6 +364,6 @@ CATALOGUE: tuple[Mutant, ...] = (
 )
 
 #: Mutants replay does not catch yet, each with the reason.  The CI step
-#: (`python -m xcache.faults.mutants --allow-known`) fails only on a survivor that
+#: (`python -m xcache.hunt.mutants --allow-known`) fails only on a survivor that
 #: is not listed here; each entry goes when a scenario kills its mutant.
 KNOWN_SURVIVORS: dict[str, str] = {}

@@ -1,29 +1,29 @@
 """The tool fuzzer: every file and argument a user hands the tools, made hostile.
 
-``python -m xcache.faults.fuzz tools --seconds N`` runs it (docs: faults/README.md,
+``python -m xcache.hunt.fuzz tools --seconds N`` runs it (docs: hunt/README.md,
 "Tool fuzzer").  Each *case* is one command of a tool -- ``engine.inspect``,
-the gate's container step (``faults.fuzz.gate_container``, what
+the gate's container step (``hunt.fuzz.gate_container``, what
 ``replay.py --container`` does before its scenarios), the gate's scenario
-and programs files (``faults.fuzz.gate_files``), ``python -m xcache.fixtures``
+and programs files (``hunt.fuzz.gate_files``), ``python -m xcache.fixtures``
 new / verify / from-header / identify, ``replay.py`` lab / predict -- run in
-a fresh folder holding the seed inputs (``faults/fuzz/corpus-tools/seed``)
+a fresh folder holding the seed inputs (``hunt/fuzz/corpus-tools/seed``)
 with one of them changed.  hypothesis draws the change: a valid document
 with one field set to a hostile value (wrong type, NaN, inf, negative,
 zero, 1e9, 2**62, 1e12, a deeply nested value, a list for an object), the
 whole document replaced, raw byte edits and truncation of a seed, a FIFO
 or a folder in a file's place, or a hostile command-line value.
 
-The modules: :mod:`faults.fuzz.case` (a case, its limits -- 2 GiB of
+The modules: :mod:`hunt.fuzz.case` (a case, its limits -- 2 GiB of
 address space, :data:`CPU_SECONDS` of CPU, a wall-clock timeout -- and
 :func:`judge`: only success, or exit 2 with exactly one line on stderr
-that names the changed file or option), :mod:`faults.fuzz.mutate` (the
+that names the changed file or option), :mod:`hunt.fuzz.mutate` (the
 hostile edits), one module per group of targets under
-:mod:`faults.fuzz.targets` (containers, fixtures, traces, gate_files: each
+:mod:`hunt.fuzz.targets` (containers, fixtures, traces, gate_files: each
 its :class:`Target` rows and strategies), and this one: the run.  A
 finding whose signature (target, exception or outcome, innermost project
 file) is in :data:`KNOWN` is counted as known and does not fail the run.
 
-Every case in ``faults/fuzz/corpus-tools/cases/`` is replayed first: the
+Every case in ``hunt/fuzz/corpus-tools/cases/`` is replayed first: the
 fixed findings, kept as regressions.
 """
 
@@ -42,8 +42,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz import case as _case
-from xcache.faults.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one place
+from xcache.hunt.fuzz import case as _case
+from xcache.hunt.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one place
     ADDRESS_BYTES,
     CASES,
     CORPUS,
@@ -58,9 +58,9 @@ from xcache.faults.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one
     Target,
     judge,
 )
-from xcache.faults.fuzz.mutate import dump_json, dump_toml  # noqa: F401
-from xcache.faults.fuzz.targets import containers, fixtures, gate_files, traces
-from xcache.faults.fuzz.targets.traces import TRACES  # noqa: F401
+from xcache.hunt.fuzz.mutate import dump_json, dump_toml  # noqa: F401
+from xcache.hunt.fuzz.targets import containers, fixtures, gate_files, traces
+from xcache.hunt.fuzz.targets.traces import TRACES  # noqa: F401
 
 _GROUPS = (containers, fixtures, traces, gate_files)
 #: Every target by name.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz.case import PY, Case, Target, _fixture
-from xcache.faults.fuzz.mutate import (
+from xcache.hunt.fuzz.case import PY, Case, Target, _fixture
+from xcache.hunt.fuzz.mutate import (
     _opt,
     byte_edit,
     dump_json,
@@ -23,7 +23,7 @@ from xcache.faults.fuzz.mutate import (
     mutated_doc,
     toml_file_case,
 )
-from xcache.faults.fuzz.targets.containers import CONFIG, INDEX, SPEC
+from xcache.hunt.fuzz.targets.containers import CONFIG, INDEX, SPEC
 
 TARGETS = (
     Target("new", lambda d: [PY, "-m", "xcache.fixtures", "new", "spec.json", "out"],

@@ -18,7 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from xcache.faults.fuzz.case import Case
+from xcache.hunt.fuzz.case import Case
 
 NESTED = 100_000  # depth of a deeply nested JSON value
 

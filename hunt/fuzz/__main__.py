@@ -1,6 +1,6 @@
-"""``python -m xcache.faults.fuzz build|run|seed|tools``: the fuzzers.
+"""``python -m xcache.hunt.fuzz build|run|seed|tools``: the fuzzers.
 
-``tools --seconds S`` is the tool fuzzer (``faults/fuzz/tools.py``: every
+``tools --seconds S`` is the tool fuzzer (``hunt/fuzz/tools.py``: every
 file and argument a user hands the tools, hypothesis-driven, no clang
 needed); exit 0 no new finding, 1 a finding not in ``tools.KNOWN``.  The
 rest of this text is the coverage-guided header fuzzer.
@@ -8,8 +8,8 @@ rest of this text is the coverage-guided header fuzzer.
 ``build`` compiles the engine with clang, ``-fsanitize=address,fuzzer-no-link``
 (libFuzzer's coverage hooks, ASan) into ``--out`` (default
 ``build/fuzz/``); ``run --seconds S`` builds if needed and fuzzes
-``faults/fuzz/header_target.py`` for S seconds, starting from the corpus in
-``faults/fuzz/corpus/``.  New inputs go to ``--work`` (default
+``hunt/fuzz/header_target.py`` for S seconds, starting from the corpus in
+``hunt/fuzz/corpus/``.  New inputs go to ``--work`` (default
 ``build/fuzz/new/``), never into the repository's corpus; ``--merge`` then
 adds to the corpus only the ones that reach new coverage.  Findings are
 saved as ``build/fuzz/crash-*``.  Needs clang and atheris
@@ -112,9 +112,9 @@ def run(ns: argparse.Namespace) -> int:
 
 def seed(corpus: Path) -> list[Path]:
     """Write the seeds into ``corpus``: every preset's shard headers, a valid index."""
-    from xcache.faults.fuzz import inputs
     from xcache.fixtures.layout import plan
     from xcache.fixtures.presets import PRESETS, preset
+    from xcache.hunt.fuzz import inputs
 
     corpus.mkdir(parents=True, exist_ok=True)
     written = []
@@ -135,12 +135,12 @@ def seed(corpus: Path) -> list[Path]:
 def tools_main(ns: argparse.Namespace) -> int:
     """``tools``: replay the corpus, fuzz for ns.seconds; 1 on a new finding."""
     if ns.write_seeds:
-        from xcache.faults.fuzz.tool_seeds import write_seeds
+        from xcache.hunt.fuzz.tool_seeds import write_seeds
 
         for p in write_seeds():
             print(p.relative_to(ROOT))
         return 0
-    from xcache.faults.fuzz import tools
+    from xcache.hunt.fuzz import tools
 
     if ns.target:
         bad = [t for t in ns.target if t not in tools.STRATEGIES]
@@ -166,13 +166,13 @@ def tools_main(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(
-        prog="python -m xcache.faults.fuzz",
+        prog="python -m xcache.hunt.fuzz",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="compile the instrumented engine")
-    sub.add_parser("seed", help="write the seed inputs into faults/fuzz/corpus")
+    sub.add_parser("seed", help="write the seed inputs into hunt/fuzz/corpus")
     r = sub.add_parser("run", help="build, then fuzz the header reader")
     for p in (b, r):
         p.add_argument(
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     r.add_argument("libfuzzer", nargs="*", help="more libFuzzer flags (after --)")
     t = sub.add_parser("tools", help="fuzz every file and argument of the tools "
-                       "(faults/fuzz/tools.py)")
+                       "(hunt/fuzz/tools.py)")
     t.add_argument("--seconds", type=float, default=60,
                    help="how long to draw new cases, after the corpus (default 60)")
     t.add_argument("--target", action="append", default=None,
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where each finding's case is saved (default "
                    "build/fuzz-tools)")
     t.add_argument("--write-seeds", action="store_true",
-                   help="rewrite faults/fuzz/corpus-tools/seed and exit")
+                   help="rewrite hunt/fuzz/corpus-tools/seed and exit")
     ns = ap.parse_args(argv)
     if ns.cmd == "tools":
         return tools_main(ns)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The coverage-guided fuzz target: bytes -> a container on disk -> the C reader.
 
-Run through ``python -m xcache.faults.fuzz run`` (which builds the instrumented
+Run through ``python -m xcache.hunt.fuzz run`` (which builds the instrumented
 engine and sets up the sanitizer runtime); this file is the libFuzzer
 entry point that command starts.  Each input is decoded by
-``faults.fuzz.inputs.materialise`` (raw file, header, or index), opened by
+``hunt.fuzz.inputs.materialise`` (raw file, header, or index), opened by
 ``engine.Container`` and by the oracle reader, and the two verdicts are
-compared by ``faults.fuzz.verdicts.compare_oracle``: a sanitizer report, a
+compared by ``hunt.fuzz.verdicts.compare_oracle``: a sanitizer report, a
 crash or a disagreement is a finding, saved by libFuzzer as ``crash-*``.
 """
 
@@ -19,7 +19,7 @@ import tempfile
 
 import atheris
 
-from xcache.faults.fuzz import inputs, verdicts
+from xcache.hunt.fuzz import inputs, verdicts
 
 _DIR = tempfile.mkdtemp(
     prefix="xc-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None

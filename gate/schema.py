@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate import CannotRun
+from xcache.gate.contracts import CONTRACTS, why_not
 from xcache.oracle.bounded import (
     Anything,
     Either,
@@ -72,6 +73,8 @@ STEP_FIELDS: dict[str, Schema] = {
     "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
     "message": Text(2000), "if_held": Flag(), "or_ended": Flag(),
     "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
+    "contract": Text(40, tuple(CONTRACTS)),
+    "value_contracts": Fields(rest=Items(Text(80), 100), max_keys=100),
     **{f"expect{side}": _VALUES for side in ("", "_engine", "_oracle")},
     **{f"expect_layout{side}": Fields(rest=expr())
        for side in ("", "_engine", "_oracle")},
@@ -127,7 +130,9 @@ def check_sized(opts: dict[str, Any], expert_bytes: int) -> str | None:
     return None
 
 SCENARIO = Fields({
-    "name": Text(200), "title": Text(1000), "container": Text(4096),
+    "name": Text(200), "title": Text(1000),
+    "contracts": Items(Text(40, tuple(CONTRACTS)), 100, 1),
+    "container": Text(4096),
     "requires": Items(Text(200), 100), "let": Fields(rest=expr(), max_keys=100),
     "cache": CACHE,
     "variants": Items(Fields({"suffix": Text(200), "cache": CACHE,
@@ -161,6 +166,9 @@ def check_scenario(doc: Any, where: str) -> dict[str, Any]:
                 if f not in step:
                     raise UserFileError(f"{where}: steps[{i}]: a {op} step needs "
                                         f"the field {f!r}")
+        why = why_not(doc)
+        if why is not None:
+            raise UserFileError(f"{where}: {why}")
     except UserFileError as e:
         raise CannotRun(str(e)) from None
     return doc

@@ -3,10 +3,11 @@
 :func:`run` checks the adapter's pinned digests, builds the cache with its
 shim, runs the scenarios against it with the oracle as the judge, and
 writes ``conformance.md`` and ``conformance.json``: one row per contract of
-:data:`CONTRACTS`, each PASS, FAIL (the first failing check and its
-numbers) or N/A (the capabilities it lacks).  Every check of every scenario
-belongs to exactly one contract: its scenario's, unless a check name
-prefix of :data:`CONTRACTS` claims it.
+the contracts registry (:data:`gate.contracts.CONTRACTS`), each PASS, FAIL
+(the first failing check and its numbers) or N/A (the capabilities it
+lacks).  Every check of every scenario belongs to exactly one contract, the
+one its scenario file declares for it: the check step's ``contract``, else
+the first of the scenario's ``contracts`` (docs/SCENARIOS.md).
 """
 
 from __future__ import annotations
@@ -17,152 +18,99 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate.backends import factory
+from xcache.gate.contracts import (
+    CONTRACTS,
+    REQUIRES,
+    UNCLAIMED,
+    check_contracts,
+    declared,
+)
 from xcache.gate.outside.backend import capabilities_of, check_table, outside_factory
 from xcache.gate.outside.build import build, load_manifest, verify_sources
 from xcache.gate.report import Report
-
-#: contract id -> (what it promises, [(scenario, check name prefix or "")]).
-#: A check belongs to the contract with the longest matching prefix.
-CONTRACTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
-    "serial-reads": ("byte-exact serial reads, misses under pressure",
-                     [("reference", ""), ("policies", "routed reads")]),
-    "batch-reads": ("batch reads byte-exact", [
-        ("reference", "batch prefetch"), ("reference", "mixed batch")]),
-    "batch-residents": ("a batch never evicts a resident it names", [
-        ("batch-residents-pins", "a batch")]),
-    "prefetch-not-hit": ("a prefetch or batch load is not a demand hit", [
-        ("reference", "prefetch loads <= hits"), ("reference", "mixed counters"),
-        ("counter-window", "batch_before_get"),
-        ("counter-window", "first_consumption"),
-        ("counter-window", "repeat_consumption"),
-        ("counter-window", "unconsumed_schedule")]),
-    "counter-windows": ("reset starts a new window of every counter", [
-        ("counter-window", "reset_then_warm"), ("state-counters", ""),
-        ("reset-window", "")]),
-    "adjusted-hit-rate": ("adjusted hits discount prefetch first uses", [
-        ("check-probe", "one prefetch used")]),
-    "short-read": ("a read ending early (end of file, a truncated shard) "
-                   "is never published; the rest survives", [
-        ("partial-reads", ""), ("faults-io", "F1"), ("chunk-faults", ""),
-        ("faults-io", "F6 persistent"),
-        ("counter-window", "truncated_shard")]),
-    "eintr": ("interrupted and partial reads, and interrupted opens, are "
-              "retried", [
-        ("faults-io", "F3"), ("chunk-faults", "an EINTR storm"),
-        ("chunk-faults", "every pread"), ("open-eintr", "")]),
-    "open-failures": ("a file that will not open is reported, no descriptor "
-                      "is kept, and a later open serves", [
-        ("open-failures", "")]),
-    "io-errors": ("an I/O error publishes nothing", [
-        ("faults-io", "F2"), ("faults-io", "F6 a batch")]),
-    "key-bounds": ("keys outside the layout are misuse and change nothing",
-                   [("key-bounds", "")]),
-    "pins": ("a pinned expert is never a victim; unpin frees it", [
-        ("batch-residents-pins", "")]),
-    "holds": ("a held expert is never a victim; release gives it back", [
-        ("state-holds", ""), ("held-victim", ""), ("hold-layer-no-slot", "")]),
-    "policies": ("every policy's counters on real routing", [
-        ("policies", "")]),
-    "reader-refusals": ("a malformed container is refused at open", [
-        ("reader-index", ""), ("reader-overlap", ""), ("faults-corrupt", "")]),
-    "replaced-file": ("a file replaced while open keeps serving its bytes", [
-        ("faults-files", "")]),
-    "allocation": ("a refused allocation changes nothing", [
-        ("faults-alloc", "")]),
-    "direct-io": ("O_DIRECT reads widened and checked", [("state-direct", "")]),
-    "streams": ("streams yield every key once, in order", [
-        ("stream-claim", ""), ("stream-claim-kinds", ""),
-        ("state-order", "the stream"), ("state-untold", "")]),
-    "victim-order": ("a key named twice in a batch is touched once", [
-        ("state-order", "")]),
-    "reads-under-way": ("calls racing a read under way wait and are counted",
-                        [("in-flight", ""), ("reads-under-way", ""),
-                         ("completion-order", "")]),
-    "trace": ("the access trace records every access", [
-        ("trace-records", "")]),
-    "invariant-check": ("the cache's check names each broken invariant", [
-        ("check-probe", "")]),
-}
+from xcache.gate.scenarios import load_scenarios, run_scenarios
 
 
-#: Contracts that rest on capabilities a check may be judged without: a
-#: cache lacking any of them gets N/A for the whole contract, naming them,
-#: rather than a PASS decided by the other values its checks pin (the
-#: adjusted hit rate cannot be judged from invariants and prefetch loads).
-REQUIRES: dict[str, tuple[str, ...]] = {
-    "adjusted-hit-rate": ("counter:prefetch_first_uses",),
-}
+def _claims(scenarios: list[dict[str, Any]] | None
+            ) -> dict[str, tuple[str, dict[str, tuple[str, ...]]]]:
+    """Each check, as ``scenario\0check``: its contract and value claims
+    (:func:`gate.contracts.check_contracts`), plus each scenario's default
+    under ``scenario\0`` (the runner's own lines: a crash, a close)."""
+    if scenarios is None:
+        scenarios = load_scenarios([])
+    out: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {}
+    for sc in scenarios:
+        out[sc["name"] + "\0"] = ((declared(sc) or [UNCLAIMED])[0], {})
+        for check, claim in check_contracts(sc).items():
+            out[f"{sc['name']}\0{check}"] = claim
+    return out
 
 
-#: Checks that pin values of another contract than their own: (scenario,
-#: check name prefix) -> {contract: the values it claims}.  A failing
-#: check counts against the contracts of the values it got wrong: its own
-#: for the values none of these claims.
-VALUE_CLAIMS: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {
-    # the hits after a batch whose reads all failed, or some of them:
-    # prefetch accounting
-    ("faults-io", "F6 persistent"): {
-        "prefetch-not-hit": ("hits", "prefetch_first_uses")},
-    ("partial-reads", "the same experts load whole"): {
-        "prefetch-not-hit": ("hits",)},
-    # the misses after a reset: the counter window
-    ("reference", "mixed counters"): {"counter-windows": ("misses",)},
-}
+def _claim(claims: dict[str, tuple[str, dict[str, tuple[str, ...]]]],
+           scenario: str, check: str) -> tuple[str, dict[str, tuple[str, ...]]]:
+    """The contract of one reported check (a variant's suffix taken off)."""
+    base = scenario.split(" (")[0]
+    suffix = scenario[len(base):]
+    name = check[:len(check) - len(suffix)] if suffix and \
+        check.endswith(suffix) else check
+    return claims.get(f"{base}\0{name}") or \
+        claims.get(f"{base}\0", (UNCLAIMED, {}))
 
 
-def blame(check: dict[str, Any]) -> list[str]:
-    """The contracts a failed check counts against (:data:`VALUE_CLAIMS`)."""
-    own = contract_of(check["scenario"], check["check"])
-    base = check["scenario"].split(" (")[0]
-    claims = next((c for (sc, prefix), c in VALUE_CLAIMS.items()
-                   if sc == base and check["check"].startswith(prefix)), {})
+def contract_of(scenario: str, check: str,
+                claims: dict[str, Any] | None = None) -> str:
+    """The contract a reported check belongs to, as its scenario declares."""
+    return _claim(claims if claims is not None else _claims(None),
+                  scenario, check)[0]
+
+
+def blame(check: dict[str, Any], claims: dict[str, Any] | None = None
+          ) -> list[str]:
+    """The contracts a failed check counts against: its own, and those its
+    step gives the values it got wrong (``value_contracts``)."""
+    own, by_value = _claim(claims if claims is not None else _claims(None),
+                           check["scenario"], check["check"])
     expected, actual = check.get("expected"), check.get("actual")
-    if not claims or not isinstance(expected, dict) or \
+    if not by_value or not isinstance(expected, dict) or \
             not isinstance(actual, dict):
         return [own]
     bad = [k for k, v in expected.items() if actual.get(k) != v]
-    out = [cid for cid, keys in claims.items() if set(keys) & set(bad)]
-    if any(all(k not in keys for keys in claims.values()) for k in bad):
+    out = [cid for cid, keys in by_value.items() if set(keys) & set(bad)]
+    if any(all(k not in keys for keys in by_value.values()) for k in bad):
         out.insert(0, own)
     return out or [own]
 
 
-def contract_of(scenario: str, check: str) -> str:
-    """The contract a check belongs to (``other`` when none claims it)."""
-    base = scenario.split(" (")[0]
-    best, size = "other", -1
-    for cid, (_, claims) in CONTRACTS.items():
-        for sc, prefix in claims:
-            if sc == base and check.startswith(prefix) and len(prefix) > size:
-                best, size = cid, len(prefix)
-    return best
-
-
-def verdicts(report: Report, backend: str, caps: Any = None
+def verdicts(report: Report, backend: str, caps: Any = None,
+             scenarios: list[dict[str, Any]] | None = None
              ) -> list[dict[str, Any]]:
     """One row per contract: its verdict and what decides it.
 
-    With ``caps`` (the backend's capabilities), a contract of
-    :data:`REQUIRES` whose capabilities the backend lacks is N/A.
+    Each check counts for the contract its scenario file declares for it
+    (``scenarios``: the files run; default every shipped one).  With
+    ``caps`` (the backend's capabilities), a contract of
+    :data:`~gate.contracts.REQUIRES` whose capabilities the backend lacks
+    is N/A.
     """
+    claims = _claims(scenarios)
     rows: dict[str, dict[str, Any]] = {
         cid: {"contract": cid, "promise": text, "verdict": "N/A",
               "passed": 0, "failed": 0, "na": 0, "first_failure": None,
               "missing": []}
-        for cid, (text, _) in CONTRACTS.items()}
-    rows["other"] = {"contract": "other", "promise": "checks no contract "
-                     "claims", "verdict": "N/A", "passed": 0, "failed": 0,
-                     "na": 0, "first_failure": None, "missing": []}
+        for cid, text in CONTRACTS.items()}
+    rows[UNCLAIMED] = {"contract": UNCLAIMED, "promise": "checks no contract "
+                       "claims", "verdict": "N/A", "passed": 0, "failed": 0,
+                       "na": 0, "first_failure": None, "missing": []}
     first_in: dict[str, list[str]] = {}  # scenario run -> its first failure's
     for c in report.checks:
         if c["backend"] != backend:
             continue
         if c["passed"]:
-            rows[contract_of(c["scenario"], c["check"])]["passed"] += 1
+            rows[contract_of(c["scenario"], c["check"], claims)]["passed"] += 1
             continue
         # a failure after another in the same run is judged on a state the
         # first already broke: it counts against the first one's contracts
-        blamed = first_in.setdefault(c["scenario"], blame(c))
+        blamed = first_in.setdefault(c["scenario"], blame(c, claims))
         for cid in blamed:
             row = rows[cid]
             row["failed"] += 1
@@ -172,7 +120,7 @@ def verdicts(report: Report, backend: str, caps: Any = None
     for n in report.not_applicable:
         if n["backend"] != backend:
             continue
-        row = rows[contract_of(n["scenario"], n["check"])]
+        row = rows[contract_of(n["scenario"], n["check"], claims)]
         row["na"] += 1
         row["missing"] = list(dict.fromkeys([*row["missing"], *n["missing"]]))
     out = []
@@ -188,7 +136,7 @@ def verdicts(report: Report, backend: str, caps: Any = None
             row["verdict"] = "FAIL"
         elif row["passed"]:
             row["verdict"] = "PASS"
-        if row["contract"] == "other" and not (row["passed"] or row["failed"]
+        if row["contract"] == UNCLAIMED and not (row["passed"] or row["failed"]
                                                or row["na"]):
             continue
         out.append(row)
@@ -311,8 +259,6 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
     programs to run too (:func:`programs_row`: the ``programs`` row);
     ``scenarios`` False runs them alone (the report then has that row only).
     """
-    from xcache.gate.scenarios import run_scenarios  # noqa: PLC0415
-
     m = load_manifest(adapter)
     n = verify_sources(m)
     print(f"Verified {n} pinned source digests of {m.name}")

@@ -77,8 +77,9 @@ SCENARIO_CASES = [
     (("steps",), ..., "the field 'steps' is missing"),
     (("steps",), {"op": "get"}, "steps: expected a list of 0..10000 items, each "
      "a JSON object, got a JSON object"),
-    (("bogus",), 1, "unknown field 'bogus' (known: name, title, container, "
-     "requires, let, cache, variants, every_policy, timeout_s, steps)"),
+    (("bogus",), 1, "unknown field 'bogus' (known: name, title, contracts, "
+     "container, requires, let, cache, variants, every_policy, timeout_s, "
+     "steps)"),
     (("cache", "n_slot"), 3, "cache: unknown field 'n_slot' (known: n_slots, "
      "chunk_bytes, io_threads, batch_threads, policy, verify, faults, trace, "
      "direct)"),

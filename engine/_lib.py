@@ -259,6 +259,29 @@ def last_error() -> tuple[int, int, int, int, str]:
     return int(e.code), int(e.offset), int(e.layer), int(e.expert), msg
 
 
+def misuse(message: str) -> errors.MisuseError:
+    """A MisuseError with the C misuse status, as the C side would record it."""
+    return errors.MisuseError(message, status=int(lib().XC_E_MISUSE),
+                              kind="misuse")
+
+
+def _format_statuses() -> frozenset[int]:
+    """Every ``XC_E_FORMAT_*`` status of the loaded engine."""
+    lb = lib()
+    return frozenset(int(getattr(lb, n)) for n in dir(lb)
+                     if n.startswith("XC_E_FORMAT_"))
+
+
+def from_status(status: int, kind: str, message: str, *, offset: int = -1,
+                layer: int = -1, expert: int = -1) -> errors.EngineError:
+    """Build the exception for a negative C status code named ``kind``."""
+    cls = errors.BY_KIND.get(kind)
+    if cls is None:
+        cls = errors.FormatError if status in _format_statuses() else errors.EngineError
+    return cls(message, status=status, kind=kind, offset=offset, layer=layer,
+               expert=expert)
+
+
 def check(rc: int) -> int:
     """Return ``rc`` if it is not negative, else raise the mapped exception."""
     if rc >= 0:
@@ -267,7 +290,7 @@ def check(rc: int) -> int:
     if code != rc:  # the C side failed without recording why: a bug there
         msg = f"{msg} (status {rc} without matching error record {code})"
     kind = lib().xc_status_name(rc)
-    raise errors.from_status(rc, ffi().string(kind).decode(), msg,
+    raise from_status(rc, ffi().string(kind).decode(), msg,
                              offset=offset, layer=layer, expert=expert)
 
 

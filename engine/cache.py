@@ -36,9 +36,12 @@ from typing import Any
 import numpy as np
 
 from xcache.engine import _lib
+from xcache.engine import args as _args
 from xcache.engine import errors as _err
+from xcache.engine._lib import misuse
 from xcache.engine.cache_options import open_cache
-from xcache.engine.errors import InvariantError, misuse
+from xcache.engine.container import Container
+from xcache.engine.errors import InvariantError
 from xcache.engine.hold import (
     Expert,
     HoldViews,
@@ -47,9 +50,10 @@ from xcache.engine.hold import (
     hold_layer,
     pinned_bytes,
 )
-from xcache.engine.layout import UNSET
+from xcache.engine.layout import UNSET, resolve
 from xcache.engine.stream import Stream
 from xcache.engine.stream import key_arrays as _key_arrays
+from xcache.engine.weightless import explained
 
 __all__ = ["TIMING_COUNTERS", "Expert", "ExpertCache", "LayerHold", "Stream"]
 
@@ -135,10 +139,6 @@ class ExpertCache:
         raises the reader's error led by what to do: make a twin with
         ``xcache-fixtures from-header`` (``engine.weightless``).
         """
-        from xcache.engine.container import Container  # noqa: PLC0415
-        from xcache.engine.layout import resolve  # noqa: PLC0415
-        from xcache.engine.weightless import explained  # noqa: PLC0415
-
         copts = {k: cache_options.pop(k) for k in ("direct", "verify", "io")
                  if k in cache_options}
         try:
@@ -246,9 +246,9 @@ class ExpertCache:
         try:
             h = self._hold(self._ptr, layer, expert)
         except (OverflowError, TypeError) as e:  # cffi refused an argument
-            raise _err.conversion_error(e, [("layer", layer, *_err.INT32),
-                                            ("expert", expert, *_err.INT32)]
-                                        ) from None
+            raise _args.conversion_error(e, [("layer", layer, *_args.INT32),
+                                             ("expert", expert, *_args.INT32)]
+                                         ) from None
         finally:
             busy.pop()
         if h < 0:
@@ -277,7 +277,7 @@ class ExpertCache:
             else:
                 experts = layers + len(ls)
         if layers is None:
-            keys = _err.check_keys("keys", keys)
+            keys = _args.check_keys("keys", keys)
             layers, experts = _key_arrays(keys)
         out = ffi.new("size_t *")
         _lib.check(self._lib.xc_cache_getmany(self._ptr, layers, experts,
@@ -288,8 +288,8 @@ class ExpertCache:
     def prefetch(self, keys: Iterable[tuple[int, int]], *,
                  speculative: bool = False) -> int:
         """Read-ahead of keys; returns loads published (synchronous) or started."""
-        keys = _err.check_keys("keys", keys)
-        spec = _err.check_flag("speculative", speculative)
+        keys = _args.check_keys("keys", keys)
+        spec = _args.check_flag("speculative", speculative)
         layers, experts = _key_arrays(keys)
         out = _lib.ffi().new("size_t *")
         _lib.check(self._lib.xc_cache_prefetch(self._ptr, layers, experts,
@@ -315,7 +315,7 @@ class ExpertCache:
     def set_step(self, step: int) -> None:
         """Stamp trace records from now on with ``step`` (a token index, say)."""
         self._lib.xc_cache_set_step(self._ptr,
-                                    _err.check_int("step", step, *_err.U64))
+                                    _args.check_int("step", step, *_args.U64))
 
     @_gated
     def trace_flush(self) -> None:
@@ -325,13 +325,13 @@ class ExpertCache:
     @_gated
     def pin(self, layer: int, expert: int) -> None:
         """Protect a resident expert from eviction (nests)."""
-        layer, expert = _err.check_key(layer, expert)
+        layer, expert = _args.check_key(layer, expert)
         _lib.check(self._lib.xc_cache_pin(self._ptr, layer, expert))
 
     @_gated
     def unpin(self, layer: int, expert: int) -> None:
         """Undo one pin."""
-        layer, expert = _err.check_key(layer, expert)
+        layer, expert = _args.check_key(layer, expert)
         _lib.check(self._lib.xc_cache_unpin(self._ptr, layer, expert))
 
     # -- counters and introspection -------------------------------------
@@ -389,7 +389,7 @@ class ExpertCache:
     @_gated
     def contiguous(self, layer: int, expert: int) -> bool:
         """Whether the expert is one contiguous run in its shard."""
-        layer, expert = _err.check_key(layer, expert)
+        layer, expert = _args.check_key(layer, expert)
         return bool(_lib.check(self._lib.xc_cache_contiguous(self._ptr, layer,
                                                              expert)))
 

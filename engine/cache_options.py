@@ -11,29 +11,16 @@ those tables names the trace ring when there is one.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from xcache.engine import _lib
+from xcache.engine import args as _args
 from xcache.engine import errors as _err
-from xcache.engine.errors import misuse
+from xcache.engine._lib import misuse
 from xcache.engine.layout import cache_keywords
 from xcache.engine.layout_core import FUSED, check_family
 
-__all__ = ["MAX_BATCH_THREADS", "MAX_KEYS", "check_key_count", "open_cache"]
-
-
-#: The largest batch_threads (the C core's range, xc_cache_open).
-MAX_BATCH_THREADS = 256
-#: Bytes of one trace record (TRACE_RECORD_BYTES in engine/csrc), and the
-#: ring's records when trace_ring_records is 0.
-TRACE_RECORD_BYTES = 24
-DEFAULT_TRACE_RING_RECORDS = 4096
-#: The C message when one of the tables xc_cache_open sizes (slots, index,
-#: trace ring) cannot be allocated.
-_SLOTS_NOMEM = re.compile(r"cache open: no memory for \d+ slots of \d+ bytes")
-#: Keys (layers x n_experts) the C core can number: its key count is 32-bit.
-MAX_KEYS = 2**32 - 1
+__all__ = ["check_key_count", "open_cache"]
 
 
 def check_key_count(container: Any, template: Any, n_layers: int,
@@ -47,7 +34,7 @@ def check_key_count(container: Any, template: Any, n_layers: int,
     tensors is refused here, naming the numbers.
     """
     n_keys = n_layers * n_experts
-    if n_keys > MAX_KEYS:
+    if n_keys > _lib.lib().XC_MAX_KEYS:
         return  # C refuses it: "... is too many keys"
     fused = isinstance(template, str) and check_family(
         "expert_template", template) == FUSED
@@ -88,13 +75,13 @@ def open_cache(container: Any, *, layout: Any, n_slots: int | None,
         raise misuse(f"container must be an engine.Container, got "
                      f"{type(container).__name__} {container!r}")
     o = ffi.new("xc_cache_opts *")
-    ci, u64, i32 = _err.check_int, _err.U64, _err.INT32
+    ci, u64, i32 = _args.check_int, _args.U64, _args.INT32
     o.n_slots = ci("n_slots", n_slots, *u64) if n_slots is not None else 0
     o.budget_bytes = (ci("budget_bytes", budget_bytes, *u64)
                       if budget_bytes is not None else 0)
     o.top_k = ci("top_k", top_k, *i32)
     # its own range here: C checks it in one message with top_k's
-    ci("batch_threads", batch_threads, 1, MAX_BATCH_THREADS)
+    ci("batch_threads", batch_threads, 1, lib.XC_MAX_BATCH_THREADS)
     if isinstance(tensors, (str, bytes)):
         raise misuse(f"tensors must be a sequence of str, got "
                      f"{type(tensors).__name__} {tensors!r}")
@@ -103,17 +90,17 @@ def open_cache(container: Any, *, layout: Any, n_slots: int | None,
         layer_list = list(layers)
     except TypeError as e:
         raise misuse(f"tensors and layers must be sequences: {e}") from None
-    names = [ffi.new("char[]", _err.check_text(f"tensors[{i}]", t))
+    names = [ffi.new("char[]", _args.check_text(f"tensors[{i}]", t))
              for i, t in enumerate(tensor_list)]
     keep = {
-        "policy": ffi.new("char[]", _err.check_text("policy", policy)),
-        "template": ffi.new("char[]", _err.check_text("expert_template",
+        "policy": ffi.new("char[]", _args.check_text("policy", policy)),
+        "template": ffi.new("char[]", _args.check_text("expert_template",
                                                       expert_template)),
         "names": names,
         "tensors": ffi.new("const char *[]", names),
         "layers": ffi.new("int32_t[]", [ci(f"layers[{i}]", v, *i32)
                                         for i, v in enumerate(layer_list)]),
-        "trace": (ffi.new("char[]", _err.check_path("trace_path",
+        "trace": (ffi.new("char[]", _args.check_path("trace_path",
                                                     trace_path))
                   if trace_path is not None else ffi.NULL),
     }
@@ -131,25 +118,13 @@ def open_cache(container: Any, *, layout: Any, n_slots: int | None,
     o.io_threads = ci("io_threads", io_threads, *i32)
     o.io_depth = ci("io_depth", io_depth, *i32)
     o.split_min_misses = ci("split_min_misses", split_min_misses, *i32)
-    o.lock_memory = int(_err.check_flag("lock_memory", lock_memory))
+    o.lock_memory = int(_args.check_flag("lock_memory", lock_memory))
     o.trace_path = keep["trace"]
     o.trace_ring_records = ci("trace_ring_records", trace_ring_records,
                               0, 2**64 - 1)
     out = ffi.new("xc_cache **")
     cptr = handle() if handle is not None else container._ptr  # closed: misuse
     rc = lib.xc_cache_open(cptr, o, out)
-    if rc == lib.XC_E_NOMEM and trace_path is not None:
-        try:
-            _lib.check(rc)
-        except _err.OutOfMemoryError as e:
-            if not _SLOTS_NOMEM.fullmatch(str(e)):
-                raise
-            # C's one message for its tables names only the slots
-            n = trace_ring_records or DEFAULT_TRACE_RING_RECORDS
-            raise _err.OutOfMemoryError(
-                f"{e} and a trace ring of {n:,} records "
-                f"({n * TRACE_RECORD_BYTES:,} bytes)",
-                status=e.status, kind=e.kind) from None
     _lib.check(rc)
     return (ffi.gc(out[0], lib.xc_cache_close),
             (tuple(layer_list), int(o.n_experts), int(o.top_k), str(policy)))

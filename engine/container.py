@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from xcache.engine import _lib
-from xcache.engine import errors as _err
-from xcache.engine.errors import misuse
+from xcache.engine import args as _args
+from xcache.engine._lib import misuse
 
 #: numpy dtypes of the safetensors dtypes numpy can hold (little-endian, as
 #: the format stores them).  The others (BF16, F8_*, F4, F6_*) are read as
@@ -72,7 +72,7 @@ class Container:
                  direct: bool = False, io: Any = None,
                  verify: bool = False) -> None:
         ffi, lib = _lib.ffi(), _lib.lib()
-        raw = _err.check_path("path", path)  # a NUL would cut it in C
+        raw = _args.check_path("path", path)  # a NUL would cut it in C
         self._path = os.fsdecode(raw)
         # The io vtable is copied by C but its ctx (a fault injector) is
         # not: keep whatever provides it alive as long as this container.
@@ -81,8 +81,8 @@ class Container:
         self._caches: weakref.WeakSet[Any] = weakref.WeakSet()
         opts = ffi.new("xc_st_opts *")
         opts.io = ffi.NULL if io is None else getattr(io, "io", io)
-        opts.direct = int(_err.check_flag("direct", direct))
-        opts.verify = int(_err.check_flag("verify", verify))
+        opts.direct = int(_args.check_flag("direct", direct))
+        opts.verify = int(_args.check_flag("verify", verify))
         out = ffi.new("xc_st **")
         _lib.check(lib.xc_st_open(raw, opts, out))
         self._ptr: Any = ffi.gc(out[0], lib.xc_st_close)
@@ -178,7 +178,7 @@ class Container:
 
     def _index(self, name: str) -> int:
         idx = _lib.ffi().new("size_t *")
-        raw = _err.check_text("name", name)
+        raw = _args.check_text("name", name)
         _lib.check(_lib.lib().xc_st_find(self._handle(), raw, idx))
         return int(idx[0])
 

@@ -25,17 +25,35 @@ import operator
 import os
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from xcache.engine import _lib
-from xcache.engine import errors as _err
+from xcache.engine import args as _args
+from xcache.engine._lib import misuse
 from xcache.engine.container import NUMPY_DTYPES
-from xcache.engine.errors import misuse
 
-if TYPE_CHECKING:
-    from xcache.engine.cache import ExpertCache
+
+class CacheCore(Protocol):
+    """What a held reference or a stream uses of the cache that made it.
+
+    ``engine.cache.ExpertCache`` is the one class that has these; naming
+    them here keeps the cache above its holds and streams (it imports them,
+    they never import it).
+    """
+
+    _ptr: Any  # the C cache
+    _lib: Any  # the loaded library, refusing every call once closed
+    _clib: Any  # the loaded library, always
+    _busy: list[None]  # one entry per C call in progress
+    _layout: Any  # the payload layout (PayloadLayout)
+    _hold_views: Any  # the cache's HoldViews
+    _streams: Any  # the live streams (a WeakSet)
+    _unhold: Any  # xc_cache_unhold, or a refusal once closed
+
+    def _view(self, h: int, owner: object,
+              seen: list[Any] | None = None) -> np.ndarray: ...
 
 
 #: Whether ``release()`` refuses while a view of the hold is alive (a
@@ -122,7 +140,7 @@ class Expert:
     # with CHECK_VIEWS.
     __slots__ = ("_cache", "_h", "key", "_live", "_seen")
 
-    def __init__(self, cache: ExpertCache, handle: int,
+    def __init__(self, cache: CacheCore, handle: int,
                  key: tuple[int, int]) -> None:
         self._cache = cache
         self._h = handle
@@ -463,7 +481,7 @@ class LayerHold:
         return f"<LayerHold layer={self.layer} experts={self.experts} {state}>"
 
 
-def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
+def hold_layer(cache: CacheCore, layer: int, experts: Iterable[int]
                ) -> LayerHold:
     """Hold ``experts`` of ``layer`` in one C call (docs/CACHE.md "hold_layer").
 
@@ -489,9 +507,9 @@ def hold_layer(cache: ExpertCache, layer: int, experts: Iterable[int]
     try:
         rc = hv.hold(hv.ptr, layer, experts, n, bufs[0], bufs[1])
     except (OverflowError, TypeError) as e:  # cffi refused an argument
-        raise _err.conversion_error(
-            e, [("layer", layer, *_err.INT32)] +
-            [(f"experts[{i}]", x, *_err.INT32) for i, x in enumerate(experts)]
+        raise _args.conversion_error(
+            e, [("layer", layer, *_args.INT32)] +
+            [(f"experts[{i}]", x, *_args.INT32) for i, x in enumerate(experts)]
         ) from None
     finally:
         busy.pop()

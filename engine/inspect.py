@@ -26,7 +26,6 @@ container check (docs/DESIGN.md §3); this only reports.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import sys
 from collections import Counter
@@ -39,29 +38,7 @@ from xcache.engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resol
 from xcache.engine.layout import summarize as summarize_layout
 from xcache.engine.regular import read_regular
 from xcache.engine.weightless import weightless_hint
-from xcache.prog import INSPECT, prog_name
-
-
-def package_version() -> str:
-    """The installed xcache version, else the one in this checkout's pyproject.toml.
-
-    ``xcache-fixtures`` and ``xcache-replay`` keep their own copies: the
-    generator and the gate must not import the engine to print a version.
-    """
-    try:
-        return importlib.metadata.version("xcache")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
-    try:
-        with open(pyproject, "rb") as f:
-            return str(tomllib.load(f)["project"]["version"])
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        return "unknown"
+from xcache.prog import INSPECT, package_version, prog_name
 
 
 def summarize(path: str, *, direct: bool = False) -> str:

@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xcache.engine._lib import misuse
 from xcache.engine.container import Container
 from xcache.engine.detect import detect
-from xcache.engine.errors import EngineError, LayoutError, misuse
+from xcache.engine.errors import EngineError, LayoutError
 from xcache.engine.layout_core import (
     FAMILIES,
     FUSED,

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xcache.engine import _lib
-from xcache.engine import errors as _err
+from xcache.engine import args as _args
 from xcache.engine.errors import EngineError
-from xcache.engine.hold import Expert
-
-if TYPE_CHECKING:
-    from xcache.engine.cache import ExpertCache
+from xcache.engine.hold import CacheCore, Expert
 
 #: xc_cache_stream_next's "every key was yielded" (xc.h XC_STREAM_END)
 STREAM_END = 1
@@ -45,13 +42,13 @@ class Stream:
     __slots__ = ("_cache", "_keys", "_st", "_ref", "_index", "_error",
                  "_lock", "__weakref__")
 
-    def __init__(self, cache: ExpertCache, keys: Iterable[tuple[int, int]]
+    def __init__(self, cache: CacheCore, keys: Iterable[tuple[int, int]]
                  ) -> None:
         ffi = _lib.ffi()
         self._st: Any = None
         self._lock = threading.Lock()
         self._cache = cache
-        self._keys = _err.check_keys("keys", keys)
+        self._keys = _args.check_keys("keys", keys)
         layers, experts = key_arrays(self._keys)
         out = ffi.new("xc_stream **")
         _lib.check(cache._lib.xc_cache_stream_begin(

@@ -145,7 +145,7 @@ class IOFaults:
     def close(self) -> None:
         """Free the injector; MisuseError while a container still reads through it."""
         if self._ptr is not None:
-            from xcache.engine.errors import misuse
+            from xcache.engine._lib import misuse
             if self.open_handles:
                 raise misuse(f"the fault injector still has "
                              f"{self.open_handles} open handle(s): close "

@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from xcache.prog import package_version
+
 #: kind -> (folder under the package, what it is, the command that takes it)
 KINDS: dict[str, tuple[str, str, str]] = {
     "model": ("fixtures/models", "public checkpoint descriptions",
@@ -88,8 +90,6 @@ def hint(kind: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``xcache-data [KIND] [--json]``: print the shipped data and where it is."""
-    from xcache.gate.cli import VersionAction  # noqa: PLC0415 - one --version
-
     ap = argparse.ArgumentParser(
         prog="xcache-data",
         description="Print the example data xcache ships (checkpoint "
@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("kind", nargs="?", choices=sorted(KINDS),
                     help="only this kind")
     ap.add_argument("--json", action="store_true", help="one JSON object")
-    ap.add_argument("--version", action=VersionAction)
+    ap.add_argument("--version", action="version",
+                    version=f"%(prog)s (xcache) {package_version()}",
+                    help="print the xcache version and exit")
     args = ap.parse_args(argv)
     kinds = [args.kind] if args.kind else list(KINDS)
     if args.json:

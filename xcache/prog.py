@@ -8,15 +8,18 @@ xcache.fixtures``, or called in-process -- it says the spelling that runs
 it there (``replay.py``, ``python -m xcache.fixtures``, ``python -m
 xcache.engine.inspect``).
 
-This module imports nothing of the project, so every tool may use it.
+This module imports nothing of the project, so every tool may use it; it
+also says the version every ``--version`` prints (:func:`package_version`).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
+from pathlib import Path
 
-__all__ = ["FIXTURES", "INSPECT", "REPLAY", "prog_name"]
+__all__ = ["FIXTURES", "INSPECT", "REPLAY", "package_version", "prog_name"]
 
 #: (installed command, the name otherwise) of each tool.
 REPLAY = ("xcache-replay", "replay.py")
@@ -37,3 +40,21 @@ def prog_name(tool: tuple[str, str], argv0: str | None = None) -> str:
     if base.lower().endswith(".exe"):
         base = base[:-4]
     return installed if base == installed else otherwise
+
+
+def package_version() -> str:
+    """The installed xcache version, else the one in this checkout's pyproject.toml."""
+    try:
+        return importlib.metadata.version("xcache")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    try:
+        with open(pyproject, "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"

@@ -72,10 +72,10 @@ def test_check_maps_status_to_exception_family(tmp_path):
         _lib.check(rc)
     assert ei.value.kind == "short_read" and ei.value.offset == 0
     lib = _lib.lib()
-    offsets = errors.from_status(lib.XC_E_FORMAT_OFFSETS, "offsets", "m", offset=9)
+    offsets = _lib.from_status(lib.XC_E_FORMAT_OFFSETS, "offsets", "m", offset=9)
     assert type(offsets) is errors.FormatError
     assert (offsets.kind, offsets.offset, str(offsets)) == ("offsets", 9, "m")
-    budget = errors.from_status(lib.XC_E_BUDGET, "budget", "m")
+    budget = _lib.from_status(lib.XC_E_BUDGET, "budget", "m")
     assert type(budget) is errors.BudgetError and isinstance(budget, errors.MisuseError)
 
 

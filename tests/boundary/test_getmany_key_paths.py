@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers import K3_LAYOUT
 from xcache import engine
+from xcache.engine import args as engine_args
 
 
 class _Index:
@@ -162,8 +163,8 @@ def test_list_of_int_pairs_skips_check_keys(k3_shard: Path,
         calls.append(name)
         return checked(name, value)
 
-    checked = engine.errors.check_keys
-    monkeypatch.setattr(engine.errors, "check_keys", counting)
+    checked = engine_args.check_keys
+    monkeypatch.setattr(engine_args, "check_keys", counting)
     assert _outcome(k3_shard, lambda c: c.getmany([(0, 1), (0, 2)]))[0] == \
         ("ok", 2)
     assert calls == []

@@ -24,7 +24,8 @@ from xcache import fixtures
 from xcache.fixtures import realistic
 from xcache.fixtures.detect import detect_dir
 from xcache.fixtures.from_header import from_header
-from xcache.fixtures.reader import container_spec, verify
+from xcache.fixtures.reader import container_spec
+from xcache.fixtures.verify import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "fixtures" / "models"

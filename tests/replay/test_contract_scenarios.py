@@ -210,7 +210,7 @@ class _LeakyBackend(OracleBackend):
     def close(self) -> None:
         """Refuse as the fault injector does when a descriptor stays open."""
         super().close()
-        from xcache.engine.errors import misuse  # noqa: PLC0415
+        from xcache.engine._lib import misuse  # noqa: PLC0415
 
         raise misuse("the fault injector still has 1 open handle(s): close "
                      "the containers using it first")

@@ -17,6 +17,7 @@ import json
 import os
 from pathlib import Path
 
+from xcache.engine import _lib
 from xcache.engine.errors import EngineError
 from xcache.engine.regular import open_regular, read_regular
 
@@ -82,7 +83,7 @@ def _no_data(shard: Path) -> bool:
         if len(head) < 8:
             return False
         n = int.from_bytes(head, "little")
-        if n > 100_000_000:
+        if n > _lib.lib().XC_HEADER_MAX_BYTES:
             return False
         header = json.loads(f.read(n))
     ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xcache.oracle.bounds import DIRECT_ALIGN
+
 __all__ = [
     "EMPTY", "INFLIGHT", "READY", "UNDER_WAY", "ALIGN_BYTES", "COUNTERS",
     "SPEC_COUNTERS", "stride_bytes", "Ref", "StreamOpen", "SlotView",
@@ -22,7 +24,8 @@ EMPTY, INFLIGHT, READY = "EMPTY", "INFLIGHT", "READY"
 #: What a batch's ``read`` returns for a read it leaves under way: the slot
 #: stays INFLIGHT (stamped) until :meth:`CacheModel.end_read`.
 UNDER_WAY = "under_way"
-ALIGN_BYTES = 4096
+#: A slot's stride is a multiple of it (oracle/bounds.py).
+ALIGN_BYTES = DIRECT_ALIGN
 
 #: The counters of one window, in the order of docs/CACHE.md.
 COUNTERS = (

@@ -20,8 +20,10 @@ import os
 import stat
 from dataclasses import dataclass
 
-#: The alignment of O_DIRECT reads.
-DIRECT_ALIGN = 4096
+from xcache.oracle.bounds import DIRECT_ALIGN
+
+__all__ = ["DIRECT_ALIGN", "Window", "cut_run", "direct_reads", "probe_direct",
+           "widen", "window_ok"]
 
 
 @dataclass(frozen=True)

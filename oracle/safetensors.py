@@ -61,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xcache.oracle.bounds import HEADER_MAX_BYTES, MAX_DIMS
 from xcache.oracle.errors import NotFound, OracleFormatError
 from xcache.oracle.regular import open_regular, read_regular
 
@@ -78,11 +79,11 @@ DTYPE_BITS: dict[str, int] = {
     "I32": 32, "U32": 32, "F32": 32,
     "I64": 64, "U64": 64, "F64": 64, "C64": 64,
 }
-MAX_HEADER_BYTES = 100_000_000
+MAX_HEADER_BYTES = HEADER_MAX_BYTES
 INDEX_NAME = "model.safetensors.index.json"
 _U64_MAX = 2**64 - 1
 _LIMIT_48 = 2**48
-_MAX_DIMS = 8
+_MAX_DIMS = MAX_DIMS
 _NAME_MAX = 255  # the longest file name, in bytes (Linux)
 _HEADER_START = 8
 

@@ -321,6 +321,27 @@ uint64_t xc_policy_param_default(int i, int j);
 
 typedef struct xc_cache xc_cache;
 
+/* The bounds the cache promises and refuses past (docs/CACHE.md "Bounds";
+ * oracle/bounds.py holds the same numbers, tests/oracle/test_bounds.py
+ * reads them from this file):
+ * XC_MAX_BATCH_THREADS: the largest batch_threads xc_cache_open takes;
+ * XC_MAX_IO_THREADS: the largest io_threads it takes;
+ * XC_IO_DEPTH_DEFAULT: the read-ahead queue's depth when io_depth is 0;
+ * XC_TRACE_RING_DEFAULT: the trace ring's records when trace_ring_records
+ *   is 0;
+ * XC_TRACE_RECORD_BYTES: the bytes of one trace record (file and ring);
+ * XC_MAX_KEYS: the most keys (layers x n_experts) a cache numbers; more is
+ *   XC_E_MISUSE at open;
+ * XC_IO_MAX_RETRIES: consecutive interrupted (EINTR/EAGAIN) preads without
+ *   a byte of progress after which a read gives up: the last is XC_E_IO. */
+#define XC_MAX_BATCH_THREADS 256
+#define XC_MAX_IO_THREADS 64
+#define XC_IO_DEPTH_DEFAULT 64
+#define XC_TRACE_RING_DEFAULT 4096
+#define XC_TRACE_RECORD_BYTES 24
+#define XC_MAX_KEYS 2147483647
+#define XC_IO_MAX_RETRIES 1000
+
 typedef struct xc_cache_opts {
     size_t n_slots;            /* budget in slots; 0: use budget_bytes */
     uint64_t budget_bytes;     /* budget in bytes when n_slots == 0 */
@@ -337,19 +358,22 @@ typedef struct xc_cache_opts {
     size_t n_layers;
     int32_t n_experts;         /* experts per layer */
     uint64_t chunk_bytes;      /* 0: one read per contiguous expert */
-    int batch_threads;         /* readers of getmany, caller included (>= 1) */
+    int batch_threads;         /* readers of getmany, caller included,
+                                * 1..XC_MAX_BATCH_THREADS */
     /* Fields below are all optional: zero means off / the default. */
     int io_threads;            /* read-ahead reader threads; 0: prefetch is
-                                * getmany (synchronous), 0..64 */
+                                * getmany (synchronous),
+                                * 0..XC_MAX_IO_THREADS */
     int io_depth;              /* read-ahead reads queued or under way at
-                                * most; 0: 64 */
+                                * most; 0: XC_IO_DEPTH_DEFAULT */
     int split_min_misses;      /* stream only when at least this many keys
                                 * are not resident, else plain get order;
                                 * 0: 1 */
     int lock_memory;           /* 1: try mlock() on the slot arena (a
                                 * refusal is reported, not fatal) */
     const char *trace_path;    /* record accesses to this file; NULL: off */
-    size_t trace_ring_records; /* records buffered before a write; 0: 4096 */
+    size_t trace_ring_records; /* records buffered before a write;
+                                * 0: XC_TRACE_RING_DEFAULT */
 } xc_cache_opts;
 
 /* Slot states (docs/CACHE.md "Slots and budget"). */

@@ -415,17 +415,19 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     if (st == NULL || o == NULL || out == NULL)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "cache open: NULL container, options or out");
-    if (o->top_k < 1 || o->batch_threads < 1 || o->batch_threads > 256)
+    if (o->top_k < 1 || o->batch_threads < 1 ||
+        o->batch_threads > XC_MAX_BATCH_THREADS)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "cache open: top_k must be >= 1 (got %d) and "
-                       "batch_threads 1..256 (got %d)", o->top_k,
-                       o->batch_threads);
-    if (o->io_threads < 0 || o->io_threads > 64 || o->io_depth < 0 ||
-        o->split_min_misses < 0)
+                       "batch_threads 1..%d (got %d)", o->top_k,
+                       XC_MAX_BATCH_THREADS, o->batch_threads);
+    if (o->io_threads < 0 || o->io_threads > XC_MAX_IO_THREADS ||
+        o->io_depth < 0 || o->split_min_misses < 0)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "cache open: io_threads must be 0..64 (got %d), "
+                       "cache open: io_threads must be 0..%d (got %d), "
                        "io_depth and split_min_misses >= 0 (got %d, %d)",
-                       o->io_threads, o->io_depth, o->split_min_misses);
+                       XC_MAX_IO_THREADS, o->io_threads, o->io_depth,
+                       o->split_min_misses);
     /* every size computed from an option must fit (trace ring: records x
      * TRACE_RECORD_BYTES; the arena is checked in size_budget) */
     if (o->trace_path != NULL &&
@@ -462,12 +464,14 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     c->n_workers = o->batch_threads - 1;
     c->workers = xc_calloc((size_t)c->n_workers + 1, sizeof *c->workers);
     c->n_io = o->io_threads;
-    c->aq_cap = o->io_depth > 0 ? (size_t)o->io_depth : 64;
+    c->aq_cap = o->io_depth > 0 ? (size_t)o->io_depth
+                                : XC_IO_DEPTH_DEFAULT;
     c->split_min = o->split_min_misses > 0 ? o->split_min_misses : 1;
     c->io = xc_calloc((size_t)c->n_io + 1, sizeof *c->io);
     c->aq = xc_calloc(c->aq_cap, sizeof *c->aq);
     if (o->trace_path != NULL) {
-        c->tr_cap = o->trace_ring_records ? o->trace_ring_records : 4096;
+        c->tr_cap = o->trace_ring_records ? o->trace_ring_records
+                                          : XC_TRACE_RING_DEFAULT;
         c->tr_buf = xc_malloc(c->tr_cap * TRACE_RECORD_BYTES);
         if (c->tr_buf == NULL) {
             /* the ring is the caller's option: name it, not the slots */
@@ -483,10 +487,19 @@ int xc_cache_open(xc_st *st, const xc_cache_opts *o, xc_cache **out)
     if (!c->arena || !c->slots || !c->cand || !c->index || !c->scratch ||
         (c->pol.ops->by_position && !c->nc) ||
         !c->seen || !c->workers || !c->io || !c->aq) {
-        /* record before destroy(): the message reads c */
-        rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
-                     "cache open: no memory for %zu slots of %llu bytes",
-                     c->n_slots, (unsigned long long)c->ld.stride);
+        /* record before destroy(): the message reads c; with a trace it
+         * names the ring too, the other table the caller sized */
+        if (o->trace_path != NULL)
+            rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
+                         "cache open: no memory for %zu slots of %llu bytes "
+                         "and a trace ring of %zu records (%llu bytes)",
+                         c->n_slots, (unsigned long long)c->ld.stride,
+                         c->tr_cap,
+                         (unsigned long long)c->tr_cap * TRACE_RECORD_BYTES);
+        else
+            rc = xc_fail(XC_E_NOMEM, -1, -1, -1,
+                         "cache open: no memory for %zu slots of %llu bytes",
+                         c->n_slots, (unsigned long long)c->ld.stride);
         destroy(c, 0);
         return rc;
     }

@@ -93,7 +93,7 @@ typedef struct resv {
 #define TRACE_MAGIC "XCTRACE1"
 #define TRACE_VERSION 1u
 #define TRACE_HEADER_BYTES 48u
-#define TRACE_RECORD_BYTES 24u
+#define TRACE_RECORD_BYTES ((unsigned)XC_TRACE_RECORD_BYTES)
 
 /* One read-ahead read in the ring: slot `slot`, reserved for key, for a
  * prefetch, a speculative prefetch (kind: XC_KIND_*) or item idx of stream

@@ -155,10 +155,8 @@ static const xc_io posix_io = {posix_open, posix_pread, posix_size,
 
 const xc_io *xc_io_default(void) { return &posix_io; }
 
-/* Consecutive EINTR/EAGAIN results without a byte of progress after which a
- * read gives up: a signal storm that long is a fault to report, not to spin
- * on forever. */
-#define XC_IO_MAX_RETRIES 1000
+/* XC_IO_MAX_RETRIES (xc.h): a signal storm that long is a fault to report,
+ * not to spin on forever. */
 
 /* Records that a read wanting [want_off, want_off + want_len) met end of
  * file at byte eof_at: how many of the wanted bytes arrived, and where the

@@ -117,7 +117,7 @@ static int check_opts(const xc_cache_opts *o)
                            "layers must be strictly ascending: %d follows %d",
                            (int)o->layers[i], (int)o->layers[i - 1]);
     if (__builtin_mul_overflow((uint64_t)o->n_layers, (uint64_t)o->n_experts,
-                               &keys) || keys > UINT32_MAX / 2)
+                               &keys) || keys > XC_MAX_KEYS)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "%zu layers x %d experts is too many keys",
                        o->n_layers, (int)o->n_experts);

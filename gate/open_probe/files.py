@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xcache.oracle.bounds import DIRECT_ALIGN
+
 #: The layout every container of the probe holds (per expert, or fused).
 LAYERS = (1, 3)
 N_EXPERTS = 3
@@ -17,7 +19,7 @@ FUSED_TEMPLATE = "layers.{layer}.experts.{tensor}"
 _DTYPE_BYTES = {"F32": 4, "F16": 2}
 #: XC_ALIGN: a slot's stride is the expert's bytes plus two alignments,
 #: rounded up to one (xc_load.c).
-ALIGN = 4096
+ALIGN = DIRECT_ALIGN
 #: Every policy with parameters other than its defaults, as the countdown
 #: opens them.
 POLICY_SPECS = ("lru", "fifo", "lfu", "lfru:sample=2,seed=5",

@@ -23,9 +23,10 @@ from typing import Any
 
 from xcache.gate.reader_diff.compare import compare, engine_verdict, oracle_verdict
 from xcache.gate.reader_diff.containers import INDEX_NAME
+from xcache.oracle.bounds import HEADER_MAX_BYTES
 
 #: The limit of an index file's size (as a header's: docs/DESIGN.md §3).
-MAX_INDEX_BYTES = 100_000_000
+MAX_INDEX_BYTES = HEADER_MAX_BYTES
 
 
 def _shard(path: Path) -> None:

@@ -27,8 +27,8 @@ In each, Python calls every ``lib.xc_*`` on the one ``lib``.
 Run it as a module, ``python -m xcache.engine._build --out DIR [--src
 ENGINE] [--release]``: it prints the path of the ``.so`` it built.  Never as
 a script by path (``python engine/_build.py``): that puts ``engine/`` first
-on ``sys.path``, where ``engine/inspect.py`` shadows the standard library's
-``inspect`` that cffi imports.  A tool that must run another tree's own
+on ``sys.path``, where a module named like a standard one would shadow it.
+A tool that must run another tree's own
 recipe (the gate) runs the file as ``__main__`` without adding its folder
 (``gate.build``).
 

@@ -340,7 +340,7 @@ def _resolve_in(p: Path, c: Container, group: str | None = None) -> Layout:
 
 @dataclass(frozen=True)
 class Summary:
-    """What ``engine.inspect`` prints about a layout over a container."""
+    """What ``engine.inspector`` prints about a layout over a container."""
 
     layout: Layout
     expert_bytes: int

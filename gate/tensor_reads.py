@@ -1,6 +1,6 @@
 """The differential check ``tensor-reads``: every tensor through every read mode.
 
-The scenarios read experts through the cache; a user (``engine.inspect``,
+The scenarios read experts through the cache; a user (``engine.inspector``,
 a twin's verification, a tool of their own) also reads whole tensors
 through ``engine.Container.read``, which takes its own path in C
 (``xc_st_read_tensor``): a plain ``pread`` loop, or with ``direct=True`` an

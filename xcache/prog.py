@@ -6,7 +6,7 @@ basename of ``sys.argv[0]``, without a Windows ``.exe``), it says that
 name; otherwise -- ``python replay.py`` in the clone, ``python -m
 xcache.fixtures``, or called in-process -- it says the spelling that runs
 it there (``replay.py``, ``python -m xcache.fixtures``, ``python -m
-xcache.engine.inspect``).
+xcache.engine.inspector``).
 
 This module imports nothing of the project, so every tool may use it; it
 also says the version every ``--version`` prints (:func:`package_version`).
@@ -24,7 +24,7 @@ __all__ = ["FIXTURES", "INSPECT", "REPLAY", "package_version", "prog_name"]
 #: (installed command, the name otherwise) of each tool.
 REPLAY = ("xcache-replay", "replay.py")
 FIXTURES = ("xcache-fixtures", "python -m xcache.fixtures")
-INSPECT = ("xcache-inspect", "python -m xcache.engine.inspect")
+INSPECT = ("xcache-inspect", "python -m xcache.engine.inspector")
 
 
 def prog_name(tool: tuple[str, str], argv0: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """The tool fuzzer: every file and argument a user hands the tools, made hostile.
 
 ``python -m xcache.hunt.fuzz tools --seconds N`` runs it (docs: hunt/README.md,
-"Tool fuzzer").  Each *case* is one command of a tool -- ``engine.inspect``,
+"Tool fuzzer").  Each *case* is one command of a tool -- ``engine.inspector``,
 the gate's container step (``hunt.fuzz.gate_container``, what
 ``replay.py --container`` does before its scenarios), the gate's scenario
 and programs files (``hunt.fuzz.gate_files``), ``python -m xcache.fixtures``

@@ -1,4 +1,4 @@
-"""python -m xcache.engine.inspect prints the expert layout after its OK line.
+"""python -m xcache.engine.inspector prints the expert layout after its OK line.
 
 Exit 0 with the layout; ``FAIL layout: <message>`` and exit 1 when the
 layout cannot be found or does not fit; a container without any sign of
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from xcache import fixtures
-from xcache.engine.inspect import main
+from xcache.engine.inspector import main
 
 K3_LINES = [
     "template: language_model.model.layers.{layer}.block_sparse_moe.experts."
@@ -52,7 +52,7 @@ def k3(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_k3_mini_prints_its_layout(k3):
     """The command prints the OK line, then k3-mini's layout, exit 0."""
-    r = subprocess.run([sys.executable, "-m", "xcache.engine.inspect", str(k3)],
+    r = subprocess.run([sys.executable, "-m", "xcache.engine.inspector", str(k3)],
                        capture_output=True, text=True, env=os.environ.copy())
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [

@@ -1,11 +1,11 @@
-"""engine.inspect on a checkpoint without its weights points at from-header."""
+"""engine.inspector on a checkpoint without its weights points at from-header."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.helpers import ROOT
-from xcache.engine.inspect import main
+from xcache.engine.inspector import main
 from xcache.fixtures import realistic
 
 MODEL = ROOT / "fixtures" / "models" / "mixtral-8x7b.json"

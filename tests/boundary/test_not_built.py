@@ -53,12 +53,12 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_inspect_before_the_build_names_the_install(unbuilt: Path,
                                                     k3_shard: Path) -> None:
-    """engine.inspect exits 2 with one line naming `pip install -e .` and the folder."""
-    done = _run(unbuilt, "-m", "xcache.engine.inspect", str(k3_shard.parent))
+    """xcache-inspect exits 2 with one line naming `pip install -e .` and the folder."""
+    done = _run(unbuilt, "-m", "xcache.engine.inspector", str(k3_shard.parent))
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith(
-        "python -m xcache.engine.inspect: the engine is not built: ")
+        "python -m xcache.engine.inspector: the engine is not built: ")
     assert f"run `pip install -e .` in {unbuilt} first" in done.stderr
 
 

@@ -37,7 +37,7 @@ runs on it, and every served payload was compared with a 44 MB expected
 payload made in Python for it while a load in 4 KiB chunks was 10,755
 modelled preads (``counter-window`` and ``policies`` outlived 120 s).
 
-Each twin is also inspected (``python -m xcache.engine.inspect TWIN`` must exit 0).
+Each twin is also inspected (``python -m xcache.engine.inspector TWIN`` must exit 0).
 ``python -m tests.containers.matrix [--all | CELL ...]`` runs cells and
 prints one line each; tests/containers/test_container_matrix.py samples them.
 """
@@ -169,7 +169,7 @@ class Outcome:
     failed: list[str]
     skipped: list[tuple[str, str]]
     seconds: float
-    inspect: str = "OK"  # what engine.inspect said of a twin, when not OK
+    inspect: str = "OK"  # what engine.inspector said of a twin, when not OK
 
     @property
     def ok(self) -> bool:
@@ -208,9 +208,9 @@ def run_cell(cell: Cell, work: Path) -> Outcome:
 
 
 def inspect(container: str) -> str:
-    """``python -m xcache.engine.inspect CONTAINER``: "OK", else its exit status and
+    """``python -m xcache.engine.inspector CONTAINER``: "OK", else its exit status and
     first FAIL line."""
-    from xcache.engine.inspect import main as inspect_main  # noqa: PLC0415
+    from xcache.engine.inspector import main as inspect_main  # noqa: PLC0415
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

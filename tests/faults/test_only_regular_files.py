@@ -72,9 +72,9 @@ def test_a_shard_that_is_not_a_regular_file_is_refused_by_the_engine(
 @pytest.mark.parametrize(("kind", "word"), KINDS)
 def test_engine_inspect_names_the_shard_and_what_it_is(mixtral_dir, tmp_path,
                                                       kind, word):
-    """engine.inspect ends (exit 1, one FAIL line) instead of blocking on a FIFO."""
+    """engine.inspector ends (exit 1, one FAIL line) instead of blocking on a FIFO."""
     folder = with_shard_as(mixtral_dir, tmp_path, kind)
-    p = run(f"import sys\nfrom xcache.engine.inspect import main\n"
+    p = run(f"import sys\nfrom xcache.engine.inspector import main\n"
             f"sys.exit(main([{str(folder)!r}]))\n")
     assert p.returncode == 1, p.stderr
     assert p.stdout + p.stderr == f"FAIL io: {why(folder / SHARD, word)}\n"

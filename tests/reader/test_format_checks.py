@@ -498,10 +498,10 @@ def test_closed_container_refuses_use(tmp_path):
 
 
 def test_inspect_prints_one_summary_line(tmp_path):
-    """python -m xcache.engine.inspect prints OK with counts, exit 0."""
+    """python -m xcache.engine.inspector prints OK with counts, exit 0."""
     h = "{" + entry("a", "U8", [4], 0, 4) + "," + entry("b", "F16", [2], 4, 8) + "}"
     path = write(tmp_path, st_bytes(h, b"x" * 8))
-    r = subprocess.run([sys.executable, "-m", "xcache.engine.inspect", path],
+    r = subprocess.run([sys.executable, "-m", "xcache.engine.inspector", path],
                        capture_output=True, text=True, env=os.environ.copy())
     assert r.returncode == 0, r.stderr
     assert r.stdout == (f"OK {path}: 2 tensors, 1 shard(s), 8 bytes, "
@@ -512,7 +512,7 @@ def test_inspect_reports_kind_file_and_offset(tmp_path):
     """A truncated file prints FAIL length with the byte, exit 1."""
     h = "{" + entry("a", "U8", [4], 0, 4) + "}"
     path = write(tmp_path, st_bytes(h, b"x" * 3))
-    r = subprocess.run([sys.executable, "-m", "xcache.engine.inspect", path],
+    r = subprocess.run([sys.executable, "-m", "xcache.engine.inspector", path],
                        capture_output=True, text=True, env=os.environ.copy())
     assert r.returncode == 1
     off = 8 + len(h) + 3
@@ -526,7 +526,7 @@ def test_inspect_reports_kind_file_and_offset(tmp_path):
 ])
 def test_inspect_refuses_a_mistaken_path_with_exit_2(tmp_path, arg, words):
     """A path naming nothing (or holding NUL) is one line on stderr, exit 2."""
-    from xcache.engine.inspect import main
+    from xcache.engine.inspector import main
 
     (tmp_path / "empty-folder").mkdir()
     path = arg if "\x00" in arg else str(tmp_path / arg)
@@ -535,5 +535,5 @@ def test_inspect_refuses_a_mistaken_path_with_exit_2(tmp_path, arg, words):
         assert main([path]) == 2
     text = r_out.getvalue()
     assert text.count("\n") == 1
-    assert text.startswith("python -m xcache.engine.inspect: ")
+    assert text.startswith("python -m xcache.engine.inspector: ")
     assert repr(path) in text and words in text

@@ -26,7 +26,7 @@ def pyproject_version() -> str:
 
 #: every command line, by the program name its --version names
 CLIS = {"python -m xcache.fixtures": ["-m", "xcache.fixtures"],
-        "python -m xcache.engine.inspect": ["-m", "xcache.engine.inspect"],
+        "python -m xcache.engine.inspector": ["-m", "xcache.engine.inspector"],
         "replay.py": [str(ROOT / "replay.py")],
         "replay.py lab": [str(ROOT / "replay.py"), "lab"],
         "replay.py predict": [str(ROOT / "replay.py"), "predict"]}

@@ -51,8 +51,8 @@ def _run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     ("/venv/bin/xcache-fixtures", FIXTURES, "xcache-fixtures"),
     ("/clone/fixtures/__main__.py", FIXTURES, "python -m xcache.fixtures"),
     ("/venv/bin/xcache-inspect", INSPECT, "xcache-inspect"),
-    ("/venv/bin/xcache-replay", INSPECT, "python -m xcache.engine.inspect"),
-    ("/clone/engine/inspect.py", INSPECT, "python -m xcache.engine.inspect"),
+    ("/venv/bin/xcache-replay", INSPECT, "python -m xcache.engine.inspector"),
+    ("/clone/engine/inspector.py", INSPECT, "python -m xcache.engine.inspector"),
 ])
 def test_prog_name_is_the_command_run_else_the_module_form(argv0, tool, name):
     """The installed command's basename gives its name; anything else the other."""

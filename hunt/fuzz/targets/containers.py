@@ -1,4 +1,4 @@
-"""Targets over a checkpoint folder: ``engine.inspect`` and the gate's container step.
+"""Targets over a checkpoint folder: ``engine.inspector`` and the gate's container step.
 
 ``inspect`` / ``gate-container`` change the checkpoint's ``config.json``,
 its index or its ``xcache-layout.toml``; ``inspect-layout`` the file of
@@ -21,9 +21,9 @@ LAYOUT = tomllib.loads((SEED / "xcache-layout.toml").read_text())
 SPEC = json.loads((SEED / "spec.json").read_text())
 
 TARGETS = (
-    Target("inspect", lambda d: [PY, "-m", "xcache.engine.inspect", "ckpt"],
+    Target("inspect", lambda d: [PY, "-m", "xcache.engine.inspector", "ckpt"],
            ("ckpt",), exit1_ok=True),
-    Target("inspect-layout", lambda d: [PY, "-m", "xcache.engine.inspect", "ckpt",
+    Target("inspect-layout", lambda d: [PY, "-m", "xcache.engine.inspector", "ckpt",
                                         "--layout", "layout.toml"],
            ("ckpt",), exit1_ok=True),
     Target("gate-container", lambda d: [PY, "-m", "xcache.hunt.fuzz.gate_container",
@@ -35,7 +35,7 @@ TARGETS = (
 
 @st.composite
 def inspect_case(draw: st.DrawFn) -> Case:
-    """engine.inspect on the checkpoint: config.json, the index, or a layout file."""
+    """engine.inspector on the checkpoint: config.json, the index, or a layout file."""
     which = draw(st.sampled_from(["config", "config", "layout", "index"]))
     if which == "config":
         return draw(json_file_case("inspect", "ckpt/config.json", CONFIG,
@@ -49,7 +49,7 @@ def inspect_case(draw: st.DrawFn) -> Case:
 
 @st.composite
 def inspect_layout_case(draw: st.DrawFn) -> Case:
-    """engine.inspect --layout FILE with the file changed."""
+    """engine.inspector --layout FILE with the file changed."""
     return draw(toml_file_case("inspect-layout", "layout.toml", LAYOUT,
                                ("layout.toml",)))
 

@@ -59,11 +59,14 @@ import numpy as np  # noqa: E402
 
 from xcache import fixtures  # noqa: E402
 from xcache.engine._build import SEAM_SOURCES  # noqa: E402
+from xcache.engine.sim import POLICIES as _SIM_POLICIES  # noqa: E402
 from xcache.engine.sim import simulate  # noqa: E402
+from xcache.oracle.policies import LIBCACHESIM  # noqa: E402
 from xcache.oracle.traces import load_trace, write_oracle_general_keys  # noqa: E402
 
 TRACES = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
-POLICIES = ("lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc")
+#: Every policy of the engine's table (engine.sim.POLICIES without Belady).
+POLICIES = tuple(p for p in _SIM_POLICIES if p != "belady")
 SHAPES = {"kimi": (92, 384), "deepseek": (58, 256)}
 TOP_K = 8
 
@@ -108,9 +111,8 @@ def sim_rows(name: str, keys: np.ndarray, sizes: list[int], rounds: int,
     n = len(keys)
     path = os.path.join(tmp, f"{name}.oracleGeneral")
     write_oracle_general_keys(keys, path)
-    theirs = {} if lcs is None else {"lru": lcs.LRU, "fifo": lcs.FIFO,
-                                     "lfu": lcs.LFU, "arc": lcs.ARC,
-                                     "s3fifo": lcs.S3FIFO}
+    theirs = {} if lcs is None else {p: getattr(lcs, c)
+                                     for p, c in LIBCACHESIM.items()}
     tiny = os.path.join(tmp, f"{name}.head.oracleGeneral")
     write_oracle_general_keys(keys[:1000], tiny)
     n_keys = int(keys.max()) + 1

@@ -8,27 +8,47 @@
 #include "xc_internal.h"
 #include "xc_policy.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The policy table: one X(name) per policy, each defined in its own
- * xc_policy_<name>.c as xc_policy_<name>_ops.  Its order is the order
- * xc_policy_name lists them in and the "valid:" message shows.  Adding a
- * policy is its file plus one entry here. */
-#define XC_POLICY_TABLE(X) \
-    X(lru) X(fifo) X(lfu) X(lfru) X(hotness) X(s3fifo) X(arc)
+/* The policy table, filled by the policy files' XC_POLICY_REGISTER lines
+ * (xc_policy.h) when the library is loaded, kept in (rank, name) order:
+ * the order xc_policy_name lists them in and the "valid:" message shows.
+ * Adding a policy is its file; nothing here changes. */
+static const xc_policy_ops *table[XC_POLICY_SLOTS];
+static int rank_of[XC_POLICY_SLOTS];
+static size_t n_table;
+#define N_POLICIES n_table
 
-#define XC_POLICY_DECLARE(n) extern const xc_policy_ops xc_policy_##n##_ops;
-XC_POLICY_TABLE(XC_POLICY_DECLARE)
-#undef XC_POLICY_DECLARE
-
-static const xc_policy_ops *const table[] = {
-#define XC_POLICY_ENTRY(n) &xc_policy_##n##_ops,
-    XC_POLICY_TABLE(XC_POLICY_ENTRY)
-#undef XC_POLICY_ENTRY
-};
-#define N_POLICIES (sizeof table / sizeof table[0])
+/* Adds ops at its place by (rank, name).  Runs from the policy files'
+ * constructors, one at a time, before the library's functions can be
+ * called; a second registration of a name or one past XC_POLICY_SLOTS is a
+ * programming error (asserted; dropped when asserts are compiled out). */
+void xc_policy_register(const xc_policy_ops *ops, int rank)
+{
+    size_t i;
+    assert(ops != NULL && ops->name != NULL);
+    assert(n_table < XC_POLICY_SLOTS);
+    for (i = 0; i < n_table; i++) {
+        assert(strcmp(table[i]->name, ops->name) != 0);
+        if (strcmp(table[i]->name, ops->name) == 0)
+            return;
+    }
+    if (n_table == XC_POLICY_SLOTS)
+        return;
+    for (i = n_table; i > 0 && (rank_of[i - 1] > rank ||
+                                (rank_of[i - 1] == rank &&
+                                 strcmp(table[i - 1]->name, ops->name) > 0));
+         i--) {
+        table[i] = table[i - 1];
+        rank_of[i] = rank_of[i - 1];
+    }
+    table[i] = ops;
+    rank_of[i] = rank;
+    n_table++;
+}
 
 /* ------------------------------------------------------------------ */
 /* The table, as xc.h exposes it                                        */
@@ -90,7 +110,7 @@ static void valid_specs(char *buf, size_t cap)
 
 static int bad_name(const char *spec, size_t len)
 {
-    char valid[256];
+    char valid[512];
     valid_specs(valid, sizeof valid);
     return xc_fail(XC_E_MISUSE, -1, -1, -1, "unknown policy '%.*s'; valid: %s",
                    (int)len, spec, valid);

@@ -14,12 +14,12 @@
  * replays a trace to the live counters exactly (docs/CACHE.md "Victim
  * choice").
  *
- * Adding a policy touches four files besides its tests and docs (its row
- * in docs/CACHE.md): its own file (copy xc_policy_fifo.c, the simplest, and
- * fill the slots you need; the orders of xc_order.h are there to use), one
- * X(name) in XC_POLICY_TABLE (xc_policy.c), the oracle's module
- * oracle/policies/<name>.py written from the docs, and its mutant in
- * faults/mutants/catalogue.py (docs/DESIGN.md §9, "Where a change goes").
+ * Adding a policy is one new file, engine/csrc/xc_policy_<name>.c, in C
+ * (copy xc_policy_fifo.c, the simplest, and fill the slots you need; the
+ * orders of xc_order.h and the one-list state of xc_policy_list.c are there
+ * to use), ending with its XC_POLICY_REGISTER line, plus the oracle's module
+ * oracle/policies/<name>.py written from the docs and its rows in
+ * docs/CACHE.md (docs/DESIGN.md §9, "Where a change goes: C").
  * Python takes names and parameters from the table.
  * `to_evict` must be pure: choosing a victim changes nothing; evicting does
  * (on_evict).
@@ -79,6 +79,8 @@ typedef struct xc_pview {
 
 #define XC_POLICY_MAX_PARAMS 4
 
+struct xc_ptest;
+
 /* Parsed parameters of a policy spec "name:key=value,...", and the state the
  * built-in policies need.  One struct rather than a void * per policy keeps
  * the table small and lets check() look at it. */
@@ -131,7 +133,37 @@ typedef struct xc_policy_ops {
      * the row after the touch.  Policies that ignore ticks ignore it. */
     void (*on_touch)(xc_policy *p, const xc_pcand *row);
     int by_position;       /* 1: to_evict uses the view's count and nth */
+    /* TEST HOOKS ONLY: fills *out with pointers into the policy's state
+     * (xc_ptest below), for xc_testhooks_check.c; XC_PTEST(fn) in an ops
+     * initialiser: fn in the instrumented build, NULL in a release (and
+     * NULL for a policy with no state to break). */
+    void (*test_view)(struct xc_policy *p, struct xc_ptest *out);
 } xc_policy_ops;
+
+#ifdef XC_TEST_SEAMS
+#define XC_PTEST(fn) (fn)
+#else
+#define XC_PTEST(fn) NULL
+#endif
+
+/* The policy table is made from the policy files themselves: each ends
+ * with XC_POLICY_REGISTER(its ops, its rank), which adds it to the table
+ * (xc_policy.c) when the library is loaded, before any call can read it.
+ * The table lists policies by rank, then by name; a new policy takes a
+ * rank above the others (lru, the default, is 10; the rest go up by 10).
+ * Registration runs as a constructor of the object holding the policy, so
+ * a program links every xc_policy_*.c it wants listed (the builds compile
+ * every .c file of csrc).  xc_policy_register asserts a name registers once and
+ * the table (XC_POLICY_SLOTS) does not overflow. */
+#define XC_POLICY_SLOTS 32
+void xc_policy_register(const xc_policy_ops *ops, int rank);
+#define XC_POLICY_REGISTER(ops, rank)                                      \
+    static void xc_policy_register_##ops(void) __attribute__((constructor)); \
+    static void xc_policy_register_##ops(void)                             \
+    {                                                                      \
+        xc_policy_register(&(ops), (rank));                                \
+    }                                                                      \
+    struct xc_policy_registered_##ops
 
 /* Parses spec ("lru", "lfru:sample=3,seed=7"; NULL means "lru") and
  * initialises *p for n_keys keys and a cache of n_slots slots (>= 1).
@@ -168,7 +200,7 @@ static inline void xc_policy_evict(xc_policy *p, uint32_t key)
 
 /* No-op callbacks for the slots a policy leaves empty.  Inline here (each
  * policy file takes its own copy's address) so that the policy files call
- * nothing in xc_policy.c, which only lists them. */
+ * nothing in xc_policy.c but xc_policy_register. */
 static inline void xc_policy_nop(xc_policy *p, uint32_t key)
 {
     (void)p;
@@ -185,11 +217,34 @@ static inline int xc_policy_check_nop(const xc_policy *p)
     return 0;
 }
 
+/* The state of a policy that keeps its keys on one list (lru, fifo,
+ * sieve): its private state is an xc_plist or a struct that begins with
+ * one (so p->priv may be read as one).  on[k] is 1 while key k is on q;
+ * tick[k] is the order q keeps (ascending from head), or unused. */
+typedef struct xc_plist {
+    xc_klinks kl;
+    xc_klist q;
+    uint64_t *tick;  /* per key, or NULL when the list keeps no tick order */
+    uint8_t *on;     /* per key: on q */
+} xc_plist;
+
+/* Allocates a zeroed state of `size` bytes (>= sizeof(xc_plist)) beginning
+ * with an xc_plist for p->n_keys keys (tick too when with_tick) into
+ * p->priv; XC_E_NOMEM (recorded, naming the policy) on failure, with
+ * p->priv left NULL. */
+int xc_plist_init(xc_policy *p, size_t size, int with_tick);
+/* Frees what xc_plist_init allocated (p->priv may be NULL); p->priv = NULL. */
+void xc_plist_fini(xc_policy *p);
+/* The one-list state's check(): 0 when p->priv is an xc_plist whose marked
+ * keys are exactly those on its list, the list consistent (xc_kl_check,
+ * ascending tick when it keeps one); else records why, naming the policy. */
+int xc_plist_check(const xc_policy *p);
+
 /* TEST HOOKS ONLY (xc_testhooks_check.c): pointers into a policy's private
  * state, so that the test hook can break each thing the policy's check()
- * tests.  Each policy with private state appends its filler
- * xc_policy_<name>_test_view to its file; fields a policy lacks stay NULL
- * or 0.  Never used by the cache itself; in the instrumented build only
+ * tests.  Each policy with private state names its filler in its ops
+ * (test_view, through XC_PTEST); fields a policy lacks stay NULL or 0.
+ * Never used by the cache itself; in the instrumented build only
  * (XC_TEST_SEAMS, xc_test.h). */
 #ifdef XC_TEST_SEAMS
 typedef struct xc_ptest {
@@ -200,6 +255,8 @@ typedef struct xc_ptest {
     uint8_t list_mark;
     uint8_t *mark;         /* per key: on (lru, fifo) or where (arc, s3fifo) */
     uint8_t mark_none;     /* the mark of a key on no list */
+    size_t own_marks;      /* lists 0.. whose own count check() compares
+                            * with the keys marked for it */
     uint64_t *tick;        /* per key: the order the list keeps, or NULL */
     double *arc_p;         /* arc's target size of T1 */
     size_t *g_cap;         /* s3fifo's ghost capacity */
@@ -208,12 +265,8 @@ typedef struct xc_ptest {
     xc_hset *hset;         /* hotness's buckets */
     xc_bset *bset;         /* lfu's buckets */
 } xc_ptest;
-void xc_policy_lru_test_view(xc_policy *p, xc_ptest *out);
-void xc_policy_fifo_test_view(xc_policy *p, xc_ptest *out);
-void xc_policy_lfu_test_view(xc_policy *p, xc_ptest *out);
-void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out);
-void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out);
-void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out);
+/* The view of a one-list state (xc_plist): its list, marks and ticks. */
+void xc_plist_test_view(xc_policy *p, xc_ptest *out);
 
 /* The hotness policy's buckets, or NULL when p is another policy (for the
  * test hooks). */

@@ -233,18 +233,25 @@ static int arc_check(const xc_policy *p)
     return 0;
 }
 
+#ifdef XC_TEST_SEAMS
+static void arc_test_view(xc_policy *p, xc_ptest *out);
+#endif
+
 const xc_policy_ops xc_policy_arc_ops = {
     "arc", {NULL}, {0}, arc_init, arc_fini, arc_to_evict, arc_on_request,
     arc_on_hit, arc_on_insert, arc_on_evict, arc_check, XC_POLICY_ORDER_NONE,
     1, xc_policy_row_nop, 0,
+    XC_PTEST(arc_test_view),
 };
+XC_POLICY_REGISTER(xc_policy_arc_ops, 70);
 
 /* TEST HOOKS ONLY (xc_policy.h): the state arc_check tests. */
 #ifdef XC_TEST_SEAMS
-void xc_policy_arc_test_view(xc_policy *p, xc_ptest *out)
+static void arc_test_view(xc_policy *p, xc_ptest *out)
 {
     arc *a = p->priv;
     *out = (xc_ptest){0};
+    out->own_marks = 1;
     out->kl = &a->kl;
     out->lists = &a->l[W_T1];
     out->n_lists = 4;

@@ -11,43 +11,17 @@
 #include "xc_internal.h"
 #include "xc_policy.h"
 
-typedef struct fifo {
-    xc_klinks kl;
-    xc_klist q;
-    uint64_t *tick;  /* per key: insert_tick while on q */
-    uint8_t *on;     /* per key: on q */
-} fifo;
-
-static void fifo_free(fifo *s)
-{
-    if (s == NULL)
-        return;
-    xc_kl_free(&s->kl);
-    xc_free(s->tick);
-    xc_free(s->on);
-    xc_free(s);
-}
+/* One list (xc_policy_list.c): tick[k] is insert_tick while k is on q. */
+typedef xc_plist fifo;
 
 static int fifo_init(xc_policy *p)
 {
-    size_t nk = p->n_keys ? p->n_keys : 1;
-    fifo *s = xc_calloc(1, sizeof *s);
-    if (s == NULL || xc_kl_alloc(&s->kl, p->n_keys, "fifo") != XC_OK ||
-        (s->tick = xc_calloc(nk, sizeof *s->tick)) == NULL ||
-        (s->on = xc_calloc(nk, 1)) == NULL) {
-        fifo_free(s);
-        return xc_fail(XC_E_NOMEM, -1, -1, -1,
-                       "policy fifo: no memory for %u keys", p->n_keys);
-    }
-    xc_kl_init(&s->q);
-    p->priv = s;
-    return XC_OK;
+    return xc_plist_init(p, sizeof(fifo), 1);
 }
 
 static void fifo_fini(xc_policy *p)
 {
-    fifo_free(p->priv);
-    p->priv = NULL;
+    xc_plist_fini(p);
 }
 
 static int64_t fifo_to_evict(const xc_policy *p, const xc_pview *v)
@@ -70,22 +44,6 @@ static void fifo_on_evict(xc_policy *p, uint32_t key)
     s->on[key] = 0;
 }
 
-static int fifo_check(const xc_policy *p)
-{
-    const fifo *s = p->priv;
-    size_t n = 0;
-    uint32_t k;
-    if (s == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "fifo: no state");
-    for (k = 0; k < p->n_keys; k++)
-        n += s->on[k];
-    if (n != s->q.n)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "fifo: %zu keys marked, the list holds %zu", n,
-                       s->q.n);
-    return xc_kl_check(&s->kl, &s->q, s->on, 1, s->tick, "fifo");
-}
-
 /* An insert goes in by its insert_tick; a hit changes nothing. */
 static void fifo_on_insert(xc_policy *p, const xc_pcand *row)
 {
@@ -100,21 +58,7 @@ static void fifo_on_insert(xc_policy *p, const xc_pcand *row)
 const xc_policy_ops xc_policy_fifo_ops = {
     "fifo", {NULL}, {0}, fifo_init, fifo_fini, fifo_to_evict,
     xc_policy_nop, xc_policy_row_nop, fifo_on_insert, fifo_on_evict,
-    fifo_check, XC_POLICY_ORDER_INSERT, 0, xc_policy_row_nop, 0,
+    xc_plist_check, XC_POLICY_ORDER_INSERT, 0, xc_policy_row_nop, 0,
+    XC_PTEST(xc_plist_test_view),
 };
-
-/* TEST HOOKS ONLY (xc_policy.h): the state fifo_check tests. */
-#ifdef XC_TEST_SEAMS
-void xc_policy_fifo_test_view(xc_policy *p, xc_ptest *out)
-{
-    fifo *s = p->priv;
-    *out = (xc_ptest){0};
-    out->kl = &s->kl;
-    out->lists = &s->q;
-    out->n_lists = 1;
-    out->list_mark = 1;
-    out->mark = s->on;
-    out->mark_none = 0;
-    out->tick = s->tick;
-}
-#endif /* XC_TEST_SEAMS */
+XC_POLICY_REGISTER(xc_policy_fifo_ops, 20);

@@ -148,11 +148,17 @@ static int hot_check(const xc_policy *p)
     return xc_hset_check(&h->bs, "hotness");
 }
 
+#ifdef XC_TEST_SEAMS
+static void hot_test_view(xc_policy *p, xc_ptest *out);
+#endif
+
 const xc_policy_ops xc_policy_hotness_ops = {
     "hotness", {"period", NULL}, {256}, hot_init, hot_fini, hot_to_evict,
     hot_on_request, hot_place, hot_place, hot_on_evict, hot_check,
     XC_POLICY_ORDER_NONE, 0, hot_place, 0,
+    XC_PTEST(hot_test_view),
 };
+XC_POLICY_REGISTER(xc_policy_hotness_ops, 50);
 
 /* TEST HOOKS ONLY (xc_policy.h): the state hot_check tests. */
 #ifdef XC_TEST_SEAMS
@@ -163,7 +169,7 @@ const xc_hset *xc_policy_hotness_set(const xc_policy *p)
                                             : NULL;
 }
 
-void xc_policy_hotness_test_view(xc_policy *p, xc_ptest *out)
+static void hot_test_view(xc_policy *p, xc_ptest *out)
 {
     hot *h = p->priv;
     *out = (xc_ptest){0};

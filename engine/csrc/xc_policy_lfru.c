@@ -70,4 +70,6 @@ const xc_policy_ops xc_policy_lfru_ops = {
     lfru_to_evict, xc_policy_nop, xc_policy_row_nop, xc_policy_row_nop,
     xc_policy_nop, xc_policy_check_nop, XC_POLICY_ORDER_NONE, 0,
     xc_policy_row_nop, 1,
+    NULL,
 };
+XC_POLICY_REGISTER(xc_policy_lfru_ops, 40);

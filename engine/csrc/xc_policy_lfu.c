@@ -57,15 +57,21 @@ static int lfu_check(const xc_policy *p)
     return xc_bset_check(p->priv, "lfu");
 }
 
+#ifdef XC_TEST_SEAMS
+static void lfu_test_view(xc_policy *p, xc_ptest *out);
+#endif
+
 const xc_policy_ops xc_policy_lfu_ops = {
     "lfu", {NULL}, {0}, lfu_init, lfu_fini, lfu_to_evict,
     xc_policy_nop, lfu_place, lfu_place, lfu_on_evict,
     lfu_check, XC_POLICY_ORDER_NONE, 0, lfu_place, 0,
+    XC_PTEST(lfu_test_view),
 };
+XC_POLICY_REGISTER(xc_policy_lfu_ops, 30);
 
 /* TEST HOOKS ONLY (xc_policy.h): the state lfu_check tests. */
 #ifdef XC_TEST_SEAMS
-void xc_policy_lfu_test_view(xc_policy *p, xc_ptest *out)
+static void lfu_test_view(xc_policy *p, xc_ptest *out)
 {
     *out = (xc_ptest){0};
     out->bset = p->priv;

@@ -11,43 +11,12 @@
 #include "xc_internal.h"
 #include "xc_policy.h"
 
-typedef struct lru {
-    xc_klinks kl;
-    xc_klist q;
-    uint64_t *tick;  /* per key: last_use while on q */
-    uint8_t *on;     /* per key: on q */
-} lru;
-
-static void lru_free(lru *s)
-{
-    if (s == NULL)
-        return;
-    xc_kl_free(&s->kl);
-    xc_free(s->tick);
-    xc_free(s->on);
-    xc_free(s);
-}
+/* One list (xc_policy_list.c): tick[k] is last_use while k is on q. */
+typedef xc_plist lru;
 
 static int lru_init(xc_policy *p)
 {
-    size_t nk = p->n_keys ? p->n_keys : 1;
-    lru *s = xc_calloc(1, sizeof *s);
-    if (s == NULL || xc_kl_alloc(&s->kl, p->n_keys, "lru") != XC_OK ||
-        (s->tick = xc_calloc(nk, sizeof *s->tick)) == NULL ||
-        (s->on = xc_calloc(nk, 1)) == NULL) {
-        lru_free(s);
-        return xc_fail(XC_E_NOMEM, -1, -1, -1,
-                       "policy lru: no memory for %u keys", p->n_keys);
-    }
-    xc_kl_init(&s->q);
-    p->priv = s;
-    return XC_OK;
-}
-
-static void lru_fini(xc_policy *p)
-{
-    lru_free(p->priv);
-    p->priv = NULL;
+    return xc_plist_init(p, sizeof(lru), 1);
 }
 
 static int64_t lru_to_evict(const xc_policy *p, const xc_pview *v)
@@ -81,39 +50,10 @@ static void lru_on_evict(xc_policy *p, uint32_t key)
     s->on[key] = 0;
 }
 
-static int lru_check(const xc_policy *p)
-{
-    const lru *s = p->priv;
-    size_t n = 0;
-    uint32_t k;
-    if (s == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "lru: no state");
-    for (k = 0; k < p->n_keys; k++)
-        n += s->on[k];
-    if (n != s->q.n)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "lru: %zu keys marked, the list holds %zu", n, s->q.n);
-    return xc_kl_check(&s->kl, &s->q, s->on, 1, s->tick, "lru");
-}
-
 const xc_policy_ops xc_policy_lru_ops = {
-    "lru", {NULL}, {0}, lru_init, lru_fini, lru_to_evict,
+    "lru", {NULL}, {0}, lru_init, xc_plist_fini, lru_to_evict,
     xc_policy_nop, lru_place, lru_place, lru_on_evict,
-    lru_check, XC_POLICY_ORDER_LAST_USE, 0, lru_place, 0,
+    xc_plist_check, XC_POLICY_ORDER_LAST_USE, 0, lru_place, 0,
+    XC_PTEST(xc_plist_test_view),
 };
-
-/* TEST HOOKS ONLY (xc_policy.h): the state lru_check tests. */
-#ifdef XC_TEST_SEAMS
-void xc_policy_lru_test_view(xc_policy *p, xc_ptest *out)
-{
-    lru *s = p->priv;
-    *out = (xc_ptest){0};
-    out->kl = &s->kl;
-    out->lists = &s->q;
-    out->n_lists = 1;
-    out->list_mark = 1;
-    out->mark = s->on;
-    out->mark_none = 0;
-    out->tick = s->tick;
-}
-#endif /* XC_TEST_SEAMS */
+XC_POLICY_REGISTER(xc_policy_lru_ops, 10);

@@ -286,18 +286,25 @@ static int s3_check(const xc_policy *p)
     return 0;
 }
 
+#ifdef XC_TEST_SEAMS
+static void s3_test_view(xc_policy *p, xc_ptest *out);
+#endif
+
 const xc_policy_ops xc_policy_s3fifo_ops = {
     "s3fifo", {"small", "ghost", "promote", NULL}, {10, 90, 2}, s3_init,
     s3_fini, s3_to_evict, s3_on_request, s3_on_hit, s3_on_insert,
     s3_on_evict, s3_check, XC_POLICY_ORDER_NONE, 1, xc_policy_row_nop, 0,
+    XC_PTEST(s3_test_view),
 };
+XC_POLICY_REGISTER(xc_policy_s3fifo_ops, 60);
 
 /* TEST HOOKS ONLY (xc_policy.h): the state s3_check tests. */
 #ifdef XC_TEST_SEAMS
-void xc_policy_s3fifo_test_view(xc_policy *p, xc_ptest *out)
+static void s3_test_view(xc_policy *p, xc_ptest *out)
 {
     s3 *q = p->priv;
     *out = (xc_ptest){0};
+    out->own_marks = 3;
     out->kl = &q->kl;
     out->lists = &q->q[W_S];
     out->n_lists = 3;

@@ -29,12 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The policies this file knows the private state of (xc_policy.c's table
- * defines them, one a file). */
-extern const xc_policy_ops xc_policy_lru_ops, xc_policy_fifo_ops,
-    xc_policy_lfu_ops, xc_policy_hotness_ops, xc_policy_arc_ops,
-    xc_policy_s3fifo_ops;
-
 /* ------------------------------------------------------------------ */
 /* The undo log                                                         */
 /* ------------------------------------------------------------------ */
@@ -115,19 +109,14 @@ static uint32_t off_key(const xc_ptest *t, uint32_t n_keys)
     return XC_KNIL;
 }
 
+/* The policy's test view (its ops' test_view): 0, or -1 when the policy
+ * has no private state to break. */
 static int view(xc_policy *p, xc_ptest *t)
 {
     *t = (xc_ptest){0};
-    if (p->priv == NULL)
+    if (p->priv == NULL || p->ops->test_view == NULL)
         return -1;
-    if (p->ops == &xc_policy_lru_ops) xc_policy_lru_test_view(p, t);
-    else if (p->ops == &xc_policy_fifo_ops) xc_policy_fifo_test_view(p, t);
-    else if (p->ops == &xc_policy_lfu_ops) xc_policy_lfu_test_view(p, t);
-    else if (p->ops == &xc_policy_hotness_ops)
-        xc_policy_hotness_test_view(p, t);
-    else if (p->ops == &xc_policy_arc_ops) xc_policy_arc_test_view(p, t);
-    else if (p->ops == &xc_policy_s3fifo_ops) xc_policy_s3fifo_test_view(p, t);
-    else return -1;
+    p->ops->test_view(p, t);
     return 0;
 }
 
@@ -324,15 +313,16 @@ static int br_list(pokes *k, xc_cache *c, int a, int b)
     return 0;
 }
 
-/* XC_TH_POLICY_OWN: the policy's own test of its state, by policy.  lru,
- * fifo: b 0 a key on no list marked.  arc: b 0 a key on no list marked T1,
- * 1 the policy told of 0 slots, 2 p below 0, 3 p past n_slots, 4 p NaN.
- * s3fifo: b 0 / 1 / 2 a key on no list marked S / M / G, 3 the policy
- * told of 0 slots, 4 the ghost capacity one below the ghosts held.
- * hotness: b 0 no count table, 1 no request to the next halving, 2 more
- * than a period to it, 3 one request off, 4 held key K (slot a's) on no
- * bucket, 5 K not held, 6 K's bucket one value up.  Any of them: b 9 no
- * private state. */
+/* XC_TH_POLICY_OWN: the policy's own test of its state, by what its test
+ * view shows (never by which policy it is).  Lists with their own count
+ * (own_marks: lru, fifo, sieve one, arc T1, s3fifo S, M, G): b 0.. a key
+ * on no list marked for list b.  arc (arc_p): b 1 the policy told of 0
+ * slots, 2 p below 0, 3 p past n_slots, 4 p NaN.  s3fifo (g_cap): b 3
+ * the policy told of 0 slots, 4 the ghost capacity one below the ghosts
+ * held.  hotness (to_halve): b 0 no count table, 1 no request to the next
+ * halving, 2 more than a period to it, 3 one request off, 4 held key K
+ * (slot a's) on no bucket, 5 K not held, 6 K's bucket one value up.  Any
+ * with a view: b 9 no private state. */
 static int br_policy_own(pokes *k, xc_cache *c, int a, int b)
 {
     xc_ptest t;
@@ -344,28 +334,26 @@ static int br_policy_own(pokes *k, xc_cache *c, int a, int b)
         POKE(k, p->priv, NULL);
         return 0;
     }
-    if (p->ops == &xc_policy_lru_ops || p->ops == &xc_policy_fifo_ops ||
-        p->ops == &xc_policy_arc_ops || p->ops == &xc_policy_s3fifo_ops) {
+    if (t.kl != NULL) {
         x = off_key(&t, c->ld.n_keys);
-        if (b >= 0 && b <= 2 && (size_t)b < t.n_lists &&
-            (b == 0 || p->ops == &xc_policy_s3fifo_ops)) {
+        if (b >= 0 && (size_t)b < t.own_marks && (size_t)b < t.n_lists) {
             if (x == XC_KNIL)
                 return -1;
             POKE(k, t.mark[x], (uint8_t)(t.list_mark + b));
             return 0;
         }
-        if (p->ops == &xc_policy_arc_ops && b >= 1 && b <= 4) {
+        if (t.arc_p != NULL && b >= 1 && b <= 4) {
             if (b == 1) POKE(k, p->n_slots, 0);
             else if (b == 2) POKE(k, *t.arc_p, -1.0);
             else if (b == 3) POKE(k, *t.arc_p, (double)p->n_slots + 1.0);
             else POKE(k, *t.arc_p, (double)NAN);
             return 0;
         }
-        if (p->ops == &xc_policy_s3fifo_ops && b == 3) {
+        if (t.g_cap != NULL && b == 3) {
             POKE(k, p->n_slots, 0);
             return 0;
         }
-        if (p->ops == &xc_policy_s3fifo_ops && b == 4) {
+        if (t.g_cap != NULL && b == 4) {
             if (t.lists[2].n == 0)
                 return -1;
             POKE(k, *t.g_cap, t.lists[2].n - 1);
@@ -373,7 +361,7 @@ static int br_policy_own(pokes *k, xc_cache *c, int a, int b)
         }
         return -1;
     }
-    if (p->ops != &xc_policy_hotness_ops)
+    if (t.to_halve == NULL)
         return -1;
     switch (b) {
     case 0: POKE(k, p->count, NULL); return 0;

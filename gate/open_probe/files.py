@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from xcache.oracle.bounds import DIRECT_ALIGN
+from xcache.oracle.policies import POLICIES as _POLICIES
 
 #: The layout every container of the probe holds (per expert, or fused).
 LAYERS = (1, 3)
@@ -20,11 +21,13 @@ _DTYPE_BYTES = {"F32": 4, "F16": 2}
 #: XC_ALIGN: a slot's stride is the expert's bytes plus two alignments,
 #: rounded up to one (xc_load.c).
 ALIGN = DIRECT_ALIGN
-#: Every policy with parameters other than its defaults, as the countdown
-#: opens them.
-POLICY_SPECS = ("lru", "fifo", "lfu", "lfru:sample=2,seed=5",
-                "hotness:period=3", "s3fifo:small=50,ghost=20,promote=3",
-                "arc")
+#: Parameters other than the defaults the countdown opens a policy with.
+_NON_DEFAULT = {"lfru": "lfru:sample=2,seed=5", "hotness": "hotness:period=3",
+                "s3fifo": "s3fifo:small=50,ghost=20,promote=3"}
+#: Every policy of the oracle's registry (the engine's, which a test holds
+#: equal), with parameters other than its defaults where it has some, as
+#: the countdown opens them.
+POLICY_SPECS: tuple[str, ...] = tuple(_NON_DEFAULT.get(n, n) for n in _POLICIES)
 #: The most allocations one countdown may need before it ends.
 MAX_N = 400
 

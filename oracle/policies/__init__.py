@@ -1,13 +1,16 @@
 """The oracle's eviction policies: one module per policy, found by name.
 
-Each module of this package (``lru``, ``fifo``, ``lfu``, ``lfru``,
-``hotness``, ``s3fifo``, ``arc``) is one policy of docs/CACHE.md, written from
+Each module of this package (one a policy: ``lru``, ``fifo``, ``arc``
+...) is one policy of docs/CACHE.md, written from
 its text, and declares:
 
 - ``NAME``: the policy's name in a spec;
 - ``PARAMS``: its parameters, in the engine table's order, with defaults;
 - ``validate(params)`` (optional): raises ``Misuse`` for values the engine
   refuses;
+- ``LIBCACHESIM`` (optional): the name of the same policy in libCacheSim,
+  which it must equal miss for miss (tests/policies/test_libcachesim_cells.py,
+  bench/policy_replay.py);
 - either ``victim(params, cands, last_use, insert_tick, freq, hot,
   n_evictions)`` -- a *tick* policy, a pure function of the candidates'
   ticks -- or ``make(n_slots, params)`` -- a *queue* policy, whose state
@@ -39,7 +42,8 @@ from xcache.oracle.errors import Misuse
 from xcache.oracle.policies.arc import ARC
 from xcache.oracle.policies.s3fifo import S3FIFO
 
-__all__ = ["REGISTRY", "POLICIES", "QUEUE_POLICIES", "S3FIFO", "ARC", "QueuePolicy",
+__all__ = ["REGISTRY", "POLICIES", "QUEUE_POLICIES", "LIBCACHESIM", "S3FIFO", "ARC",
+           "QueuePolicy",
            "parse_policy", "choose_victim", "make_queue_policy", "valid_specs"]
 
 QueuePolicy = S3FIFO | ARC
@@ -69,6 +73,9 @@ POLICIES: dict[str, dict[str, int]] = {n: dict(m.PARAMS) for n, m in REGISTRY.it
 #: The queue policies (their own state) and their parameters with defaults.
 QUEUE_POLICIES: dict[str, dict[str, int]] = {
     n: dict(m.PARAMS) for n, m in REGISTRY.items() if hasattr(m, "make")}
+#: The policies libCacheSim has too: our name -> its class name.
+LIBCACHESIM: dict[str, str] = {n: m.LIBCACHESIM for n, m in REGISTRY.items()
+                               if getattr(m, "LIBCACHESIM", None)}
 
 
 def valid_specs() -> str:

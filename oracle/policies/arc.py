@@ -13,6 +13,9 @@ from collections.abc import Mapping
 NAME = "arc"
 #: Parameters in the C table's order, with their defaults (none).
 PARAMS: dict[str, int] = {}
+#: libCacheSim's name for the same policy: tests/policies and
+#: bench/policy_replay.py compare every policy that has one, cell by cell.
+LIBCACHESIM = "ARC"
 
 
 def make(n_slots: int, params: Mapping[str, int]) -> ARC:

@@ -9,6 +9,9 @@ import numpy as np
 NAME = "lru"
 #: Parameters in the C table's order, with their defaults (none).
 PARAMS: dict[str, int] = {}
+#: libCacheSim's name for the same policy: tests/policies and
+#: bench/policy_replay.py compare every policy that has one, cell by cell.
+LIBCACHESIM = "LRU"
 
 
 def victim(params: Mapping[str, int], cands: np.ndarray, last_use: np.ndarray,

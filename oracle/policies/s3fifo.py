@@ -17,6 +17,9 @@ NAME = "s3fifo"
 #: and the ghost's share of the slots in percent, and the hits a key needs
 #: while in S to move to M.
 PARAMS = {"small": 10, "ghost": 90, "promote": 2}
+#: libCacheSim's name for the same policy: tests/policies and
+#: bench/policy_replay.py compare every policy that has one, cell by cell.
+LIBCACHESIM = "S3FIFO"
 
 
 def validate(params: Mapping[str, int]) -> None:

@@ -113,11 +113,10 @@ def _applied() -> set[tuple[str, int, str]]:
 def test_the_parser_finds_every_function_check_calls():
     """check() and the check of each policy and order structure are read."""
     assert sorted(check_functions()) == [
-        "arc_check", "fifo_check", "hot_check", "lfu_check", "lru_check",
-        "s3_check", "xc_bset_check", "xc_cache_check", "xc_hset_check",
-        "xc_kl_check"]
+        "arc_check", "hot_check", "lfu_check", "s3_check", "xc_bset_check",
+        "xc_cache_check", "xc_hset_check", "xc_kl_check", "xc_plist_check"]
     tests = check_tests()
-    assert len(tests) == 119
+    assert len(tests) == 117
     assert "xc_hset_check: s->right[b->tail] != XC_KNIL" in tests
     assert "xc_cache_check: s->state != XC_SLOT_INFLIGHT #3" in tests
 

@@ -31,13 +31,14 @@ import pytest
 from tests.helpers import real_trace
 from xcache import engine, fixtures
 from xcache.engine.sim import simulate
+from xcache.oracle.policies import LIBCACHESIM, POLICIES
 from xcache.oracle.traces import Trace, write_oracle_general
 
 lcs = pytest.importorskip("libcachesim")
 
-#: Our policy name -> libCacheSim's class name.
-SHARED = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "arc": "ARC",
-          "s3fifo": "S3FIFO", "belady": "Belady"}
+#: Our policy name -> libCacheSim's class name: every oracle policy module
+#: that names one (``LIBCACHESIM``), and Belady.
+SHARED = {**LIBCACHESIM, "belady": "Belady"}
 #: Sizes per shipped trace (mixtral: 256 keys, olmoe: 1,024 keys).
 SIZES = {
     "mixtral8x7b_humaneval.jsonl": (8, 16, 24, 32, 48, 64, 96, 128, 160, 200, 240),
@@ -72,6 +73,14 @@ def lcs_run(path: Path, policy: str, size: int, n: int) -> int:
     reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
     ratio, _ = getattr(lcs, SHARED[policy])(cache_size=size).process_trace(reader)
     return round(ratio * n)
+
+
+def test_the_shared_policies_come_from_the_registry():
+    """Each oracle policy naming a libCacheSim class is compared, and Belady."""
+    assert {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "arc": "ARC",
+            "s3fifo": "S3FIFO", "belady": "Belady"}.items() <= SHARED.items()
+    assert list(SHARED)[-1] == "belady" and set(SHARED) - {"belady"} <= set(POLICIES)
+    assert all(hasattr(lcs, c) for c in SHARED.values())
 
 
 def test_the_skipped_cells_are_named():

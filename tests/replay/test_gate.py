@@ -189,18 +189,23 @@ def _c_table_policies() -> list[str]:
 
 
 def test_every_policy_scenario_runs_every_policy():
-    """The scenario titled every policy has one variant per oracle and C policy."""
+    """The every-policy scenario runs each oracle and C policy: pinned or derived."""
     from xcache.engine.sim import POLICIES as SIM_POLICIES
+    from xcache.gate import scenarios as gate_scenarios
     from xcache.oracle.cache import POLICIES as ORACLE_POLICIES
 
     scenario = json.loads(_EVERY.read_text())
     assert scenario["title"].startswith("every policy")
     assert scenario["every_policy"] is True
-    run = _variant_policies(scenario)
-    assert len(run) == len(set(run))
-    assert set(run) == set(ORACLE_POLICIES)
-    assert set(run) == set(_c_table_policies())
-    assert set(run) == set(SIM_POLICIES) - {"belady"}
+    pinned = _variant_policies(scenario)
+    assert len(pinned) == len(set(pinned))
+    assert {"lru", "fifo", "lfu", "lfru", "hotness", "s3fifo", "arc"} <= set(pinned)
+    offered = gate_scenarios.offered_policies()
+    missing = gate_scenarios.missing_policies(scenario, offered)
+    assert sorted([*pinned, *missing]) == sorted(ORACLE_POLICIES)
+    assert set(offered) == set(_c_table_policies()) == set(SIM_POLICIES) - {"belady"}
+    assert [v["suffix"] for v in gate_scenarios.derived_variants(scenario, missing)
+            ] == [f" ({p}, from the oracle)" for p in missing]
 
 
 def _without_arc(tmp_path, monkeypatch) -> dict:

@@ -13,6 +13,8 @@ from typing import Any
 
 from xcache.gate import CannotRun
 from xcache.gate.containers import Target
+from xcache.gate.operations import OPERATIONS
+from xcache.oracle.cache import POLICIES
 
 #: The option sets a program's cache may take, by name.
 OPTION_SETS: dict[str, dict[str, Any]] = {
@@ -32,6 +34,11 @@ CORRUPTIONS = ("too_short", "header_too_large", "header_past_end", "length",
 
 #: The fault kinds a program arms (an ``eintr`` storm is a persistent one).
 FAULTS = ("eof", "eio", "eintr", "partial", "eintr_storm")
+
+#: The operations a misuse step calls with a key outside the layout (each
+#: an operation of the registry, :data:`gate.operations.OPERATIONS`, whose
+#: compiler takes ``raw`` keys; tests/replay/test_op_table.py holds them).
+MISUSE_OPS = ("get", "pin", "unpin", "prefetch", "getmany")
 
 
 class _Gen:
@@ -87,6 +94,10 @@ class _Gen:
         return f"{prefix}{self.serial}"
 
     def add(self, step: dict[str, Any]) -> None:
+        """Append one step; its op must be one of the operations registry."""
+        if step["op"] not in OPERATIONS:
+            raise CannotRun(f"program generator: op {step['op']!r} is not in "
+                            "the operations registry (gate/operations.py)")
         self.steps.append(step)
 
     def read_ahead(self, keys: list[int], speculative: bool) -> None:
@@ -222,7 +233,7 @@ class _Gen:
         rng = self.rng
         bad = rng.choice([["layer_last+1", 0], ["layer_first", "E"],
                           ["layer_first", -1], ["layer_first-1", 0]])
-        op = rng.choice(["get", "pin", "unpin", "prefetch", "getmany"])
+        op = rng.choice(list(MISUSE_OPS))
         self.add({"op": op, "raw": [bad]})
 
     def op_trace(self) -> None:
@@ -333,8 +344,6 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     more than one step (a fault is armed, met and cleared).  Every step is
     followed by a check of :data:`gate.programs.COMPARED`.
     """
-    from xcache.oracle.cache import POLICIES  # noqa: PLC0415
-
     if option_set not in OPTION_SETS:
         raise CannotRun(f"program option set {option_set!r} is not one of "
                         f"{', '.join(OPTION_SETS)}")

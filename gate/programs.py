@@ -40,15 +40,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xcache import fixtures
 from xcache.gate import SCENARIO_DIR, CannotRun
-from xcache.gate.backend import COUNTERS, Fact, option_needs
-from xcache.gate.backends import factory
+from xcache.gate.backend_api import COUNTERS, Fact, option_needs
+from xcache.gate.backend_factory import factory
 from xcache.gate.containers import Target, make_target
 from xcache.gate.program_gen import OPTION_SETS, generate, with_checks
 from xcache.gate.report import Report
 from xcache.gate.scenario_run import ScenarioRun
 from xcache.gate.scenarios import WATCHDOG, run_bounded
+from xcache.gate.schema import check_programs
 from xcache.gate.steps import NotApplicable, cache_options, compile_steps
+from xcache.oracle.bounded import UserFileError, load_json
 
 #: The programs file every replay runs (a JSON object, see docs/SCENARIOS.md).
 PROGRAMS_FILE = SCENARIO_DIR / "programs.json"
@@ -298,9 +301,6 @@ def shrink(engine: Any, work: Path, program: dict[str, Any],
 
 def load_programs(path: Path = PROGRAMS_FILE) -> list[dict[str, Any]]:
     """The pinned programs: every (container, option set, seed) the file lists."""
-    from xcache.gate.schema import check_programs  # noqa: PLC0415
-    from xcache.oracle.bounded import UserFileError, load_json  # noqa: PLC0415
-
     try:
         data = load_json(path)
     except UserFileError as e:
@@ -317,8 +317,6 @@ def load_programs(path: Path = PROGRAMS_FILE) -> list[dict[str, Any]]:
 
 def search_plan(n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` more programs for a longer search: containers and options by seed."""
-    from xcache import fixtures  # noqa: PLC0415
-
     rng = random.Random(seed)
     presets = sorted(p for p in fixtures.PRESETS if p.endswith("-mini"))
     return [{"container": rng.choice(presets),

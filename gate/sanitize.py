@@ -154,7 +154,7 @@ def child_setup(logs: Path) -> None:
     bounded = scenarios.run_bounded
 
     def run_bounded(run: Any, timeout: float) -> bool:
-        note(f"{run.sc['name']}{run.variant} [{run._backend_name}]")
+        note(f"{run.sc['name']}{run.variant} [{run.backend_name}]")
         return bounded(run, timeout)
 
     scenarios.run_bounded = run_bounded  # type: ignore[assignment]

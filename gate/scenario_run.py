@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate import CannotRun, error_fields, race_ops
-from xcache.gate.backend import BackendFactory, Errors
+from xcache.gate.backend_api import BackendFactory, Errors
 from xcache.gate.containers import Target
 from xcache.gate.expr import ExprError, evaluate
-from xcache.gate.ops import OPS, value_needs
+from xcache.gate.operations import value_needs
+from xcache.gate.ops import OPS
 from xcache.gate.report import Report, format_value
 from xcache.gate.steps import names_of
 
@@ -34,7 +35,20 @@ class ScenarioRun:
 
     ``make`` opens the backend over a folder and declares its capabilities;
     ``needs`` are what the variant's cache options need of it
-    (:func:`gate.backend.option_needs`).
+    (:func:`gate.backend_api.option_needs`).
+
+    The step API, all an op handler (:mod:`gate.ops`) uses: :meth:`attempt`
+    (a call whose outcome is recorded), :meth:`record` and
+    :meth:`note_failure` (an outcome met elsewhere: a background call, a
+    stream's item), :meth:`get`, :meth:`served` (a payload judged),
+    :meth:`attempt_each`, :meth:`open`, :meth:`close`, :meth:`first_piece`,
+    :meth:`fail` and :meth:`check`; and the declared attributes: ``backend``,
+    ``make``, ``target``, ``scratch``, ``private``, ``sc``, ``extra`` (the
+    values a probe step sets for the next check), ``published``,
+    ``last_error``, ``error_offset``, ``offset_as_claimed``, and what the
+    handlers keep by label between steps (``layer_holds``, ``held_refs``,
+    ``held_copies``, ``released_labels``, ``open_streams``, ``race``,
+    ``trace_of``/``trace_seen``).
     """
 
     def __init__(self, scenario: dict[str, Any], variant: dict[str, Any],
@@ -49,7 +63,8 @@ class ScenarioRun:
         self.derive: dict[str, list[str]] | None = variant.get("derive")
         self.scratch, self.make = scratch, make
         self.report = report
-        self._backend_name = make.name
+        #: the backend's kind (``engine``, ``oracle``, an outside cache's label)
+        self.backend_name: str = make.name
         #: the capabilities the variant's cache options need
         self.needs = list(needs)
         #: what the backend lacks that a step before needed: every check
@@ -72,14 +87,37 @@ class ScenarioRun:
         self.offset_as_claimed: bool | None = None
         #: files a step changes in place: private copies, never symlinks
         self.private = frozenset(
-            Path(self._first_piece(s["key"]).shard).name for s in steps
+            Path(self.first_piece(s["key"]).shard).name for s in steps
             if s.get("op") in ("truncate", "touch", "rewrite"))
+        # -- what the op handlers keep between steps, by label ---------------
+        #: ``hold_layer`` label -> its handle (None: the call failed)
+        self.layer_holds: dict[str, Any] = {}
+        #: ``hold`` label -> the references taken, and their copies
+        #: (backends with ``op:hold_copy``)
+        self.held_refs: dict[str, list[Any]] = {}
+        self.held_copies: dict[str, list[Any]] = {}
+        #: the labels a ``release`` step gave back
+        self.released_labels: set[str] = set()
+        #: ``stream_open`` label -> its stream (None: the open failed)
+        self.open_streams: dict[str, Any] = {}
+        #: the race ops' background calls and counted waits (gate.race_ops)
+        self.race = race_ops.RaceState()
+        #: the backend whose trace records a ``trace`` step has taken, and
+        #: how many (gate.trace_check)
+        self.trace_of: Any = None
+        self.trace_seen = 0
 
-    def _first_piece(self, key: tuple[int, int]) -> Any:
+    # -- the step API: what an op handler (gate.ops) may call -----------------
+
+    def first_piece(self, key: tuple[int, int]) -> Any:
         """The piece of ``key`` that comes first in file order."""
         return min(self.target.pieces(*key), key=lambda p: (p.shard, p.offset))
 
-    def _close(self) -> None:
+    def fail(self, message: str) -> CannotRun:
+        """The error for a step this scenario cannot run (to raise), naming it."""
+        return CannotRun(f"scenario {self.sc['name']}: {message}")
+
+    def close(self) -> None:
         """Close the backend; a close that fails is a failed check, not a stop.
 
         An engine that leaks a shard's descriptor is refused by the fault
@@ -94,71 +132,86 @@ class ScenarioRun:
         except CannotRun:
             raise
         except Exception as e:  # noqa: BLE001 - reported as a failed check
-            self.report.add(self.sc["name"] + self.variant, self._backend_name,
+            self.report.add(self.sc["name"] + self.variant, self.backend_name,
                             "the backend closed cleanly" + self.variant, False,
                             f"{type(e).__name__}: {e}", "a clean close",
                             f"{type(e).__name__}: {e}")
 
-    def _open(self, fresh: bool = True) -> None:
-        self._close()
+    def open(self, fresh: bool = True) -> None:
+        """Close the backend and open it again (on a fresh copy if ``fresh``)."""
+        self.close()
         if fresh:
             self.target.populate(self.scratch, self.private)
         self.backend = self.make(self.scratch)
 
-    def _attempt(self, call: Any, *args: Any) -> tuple[bool, Any]:
-        """Call ``call(*args)`` and record its outcome: (succeeded, value).
+    def record(self, failure: BaseException | None) -> None:
+        """Record one call's outcome: ``failure`` None (it succeeded) or what it
+        raised, whose kind becomes ``last_error`` and is appended to ``errors``
+        (its structured fields to ``error_fields``)."""
+        if failure is None:
+            self.last_error = None
+            self.errors.append(None)
+            self.error_fields.append(None)
+            return
+        self.last_error = self.make.kind_of(failure)
+        self.errors.append(self.last_error)
+        self.error_fields.append(error_fields.project(failure, self.last_error))
 
-        The outcome (None, or the failure's kind) becomes ``last_error`` and
-        is appended to ``errors``; a CannotRun ends the scenario instead.
+    def note_failure(self, failure: BaseException) -> None:
+        """``last_error`` becomes ``failure``'s kind, not recorded as a call of
+        its own (a stream's item that failed)."""
+        self.last_error = self.make.kind_of(failure)
+
+    def attempt(self, call: Any, *args: Any) -> tuple[bool, Any]:
+        """Call ``call(*args)`` and :meth:`record` its outcome: (succeeded, value).
+
+        A CannotRun ends the scenario instead.
         """
         try:
             value = call(*args)
         except CannotRun:
             raise
         except Exception as e:  # noqa: BLE001 - kinds are compared by checks
-            self.last_error = self.make.kind_of(e)
-            self.errors.append(self.last_error)
-            self.error_fields.append(error_fields.project(e, self.last_error))
+            self.record(e)
             return False, None
-        self.last_error = None
-        self.errors.append(None)
-        self.error_fields.append(None)
+        self.record(None)
         return True, value
 
-    def _get(self, layer: int, expert: int) -> None:
-        ok, data = self._attempt(self.backend.get, layer, expert)
+    def get(self, layer: int, expert: int) -> None:
+        """A ``get`` of one key: its outcome recorded, its payload judged."""
+        ok, data = self.attempt(self.backend.get, layer, expert)
         if ok:
-            self._served((layer, expert), data)
+            self.served((layer, expert), data)
 
-    def _served(self, key: tuple[int, int], data: bytes) -> None:
+    def served(self, key: tuple[int, int], data: bytes) -> None:
         """Count one served payload, and whether its bytes are wrong."""
         self.reads += 1
         if (key not in self.target.keys or
                 not self.target.serves(*key, data)):
             self.wrong += 1  # a key outside the layout is never served
 
-    def _each(self, step: dict[str, Any], call: Any) -> None:
-        """Call ``call(layer, expert)`` for each key; the last error is kept."""
-        for k in step["keys"]:
-            self._attempt(call, *k)
+    def attempt_each(self, keys: list[tuple[int, int]], call: Any) -> None:
+        """:meth:`attempt` ``call(layer, expert)`` for each key, in order."""
+        for k in keys:
+            self.attempt(call, *k)
 
     def run(self) -> None:
         """Execute every step, reporting each check; a crash is a failed check."""
         try:
             self.lacking = self.make.capabilities.missing(self.needs)
             if not self.lacking:
-                self._open()
+                self.open()
             for step in self.steps:
                 self._step(step)
         except CannotRun:
             raise
         except Exception as e:  # noqa: BLE001 - the backend broke mid-scenario
-            self.report.add(self.sc["name"] + self.variant, self._backend_name,
+            self.report.add(self.sc["name"] + self.variant, self.backend_name,
                             "scenario ran to completion" + self.variant, False,
                             f"{type(e).__name__}: {e}", "completion",
                             f"{type(e).__name__}: {e}")
         finally:
-            self._close()
+            self.close()
 
     def _step(self, step: dict[str, Any]) -> None:
         """Run one step through the op table, unless the backend lacks its needs."""
@@ -176,7 +229,7 @@ class ScenarioRun:
     def _layout_expect(self, step: dict[str, Any]) -> dict[str, int]:
         """A derived check's values computed from the layout (``expect_layout*``)."""
         exprs = {**step.get("expect_layout", {}),
-                 **step.get(f"expect_layout_{self._backend_name}", {})}
+                 **step.get(f"expect_layout_{self.backend_name}", {})}
         names = names_of(self.sc, self.target.quantities)
         try:
             return {k: evaluate(v, names) for k, v in exprs.items()}
@@ -186,21 +239,22 @@ class ScenarioRun:
 
     def _not_applicable(self, step: dict[str, Any], missing: list[str]) -> None:
         """Report a check N/A: the backend lacks ``missing``."""
-        self.report.na(self.sc["name"] + self.variant, self._backend_name,
+        self.report.na(self.sc["name"] + self.variant, self.backend_name,
                        step["name"] + self.variant, missing)
         self.reads = self.wrong = 0
         self.errors = []
         self.error_fields = []
         self.extra = {}
 
-    def _check(self, step: dict[str, Any]) -> None:
+    def check(self, step: dict[str, Any]) -> None:
+        """Judge one ``check`` step: a PASS, FAIL or N/A line per its values."""
         name = step["name"]
         expect = {**step["expect"], **self.variant_expect.get(name, {}),
-                  **step.get(f"expect_{self._backend_name}", {})}
+                  **step.get(f"expect_{self.backend_name}", {})}
         caps = self.make.capabilities
         judged = (*expect, *(self.derive or {}).get(name, []),
                   *step.get("expect_layout", {}),
-                  *step.get(f"expect_layout_{self._backend_name}", {}))
+                  *step.get(f"expect_layout_{self.backend_name}", {}))
         if judged not in _MISSING.setdefault(caps, {}):  # (a program's checks
             # judge one list of values hundreds of times)
             _MISSING[caps][judged] = caps.missing(
@@ -215,7 +269,7 @@ class ScenarioRun:
             # judge the values it has; those it lacks are named N/A
             pinned = [*expect, *(self.derive or {}).get(name, []),
                       *step.get("expect_layout", {}),
-                      *step.get(f"expect_layout_{self._backend_name}", {})]
+                      *step.get(f"expect_layout_{self.backend_name}", {})]
             unjudged = [k for k in dict.fromkeys(pinned)
                         if caps.missing(value_needs(k))]
             if len(unjudged) < len(dict.fromkeys(pinned)):
@@ -223,7 +277,7 @@ class ScenarioRun:
         if missing:
             if self.derive is not None and self.make.reference:
                 self.var.setdefault("derived_na", {})[name] = [
-                    f"{m} (of {self._backend_name}, the judge)" for m in missing]
+                    f"{m} (of {self.backend_name}, the judge)" for m in missing]
             self._not_applicable(step, missing)
             return
         values = self.backend.values() if self.backend is not None else {}
@@ -244,7 +298,7 @@ class ScenarioRun:
             theirs = {k for f, pins in step.items()
                       if f.startswith("expect_") and isinstance(pins, dict)
                       and not f.startswith("expect_layout")
-                      and f != f"expect_{self._backend_name}" for k in pins}
+                      and f != f"expect_{self.backend_name}" for k in pins}
             expect.update({k: v for k, v in derived.get(name, {}).items()
                            if k in expect or k not in theirs})
             expect.update(self._layout_expect(step))
@@ -271,7 +325,7 @@ class ScenarioRun:
         if bad:
             text += "; expected " + ", ".join(
                 f"{k} {format_value(expect[k])}" for k in bad)
-        self.report.add(self.sc["name"] + self.variant, self._backend_name,
+        self.report.add(self.sc["name"] + self.variant, self.backend_name,
                         name + self.variant, not bad, text,
                         expect, {k: values.get(k) for k in expect})
         self.reads = self.wrong = 0

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate import CannotRun
+from xcache.gate.containers import precheck
 from xcache.gate.contracts import CONTRACTS, why_not
+from xcache.gate.operations import OPERATIONS
 from xcache.oracle.bounded import (
     Anything,
     Either,
@@ -144,8 +146,6 @@ SCENARIO = Fields({
 
 def check_scenario(doc: Any, where: str) -> dict[str, Any]:
     """``doc`` if it is a whole scenario; else CannotRun naming file and field."""
-    from xcache.gate.ops import OPS  # noqa: PLC0415
-
     try:
         steps = doc.get("steps") if isinstance(doc, dict) else None
         for i, step in enumerate(steps if isinstance(steps, list) else []):
@@ -159,9 +159,9 @@ def check_scenario(doc: Any, where: str) -> dict[str, Any]:
         check_document(doc, SCENARIO, where)
         for i, step in enumerate(doc["steps"]):
             op = step.get("op", "check")
-            if op not in OPS:
+            if op not in OPERATIONS:
                 raise UserFileError(f"{where}: steps[{i}].op: unknown op {op!r} "
-                                    f"(ops: {', '.join(OPS)})")
+                                    f"(ops: {', '.join(OPERATIONS)})")
             for f in STEP_REQUIRED.get(op, ()):
                 if f not in step:
                     raise UserFileError(f"{where}: steps[{i}]: a {op} step needs "
@@ -194,8 +194,6 @@ def check_programs(doc: Any, where: Path | str,
         check_document(doc, programs_schema(option_sets), str(where))
     except UserFileError as e:
         raise CannotRun(str(e)) from None
-    from xcache.gate.containers import precheck  # noqa: PLC0415
-
     seen: set[str] = set()
     for i, row in enumerate(doc["programs"]):
         if row["container"] not in seen:

@@ -1,4 +1,4 @@
-"""An outside cache, built from its adapter, behind :class:`gate.backend.Backend`.
+"""An outside cache, built from its adapter, behind :class:`gate.backend_api.Backend`.
 
 :class:`OutsideBackend` calls the shim's table (``xcs_shim.h``) through the
 cffi module :func:`gate.outside.build.build` made; its capabilities are the
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate import CannotRun
-from xcache.gate.backend import (
+from xcache.gate.backend_api import (
+    FAULT_KINDS,
     Backend,
     BackendFactory,
     Capabilities,
@@ -27,7 +28,7 @@ from xcache.gate.backend import (
     Option,
     Pins,
 )
-from xcache.gate.backend_common import FAULT_KINDS
+from xcache.gate.operations import OPEN_FAULTS
 from xcache.gate.outside.build import Manifest
 
 #: the shim's stats bits (xcs_shim.h), by counter or fact name
@@ -299,8 +300,6 @@ class OutsideFactory(BackendFactory):
 
     def inject_open(self, step: dict[str, Any]) -> None:
         """Arm the open injector with the step's fault (``fault:open``)."""
-        from xcache.gate.ops import OPEN_FAULTS  # noqa: PLC0415
-
         kind = OPEN_FAULTS.index(step["fault"]) + 1
         rc = self.lib.xcs_fault_arm(2, kind, int(step.get("nth", 1)),
                                     int(bool(step.get("persistent", False))), 0)

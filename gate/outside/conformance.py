@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xcache.gate.backends import factory
+from xcache.gate import programs
+from xcache.gate.backend_factory import factory
+from xcache.gate.containers import make_target
 from xcache.gate.contracts import (
     CONTRACTS,
     REQUIRES,
@@ -27,8 +29,10 @@ from xcache.gate.contracts import (
 )
 from xcache.gate.outside.backend import capabilities_of, check_table, outside_factory
 from xcache.gate.outside.build import build, load_manifest, verify_sources
+from xcache.gate.outside.programs import Restrict, row
 from xcache.gate.report import Report
 from xcache.gate.scenarios import load_scenarios, run_scenarios
+from xcache.oracle.cache import POLICIES
 
 
 def _claims(scenarios: list[dict[str, Any]] | None
@@ -207,11 +211,6 @@ def programs_row(ffi: Any, lib: Any, caps: Any, label: str, work: Path,
     shrunk (:func:`gate.programs.shrink`, ``shrink_s`` seconds at most)
     and kept as a scenario with the oracle's values pinned.
     """
-    from xcache.gate import programs  # noqa: PLC0415
-    from xcache.gate.containers import make_target  # noqa: PLC0415
-    from xcache.gate.outside.programs import Restrict, row  # noqa: PLC0415
-    from xcache.oracle.cache import POLICIES  # noqa: PLC0415
-
     def backends(target: Any, opts: dict[str, Any]) -> list[Any]:
         return [factory("oracle", None, target, opts),
                 outside_factory(ffi, lib, caps, label, target, opts)]

@@ -30,9 +30,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from xcache.gate.backend import Capabilities, option_needs
+from xcache.gate.backend_api import Capabilities, option_needs
 from xcache.gate.containers import Target
-from xcache.gate.ops import OPS, value_needs
+from xcache.gate.operations import OPERATIONS, value_needs
+from xcache.gate.programs import COMPARED, _rebuild, operations
 from xcache.gate.steps import NotApplicable, cache_options, compile_steps
 
 #: Steps that make the call after them fail a read (or an allocation).
@@ -58,8 +59,6 @@ class Restrict:
     def __call__(self, program: dict[str, Any], target: Target
                  ) -> dict[str, Any] | list[str]:
         """The program the cache can run, or what it lacks for all of it."""
-        from xcache.gate.programs import _rebuild, operations  # noqa: PLC0415
-
         opts = cache_options(program, target, dict(program["cache"]))
         lacks = self.caps.missing(option_needs(opts))
         if lacks:
@@ -74,7 +73,7 @@ class Restrict:
         seen: set[Any] = set()  # every key named so far: a bound on residents
         for i, (raw, step) in enumerate(zip(ops, compiled, strict=True)):
             op = step["op"]
-            needs = [*OPS[op].needs_of(step), *step.get("needs", []),
+            needs = [*OPERATIONS[op].needs_of(step), *step.get("needs", []),
                      *EXTRA_NEEDS.get(op, ())]
             seen |= set(raw.get("keys", []))
             if op in FAILING and i + 1 < len(ops) and len(
@@ -112,8 +111,6 @@ class Restrict:
 
 def not_compared(caps: Capabilities) -> list[str]:
     """The compared values the cache does not report, with what each needs."""
-    from xcache.gate.programs import COMPARED  # noqa: PLC0415
-
     return [f"{k} ({', '.join(caps.missing(value_needs(k)))})"
             for k in COMPARED if caps.missing(value_needs(k))]
 

@@ -37,12 +37,13 @@ import pytest
 
 from xcache import fixtures
 from xcache.fixtures import content
-from xcache.gate import oracle_reads
-from xcache.gate.backend import BackendFactory
-from xcache.gate.backends import EngineBackend, OracleBackend
+from xcache.gate.backend_api import BackendFactory
+from xcache.gate.backend_factory import EngineBackend, OracleBackend
 from xcache.gate.containers import Target, _layout_of_spec, make_target
 from xcache.gate.report import Report
 from xcache.gate.scenario_run import ScenarioRun
+from xcache.oracle import read_path
+from xcache.oracle.reading_cache import ReadingCache
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def k3(tmp_path_factory):
 
 def test_the_oracle_backend_keeps_only_the_payloads_its_model_holds(k3):
     """24 loads through 5 slots: 5 payloads kept, the resident keys' own."""
-    backend = OracleBackend(k3.pristine, k3, {"n_slots": 5})
+    backend = OracleBackend(k3.pristine, k3, {"n_slots": 5}).oracle
     try:
         for key in k3.keys:
             assert backend.get(*key) == k3.expected_bytes(*key)
@@ -101,9 +102,9 @@ def test_a_served_huge_sparse_expert_is_judged_from_its_written_bytes(
     run = ScenarioRun({"name": "probe", "steps": []}, {}, [], target, tmp_path,
                       BackendFactory.of(EngineBackend, lambda folder: None),
                       Report())
-    run._served(key, served)
-    run._served(key, bytes(wrong))
-    run._served(key, served[:-1])
+    run.served(key, served)
+    run.served(key, bytes(wrong))
+    run.served(key, served[:-1])
     assert (run.reads, run.wrong) == (3, 2)
     # 6 tensors (3 weights, 3 block scales), their first and last 64 bytes
     # each: made once for the key, however often it is served
@@ -115,7 +116,7 @@ def test_a_served_huge_sparse_expert_is_judged_from_its_written_bytes(
         (at + edge, 64) for at, n in ((0, w), (w, sc), (w + sc, w), (2 * w + sc, sc),
                                       (2 * w + 2 * sc, w), (3 * w + 2 * sc, sc))
         for edge in (0, n - 64)]
-    run._served(other, fixtures.expected_expert_bytes(spec, *other)[:8] + bytes(8))
+    run.served(other, fixtures.expected_expert_bytes(spec, *other)[:8] + bytes(8))
     assert (run.reads, run.wrong) == (4, 3)
 
 
@@ -123,14 +124,14 @@ def _preads(monkeypatch) -> list[tuple[int, int, int]]:
     """Record every os.pread the gate's backends make: (fd, n, offset)."""
     calls: list[tuple[int, int, int]] = []
     real = os.pread
-    monkeypatch.setattr(oracle_reads.os, "pread",
+    monkeypatch.setattr(read_path.os, "pread",
                         lambda fd, n, at: calls.append((fd, n, at)) or real(fd, n, at))
     return calls
 
 
 def test_a_chunked_load_no_fault_can_act_on_is_one_read(k3, monkeypatch):
     """k3-mini's 1,632-byte expert in 64-byte chunks: one pread, 1,632 bytes asked."""
-    backend = OracleBackend(k3.pristine, k3, {"n_slots": 8, "chunk_bytes": 64})
+    backend = OracleBackend(k3.pristine, k3, {"n_slots": 8, "chunk_bytes": 64}).oracle
     try:
         calls = _preads(monkeypatch)
         assert backend._load(0, 5) == (k3.expected_bytes(0, 5), None)
@@ -156,14 +157,14 @@ def test_reading_runs_at_once_equals_the_read_by_read_model(k3, tmp_path,
     piece = k3.pieces(0, 9)[0]
     outcomes = []
     for inert in (False, True):
-        backend = OracleBackend(scratch, k3, {"n_slots": 8, "chunk_bytes": 64})
+        backend = OracleBackend(scratch, k3, {"n_slots": 8, "chunk_bytes": 64}).oracle
         try:
             with open(scratch / Path(piece.shard).name, "r+b") as f:
                 f.truncate(piece.offset + cut)
             backend.inject({"fault": "delay", "nth": 1, "persistent": True})
             with monkeypatch.context() as m:
                 if not inert:
-                    m.setattr(OracleBackend, "_inert", lambda self: False)
+                    m.setattr(ReadingCache, "_inert", lambda self: False)
                 got = backend._load(0, 9)
             outcomes.append((got, backend.asked[(0, 9)], backend.faults[0]["reads"]))
         finally:

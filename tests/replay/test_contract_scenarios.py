@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from xcache.gate import CannotRun
-from xcache.gate.backend import BackendFactory
-from xcache.gate.backends import IO_MAX_RETRIES, EngineBackend, OracleBackend
+from xcache.gate.backend_api import BackendFactory
+from xcache.gate.backend_factory import EngineBackend, OracleBackend
 from xcache.gate.containers import Target, make_target
 from xcache.gate.corruptions import make_overlap
 from xcache.gate.report import Report
 from xcache.gate.scenario_run import ScenarioRun
 from xcache.gate.steps import compile_steps
+from xcache.oracle.bounds import IO_MAX_RETRIES
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.nosan  # runs the replay tool, not the C core
@@ -45,8 +46,8 @@ def test_oracle_partial_pread_then_eof_is_a_short_read(k3):
     try:
         _arm(o, "partial", nth=1, arg=100)
         _arm(o, "eof", nth=2, second=True)
-        assert o._load(0, 1) == (None, "short")
-        assert [f["reads"] for f in o.faults] == [2, 2]
+        assert o.oracle._load(0, 1) == (None, "short")
+        assert [f["reads"] for f in o.oracle.faults] == [2, 2]
     finally:
         o.close()
 
@@ -56,9 +57,9 @@ def test_oracle_partial_preads_continue_to_exact_bytes(k3):
     o = _oracle(k3)
     try:
         _arm(o, "partial", nth=1, arg=7, persistent=True)
-        data, failure = o._load(0, 3)
+        data, failure = o.oracle._load(0, 3)
         assert failure is None and data == k3.expected_bytes(0, 3)
-        assert o.faults[0]["reads"] == 234  # ceil(1632 / 7)
+        assert o.oracle.faults[0]["reads"] == 234  # ceil(1632 / 7)
     finally:
         o.close()
 
@@ -68,8 +69,8 @@ def test_oracle_chunked_eof_on_a_middle_chunk_fails_the_load(k3):
     o = _oracle(k3, chunk_bytes=256)
     try:
         _arm(o, "eof", nth=2)
-        assert o._load(0, 0) == (None, "short")
-        assert o.faults[0]["reads"] == 2  # the load stops at the failed chunk
+        assert o.oracle._load(0, 0) == (None, "short")
+        assert o.oracle.faults[0]["reads"] == 2  # the load stops at the failed chunk
     finally:
         o.close()
 
@@ -79,8 +80,8 @@ def test_oracle_eintr_storm_gives_up_after_the_retry_limit(k3):
     o = _oracle(k3)
     try:
         _arm(o, "eintr", nth=1, persistent=True)
-        assert o._load(0, 0) == (None, "io")
-        assert o.faults[0]["reads"] == IO_MAX_RETRIES == 1000
+        assert o.oracle._load(0, 0) == (None, "io")
+        assert o.oracle.faults[0]["reads"] == IO_MAX_RETRIES == 1000
     finally:
         o.close()
 
@@ -91,8 +92,8 @@ def test_oracle_first_injector_failure_never_reaches_the_second(k3):
     try:
         _arm(o, "eof", nth=1)
         _arm(o, "eio", nth=1, second=True)
-        assert o._load(0, 0) == (None, "short")
-        assert [f["reads"] for f in o.faults] == [1, 0]
+        assert o.oracle._load(0, 0) == (None, "short")
+        assert [f["reads"] for f in o.oracle.faults] == [1, 0]
     finally:
         o.close()
 
@@ -133,8 +134,8 @@ def test_a_key_outside_the_layout_served_is_a_wrong_read(k3, tmp_path):
     """Bytes served for a key the layout lacks count as wrong, whatever they are."""
     make = BackendFactory.of(EngineBackend, lambda folder: None)
     run = ScenarioRun(_scenario([]), {}, [], k3, tmp_path, make, Report())
-    run._served((0, 24), b"")
-    run._served((0, 0), k3.expected_bytes(0, 0))
+    run.served((0, 24), b"")
+    run.served((0, 0), k3.expected_bytes(0, 0))
     assert (run.reads, run.wrong) == (2, 1)
 
 

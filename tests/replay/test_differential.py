@@ -215,7 +215,8 @@ def test_a_stream_whose_open_failed_keeps_its_label() -> None:
     from xcache.gate import state_ops
 
     run = types.SimpleNamespace(backend=types.SimpleNamespace(stream_open=None),
-                                _attempt=lambda call, *args: (False, None))
+                                attempt=lambda call, *args: (False, None),
+                                open_streams={})
     state_ops.stream_open(run, {"keys": [(0, 1)], "get_first": [], "label": "s"})
     state_ops.stream_next(run, {"label": "s", "count": 2})
     state_ops.stream_rest(run, {"label": "s"})

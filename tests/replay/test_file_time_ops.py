@@ -22,7 +22,7 @@ def _run(tmp_path: Path) -> tuple[Any, Path]:
         return min(target.pieces(*key), key=lambda p: (p.shard, p.offset))
 
     run = SimpleNamespace(scratch=scratch, sc={"name": "t"},
-                          _first_piece=first_piece)
+                          first_piece=first_piece)
     return run, scratch / Path(first_piece((0, 2)).shard).name
 
 
@@ -40,7 +40,7 @@ def test_touch_moves_the_mtime_alone(tmp_path):
 def test_rewrite_keeping_the_mtime_leaves_only_the_ctime_moved(tmp_path):
     """rewrite keep_mtime: the key's first piece inverted in place, mtime as before."""
     run, shard = _run(tmp_path)
-    piece = run._first_piece((0, 2))
+    piece = run.first_piece((0, 2))
     before, data = os.stat(shard), shard.read_bytes()
     ops.OPS["rewrite"].run(run, {"op": "rewrite", "key": (0, 2),
                                  "keep_mtime": True})

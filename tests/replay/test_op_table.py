@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xcache.gate.backend import (
+from xcache.gate.backend_api import (
     COUNTERS,
     FAMILIES,
     Capabilities,
@@ -16,8 +16,9 @@ from xcache.gate.backend import (
     Pins,
     is_capability,
 )
-from xcache.gate.backends import EngineBackend, OracleBackend
-from xcache.gate.ops import OPS, VALUE_NEEDS, value_needs
+from xcache.gate.backend_factory import EngineBackend, OracleBackend
+from xcache.gate.operations import OPERATIONS as OPS
+from xcache.gate.operations import VALUE_NEEDS, value_needs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,12 +47,12 @@ def _needs_cell(op: str) -> str:
 
 
 def test_the_documented_ops_are_the_table():
-    """docs/SCENARIOS.md lists exactly the ops of gate/ops.py OPS."""
+    """docs/SCENARIOS.md lists exactly the ops of the registry (gate/operations.py)."""
     assert sorted(_doc_rows()) == sorted(OPS)
 
 
 def test_the_documented_needs_are_the_declared_ones():
-    """Each documented op's needs cell says what its OpSpec declares."""
+    """Each documented op's needs cell says what its registry row declares."""
     rows = _doc_rows()
     assert {op: rows[op] for op in OPS} == {op: _needs_cell(op) for op in OPS}
 
@@ -133,7 +134,7 @@ def k3_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _name_tests(source: str) -> list[str]:
-    """The functions comparing a backend's name (``.name``, ``_backend_name``,
+    """The functions comparing a backend's name (``.name``, ``backend_name``,
     ``kind``) with a backend kind's string, once each (``<module>`` outside any)."""
     import ast
 
@@ -146,7 +147,7 @@ def _name_tests(source: str) -> list[str]:
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             named = any((isinstance(s, ast.Attribute) and
-                         s.attr in ("name", "_backend_name")) or
+                         s.attr in ("name", "backend_name")) or
                         (isinstance(s, ast.Name) and s.id in ("kind", "backend"))
                         for s in sides)
             kind = any(isinstance(s, ast.Constant) and s.value in kinds
@@ -161,9 +162,9 @@ def _name_tests(source: str) -> list[str]:
 
 
 def test_no_gate_module_tests_a_backend_by_name():
-    """Only the factory of gate/backends.py maps a kind's name to its class."""
+    """Only the factory of gate/backend_factory.py maps a kind's name to its class."""
     found = {p.name: _name_tests(p.read_text())
              for p in sorted((ROOT / "gate").glob("*.py"))}
-    assert {k: v for k, v in found.items() if v} == {"backends.py": ["factory"]}
+    assert {k: v for k, v in found.items() if v} == {"backend_factory.py": ["factory"]}
     assert _name_tests('def f(run):\n    if run.backend.name == "engine":\n'
                        '        pass\n') == ["f"]

@@ -10,8 +10,8 @@ import pytest
 
 from xcache import engine
 from xcache.gate import CannotRun
-from xcache.gate.backend import BackendFactory
-from xcache.gate.backends import EngineBackend, OracleBackend
+from xcache.gate.backend_api import BackendFactory
+from xcache.gate.backend_factory import EngineBackend, OracleBackend
 from xcache.gate.check_probe import BREAK_NAMES, probe
 from xcache.gate.containers import Target, make_target
 from xcache.gate.report import Report
@@ -61,10 +61,11 @@ def test_both_backends_give_the_same_records(k3, tmp_path):
                 [0, 2, "prefetch", "issued"], [0, 1, "prefetch", "resident"],
                 [0, 2, "prefetch", "duplicate"], [0, 3, "stream", "miss"],
                 [0, 2, "stream", "hit"]]
-        assert take(eng) == take(orc) == {"trace": want, "trace_records": 7}
+        re_, ro = _run(k3, eng), _run(k3, orc)
+        assert take(re_) == take(ro) == {"trace": want, "trace_records": 7}
         eng.get(0, 4)
         orc.get(0, 4)
-        assert take(eng) == take(orc) == {
+        assert take(re_) == take(ro) == {
             "trace": [[0, 4, "get", "miss"]], "trace_records": 1}
     finally:
         eng.close()
@@ -77,11 +78,11 @@ def test_a_trace_step_needs_the_trace_option(k3, tmp_path):
     try:
         for b in (eng, orc):
             with pytest.raises(CannotRun) as e:
-                take(b)
+                take(_run(k3, b))
             assert str(e.value) == ('a trace step needs "trace": true in the '
                                     'cache options')
         with pytest.raises(CannotRun) as e:
-            take(None)
+            take(_run(k3, None))
         assert str(e.value) == "a trace step needs an open cache"
     finally:
         eng.close()

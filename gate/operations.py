@@ -1,0 +1,199 @@
+"""The operations registry: every scenario operation's name, compiler and needs.
+
+Every step of a scenario file (docs/SCENARIOS.md "Operations") names one
+row of :data:`OPERATIONS`: an :class:`Operation` naming
+
+- ``compile(ctx, step)``, the step's fields made concrete for one container
+  (keys, sizes), given a :class:`gate.steps.StepContext`; None when the
+  step has nothing to compute;
+- ``needs``, the capabilities (:mod:`gate.backend_api`) the backend must have
+  for the step to run, and ``when``, more of them needed when a field of
+  the step is set.
+
+A step whose backend lacks one of its needs does not run, and every check
+after it is ``N/A`` naming what is missing; a check value is ``N/A`` when
+the backend lacks what :func:`value_needs` names for it.
+
+This is the one list of the operations: the schema (:mod:`gate.schema`),
+the step compiler (:mod:`gate.steps`), the program generator and the
+outside cache's program cutter (:mod:`gate.program_gen`,
+:mod:`gate.outside.programs`) and docs/SCENARIOS.md (held to it by
+tests/replay/test_op_table.py) read it.  It sits low: it imports only the
+capability names, and the handlers that run each operation register from
+above (:mod:`gate.ops`), so nothing that reads the list imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xcache.gate.backend_api import COUNTERS, FAULT_KINDS, Fact
+
+Compiler = Callable[[Any, dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One scenario operation: its compiler and what it needs of a backend."""
+
+    compile: Compiler | None = None
+    needs: tuple[str, ...] = ()
+    #: step field -> more capabilities needed when the field is set
+    when: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def needs_of(self, step: dict[str, Any]) -> list[str]:
+        """The capabilities this step needs (``needs`` plus the ``when`` it meets)."""
+        out = list(self.needs)
+        for f, more in self.when.items():
+            if step.get(f):
+                out += more
+        return out
+
+
+# -- compilers: a step's fields made concrete (gate/steps.py StepContext) ----
+
+def _keys(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``keys`` / ``range`` / ``pairs`` / ``raw`` as (layer, expert) keys."""
+    return {"keys": ctx.keys(step)}
+
+
+def _keys_repeat(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """The keys, and ``repeat`` (default 1)."""
+    return {"keys": ctx.keys(step), "repeat": ctx.value(step.get("repeat", 1))}
+
+
+def _stream_keys(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """The keys, ``repeat``, and the ``get_first`` keys (flat indices)."""
+    return {**_keys_repeat(ctx, step),
+            "get_first": [ctx.key(v) for v in step.get("get_first", [])]}
+
+
+def _batches(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``batches`` (lists of flat indices), or the keys cut by ``batch``."""
+    if "batches" in step:
+        return {"batches": [[ctx.key(v) for v in b] for b in step["batches"]]}
+    keys = ctx.keys(step)
+    size = ctx.value(step.get("batch", len(keys) or 1))
+    if size < 1:
+        raise ctx.fail(f"batch {step['batch']} = {size} is below 1")
+    return {"batches": [keys[i:i + size] for i in range(0, len(keys), size)]}
+
+
+def _scattered(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``needs`` gains ``fault:scattered`` on a container whose experts lie apart."""
+    if ctx.target.quantities.get("contiguous", 1):
+        return {}
+    return {"needs": [*step.get("needs", []), "fault:scattered"]}
+
+
+def _key_at(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``key`` (a flat index) and ``at`` (and the scattered need)."""
+    return {"key": ctx.key(step["key"]), "at": ctx.value(step.get("at", 0)),
+            **_scattered(ctx, step)}
+
+
+def _counts(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """``nth`` and ``arg`` as numbers."""
+    return {f: ctx.value(step[f]) for f in ("nth", "arg") if f in step}
+
+
+def _fault(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """An ``inject`` step: a known fault kind, ``nth`` and ``arg`` as numbers."""
+    if step.get("fault") not in FAULT_KINDS:
+        raise ctx.fail(f"inject fault {step.get('fault')!r} is not one of "
+                       f"{', '.join(FAULT_KINDS)}")
+    return {**_counts(ctx, step), **_scattered(ctx, step)}
+
+
+#: The open faults an ``open_fault`` step arms (the errno each open gets).
+OPEN_FAULTS = ("enoent", "eacces", "emfile", "eintr")
+
+
+def _open_fault_step(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """An ``open_fault`` step: a known open fault, ``nth`` as a number."""
+    if step.get("fault") not in OPEN_FAULTS:
+        raise ctx.fail(f"open_fault fault {step.get('fault')!r} is not one "
+                       f"of {', '.join(OPEN_FAULTS)}")
+    return _counts(ctx, step)
+
+
+_GET_FIRST = {"get_first": ("op:get",)}
+
+#: Every scenario operation, by the name a step's ``op`` gives.
+OPERATIONS: dict[str, Operation] = {
+    "open": Operation(),
+    "get": Operation(_keys_repeat, ("op:get",)),
+    "getmany": Operation(_batches, ("op:getmany",), {"then_get": ("op:get",)}),
+    "prefetch": Operation(_keys_repeat, ("op:prefetch",),
+                          {"speculative": ("op:prefetch_speculative",)}),
+    "hold_layer": Operation(_keys, ("op:hold_layer",)),
+    "unhold_many": Operation(None, ("op:hold_layer",)),
+    "drain": Operation(None, ("op:drain",)),
+    "pin": Operation(_keys_repeat, ("pins:flag",)),
+    "unpin": Operation(_keys_repeat, ("pins:flag",)),
+    "stream": Operation(_stream_keys, ("op:stream",), _GET_FIRST),
+    "reset": Operation(None, ("op:reset_stats",)),
+    "inject": Operation(_fault, ("fault:io",), {"second": ("fault:io_second",)}),
+    "inject_alloc": Operation(_counts, ("fault:alloc",)),
+    "clear": Operation(),
+    "corrupt": Operation(None, ("op:reader",)),
+    "open_fault": Operation(_open_fault_step, ("fault:open",)),
+    "replace": Operation(),
+    "truncate": Operation(_key_at),
+    "touch": Operation(_key_at),
+    "rewrite": Operation(_key_at),
+    "background_get": Operation(_keys, ("op:concurrent",)),
+    "await_read": Operation(None, ("op:concurrent", "fault:io")),
+    "waiting_get": Operation(_keys, ("op:concurrent",)),
+    "join": Operation(None, ("op:concurrent",)),
+    "unstall": Operation(None, ("op:concurrent", "fault:io")),
+    "await_waiting": Operation(None, ("op:concurrent",)),
+    "background_next": Operation(None, ("op:concurrent", "op:stream")),
+    "hold": Operation(_keys_repeat, ("op:hold",)),
+    "release": Operation(None, ("op:hold",)),
+    "release_copy": Operation(None, ("op:hold_copy",)),
+    "stream_open": Operation(_stream_keys, ("op:stream",), _GET_FIRST),
+    "stream_next": Operation(None, ("op:stream",)),
+    "stream_rest": Operation(None, ("op:stream",)),
+    "trace": Operation(None, ("op:trace",)),
+    "break_check": Operation(None, ("op:break_check",)),
+    "check": Operation(),
+}
+
+#: What a check value needs of the backend beyond being reported, for the
+#: values that are not a counter or a slot fact; the runner's own values
+#: (``reads``, ``wrong_reads``, ``published``, ``last_error``, ``errors``)
+#: need nothing: with an untyped error model (``errors`` ``failed``) the
+#: last two are compared as failed or not.
+VALUE_NEEDS: dict[str, tuple[str, ...]] = {
+    "reads": (), "wrong_reads": (), "published": (), "last_error": (),
+    "errors": (),
+    "error_offset": ("errors:typed",), "error_fields": ("errors:typed",),
+    "offset_as_claimed": ("errors:typed",),
+    "invariants": ("op:check",),
+    "pinned": ("fact:pinned", "pins:count"),
+    "trace": ("op:trace",), "trace_records": ("op:trace",),
+    "check_broken": ("op:break_check",),
+    "wait_hits": ("op:concurrent",),
+    "open_files": ("fault:open",),
+}
+
+_FACTS = {f.value for f in Fact}
+
+
+def value_needs(key: str) -> tuple[str, ...]:
+    """The capabilities a check pinning value ``key`` needs of the backend.
+
+    A counter needs ``counter:<key>``, a slot fact ``fact:<key>``, the rest
+    what :data:`VALUE_NEEDS` says; a name that is none of these needs
+    nothing (its value is simply not there: the check fails).
+    """
+    if key in VALUE_NEEDS:
+        return VALUE_NEEDS[key]
+    if key in _FACTS:
+        return (f"fact:{key}",)
+    if key in COUNTERS:
+        return (f"counter:{key}",)
+    return ()

@@ -148,10 +148,10 @@ def test_the_policy_table_names_and_defaults():
         "lfru": {"sample": 4, "seed": 0},
         "hotness": {"period": 256},
         "s3fifo": {"small": 10, "ghost": 90, "promote": 2},
-        "arc": {},
+        "arc": {}, "sieve": {},
     }
     assert list(_policy_table()) == ["lru", "fifo", "lfu", "lfru", "hotness",
-                                     "s3fifo", "arc"]
+                                     "s3fifo", "arc", "sieve"]
 
 
 def test_the_policy_table_out_of_range():

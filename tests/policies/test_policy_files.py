@@ -34,7 +34,7 @@ def test_the_table_is_the_registered_files_in_rank_order():
     regs = registered()
     assert list(_lib.policy_table()) == sorted(regs, key=lambda n: (regs[n], n))
     assert regs == {"lru": 10, "fifo": 20, "lfu": 30, "lfru": 40, "hotness": 50,
-                    "s3fifo": 60, "arc": 70}
+                    "s3fifo": 60, "arc": 70, "sieve": 80}
     assert len(set(regs.values())) == len(regs)
 
 
@@ -56,4 +56,4 @@ def test_the_oracle_registry_names_the_same_policies():
     """The oracle's modules are the engine's policies; each libCacheSim twin is one."""
     assert set(REGISTRY) == set(registered())
     assert set(LIBCACHESIM) <= set(REGISTRY)
-    assert LIBCACHESIM["lru"] == "LRU"
+    assert LIBCACHESIM["sieve"] == "Sieve"

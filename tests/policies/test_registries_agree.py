@@ -45,10 +45,10 @@ def test_same_policies_parameters_and_defaults():
                               "lfru": {"sample": 4, "seed": 0},
                               "hotness": {"period": 256},
                               "s3fifo": {"small": 10, "ghost": 90, "promote": 2},
-                              "arc": {}}
+                              "arc": {}, "sieve": {}}
     assert engine_table() == POLICIES
     assert set(REGISTRY) == set(POLICIES)
-    assert set(QUEUE_POLICIES) == {"s3fifo", "arc"}
+    assert set(QUEUE_POLICIES) == {"s3fifo", "arc", "sieve"}
 
 
 def test_the_simulator_lists_every_engine_policy_and_belady():
@@ -64,7 +64,7 @@ def test_the_engine_lists_its_table_when_the_name_is_unknown():
         simulate(KEYS, "nope", 2, mode="plain")
     assert str(e.value) == ("unknown policy 'nope'; valid: lru, fifo, lfu, "
                             "lfru:sample=N,seed=N, hotness:period=N, "
-                            "s3fifo:small=N,ghost=N,promote=N, arc")
+                            "s3fifo:small=N,ghost=N,promote=N, arc, sieve")
 
 
 @pytest.mark.parametrize("spec", [

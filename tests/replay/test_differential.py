@@ -103,9 +103,13 @@ def test_an_unpinned_policy_is_judged_by_the_oracle(tmp_path: Path) -> None:
     sim_check.run_checks(engine, report, path)
     (check,) = report.checks
     assert check["passed"]
+    left = [p for p in sim_check.policies()
+            if all(c["policy"] != p for c in pinned["cases"])]
+    assert "arc" in left
     assert check["detail"].endswith(
         f"runs of 7680 accesses (olmoe_299.jsonl), every count equal to the "
-        f"oracle's ({len(sim_check.SIZES)} unpinned, run by the oracle now: arc)")
+        f"oracle's ({len(sim_check.SIZES) * len(left)} unpinned, run by the "
+        f"oracle now: {', '.join(left)})")
     assert check["detail"].startswith(f"{len(sim_check.cases())} runs")
 
 

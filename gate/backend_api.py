@@ -1,8 +1,8 @@
 """The one interface every cache under test implements, and what it declares.
 
 A scenario runs against a :class:`Backend`: the project's engine and its
-oracle today (:mod:`gate.backends`), an outside cache through its adapter
-later.  Each backend class declares its :class:`Capabilities` -- the
+oracle (:mod:`gate.backend_factory`), an outside cache through its adapter
+(:mod:`gate.outside`).  Each backend class declares its :class:`Capabilities` -- the
 operations it offers, the cache options it takes, the policies it runs,
 the counters and slot facts it reports, the faults that can be put under
 its reads and its error model -- and the runner never asks which backend
@@ -204,7 +204,7 @@ class Capabilities:
         unknown = sorted(set(self.counters) - set(COUNTERS))
         if unknown:
             raise ValueError(f"capabilities: unknown counters {unknown}; "
-                             "gate/backend.py COUNTERS lists the known ones")
+                             "gate/backend_api.py COUNTERS lists the known ones")
 
     def has(self, need: str) -> bool:
         """Whether the backend has capability ``need`` (``"family:name"``)."""
@@ -285,6 +285,15 @@ def option_needs(opts: dict[str, Any]) -> list[str]:
     if opts.get("faults"):
         needs.append("fault:io")
     return needs
+
+
+#: The fault kinds an ``inject`` step may arm (faults/io.py).
+FAULT_KINDS = ("eof", "eio", "eintr", "partial", "delay", "stall")
+
+
+def holding(slots: list[tuple[Any, int]]) -> list[list[int]]:
+    """The ``holding`` fact: sorted ``[layer, expert, holds]`` of slots with holds."""
+    return sorted([[*key, holds] for key, holds in slots if holds])
 
 
 class Stuck(Exception):

@@ -1,4 +1,4 @@
-"""The freshly built engine as a :class:`gate.backend.Backend`.
+"""The freshly built engine as a :class:`gate.backend_api.Backend`.
 
 :class:`EngineBackend` drives the engine tree :func:`gate.build.load_engine`
 bound, with the fault injectors of ``faults/`` under it (docs/DESIGN.md,
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate import CannotRun
-from xcache.gate.backend import (
+from xcache.gate.backend_api import (
     COUNTERS,
     Backend,
     Capabilities,
@@ -29,8 +29,9 @@ from xcache.gate.backend import (
     Pins,
     Stream,
     Stuck,
+    holding,
 )
-from xcache.gate.backend_common import holding, kind_of
+from xcache.gate.failure_kinds import kind_of
 
 
 class EngineBackend(Backend):

@@ -5,7 +5,7 @@ files with their SHA-256 digests, compiler flags, the shim file and the
 capability declaration) and a C shim implementing ``xcs_shim.h`` of this
 package.  :mod:`gate.outside.build` checks the digests and compiles the
 sources unchanged with the shim through cffi; :mod:`gate.outside.backend`
-drives the result as a :class:`gate.backend.Backend`;
+drives the result as a :class:`gate.backend_api.Backend`;
 :mod:`gate.outside.conformance` runs the scenarios against it (the oracle
 the judge) and writes the conformance report.  docs/OUTSIDE_CACHES.md is
 the step-by-step page.

@@ -8,7 +8,7 @@ The manifest (``xcs.toml`` in the adapter folder)::
     [[sources]]                          # the cache's files, unchanged
     path = "tinycache.c"                 # relative to the adapter folder
     sha256 = "..."
-    [capabilities]                       # gate/backend.py names
+    [capabilities]                       # gate/backend_api.py names
     ops = ["get", "getmany", ...]
     ...
 

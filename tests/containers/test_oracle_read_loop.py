@@ -17,9 +17,9 @@ import random
 
 import pytest
 
-from xcache.gate import oracle_reads
-from xcache.gate.backends import OracleBackend
 from xcache.gate.containers import make_target
+from xcache.oracle import read_path
+from xcache.oracle.reading_cache import ReadingCache
 
 MIB = 1 << 20
 
@@ -29,7 +29,8 @@ def backend(tmp_path_factory):
     """An oracle backend over k3-mini (only its read loop is used here)."""
     work = tmp_path_factory.mktemp("oracle-loop")
     target = make_target("k3-mini", work)
-    return OracleBackend(target.pristine, target, {"n_slots": 8})
+    return ReadingCache(target.pristine, target.layout,
+                        target.quantities["expert_bytes"], {"n_slots": 8})
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +44,15 @@ def data_file(tmp_path_factory):
     os.close(fd)
 
 
-def _arm(b: OracleBackend, faults: list[dict | None]) -> None:
+def _arm(b: ReadingCache, faults: list[dict | None]) -> None:
     b.faults = [None if f is None else {"nth": 1, "persistent": False, "arg": 0,
                                         **f, "reads": 0} for f in faults]
 
 
-def _step_by_step(b: OracleBackend, monkeypatch, fd, offset, n):
+def _step_by_step(b: ReadingCache, monkeypatch, fd, offset, n):
     """The model with the shortcut off: one modelled pread at a time."""
     with monkeypatch.context() as m:
-        m.setattr(OracleBackend, "_steady_limit", lambda self: None)
+        m.setattr(ReadingCache, "_steady_limit", lambda self: None)
         return b._read_full(fd, offset, n)
 
 
@@ -86,7 +87,7 @@ def test_shortcut_equals_the_step_by_step_model(backend, data_file, monkeypatch,
     _arm(backend, faults)
     calls = []
     real = os.pread
-    monkeypatch.setattr(oracle_reads.os, "pread",
+    monkeypatch.setattr(read_path.os, "pread",
                         lambda *a: calls.append(a) or real(*a))
     fast = backend._read_full(fd, offset, n)
     assert fast == slow

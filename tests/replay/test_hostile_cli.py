@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import group_members
-from xcache.gate.backend import BackendFactory
-from xcache.gate.backends import EngineBackend, OracleBackend
+from xcache.gate.backend_api import BackendFactory
+from xcache.gate.backend_factory import EngineBackend, OracleBackend
 from xcache.gate.containers import Target
 from xcache.gate.report import Report
 from xcache.gate.scenario_run import ScenarioRun
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: Run replay.py as a program after making every engine get block forever.
 HANG = """import sys, threading
-import xcache.gate.backends as backends
+import xcache.gate.backend_factory as backends
 backends.EngineBackend.get = lambda self, layer, expert: threading.Event().wait()
 sys.argv = ['replay.py', *sys.argv[1:]]
 from xcache import replay

@@ -16,8 +16,8 @@ import pytest
 
 import xcache.gate.scenarios as gate_scenarios
 from xcache.gate import cli
-from xcache.gate.backend import BackendFactory, Errors
-from xcache.gate.backends import OracleBackend, factory
+from xcache.gate.backend_api import BackendFactory, Errors
+from xcache.gate.backend_factory import OracleBackend, factory
 from xcache.gate.report import Report
 
 #: What the test backend does not declare.

@@ -39,7 +39,7 @@ def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_a_waiter_nobody_wakes_fails_its_scenario_naming_the_key(
         tmp_path, monkeypatch):
     """A waiting_get that never returns is a failed check on the engine, not a hang."""
-    from xcache.gate.backends import EngineBackend
+    from xcache.gate.backend_factory import EngineBackend
 
     release = threading.Event()
     real_get = EngineBackend.get

@@ -229,7 +229,7 @@ LFRU_PARAMS = "valid parameters: sample, seed (as key=unsigned integer)"
     ("s3fifo:promote=0", "policy s3fifo: promote is a hit count 1..3"),
     ("s3fifo:promote=4", "policy s3fifo: promote is a hit count 1..3"),
     ("nope", "unknown policy 'nope'; valid: lru, fifo, lfu, lfru:sample=N,"
-             "seed=N, hotness:period=N, s3fifo:small=N,ghost=N,promote=N, arc"),
+             "seed=N, hotness:period=N, s3fifo:small=N,ghost=N,promote=N, arc, sieve"),
 ])
 def test_bad_policy_specs(spec, message):
     """Every malformed policy spec is MisuseError quoting it and the valid forms."""

@@ -162,7 +162,7 @@ def test_the_rules_find_the_whole_seam_surface():
     seams = seam_functions()
     for name in ("xc_alloc_fail_at", "xc_thread_fail_at", "xc_alloc_live",
                  "xc_fault_arm", "xc_fault_open", "xc_testhook_break_check",
-                 "xc_testhook_break_cross", "xc_policy_lru_test_view",
+                 "xc_testhook_break_cross", "xc_plist_test_view",
                  "xc_policy_hotness_set"):
         assert name in seams, name
     assert not seams & public_functions()

@@ -50,7 +50,7 @@ def errors(capsys, argv: list[str]) -> tuple[int, str]:
                              "bound every run is compared with)"),
     (["--policy", "nope"], "--policy: unknown policy 'nope'; valid: arc, fifo, "
                            "hotness:period=N, lfru:sample=N,seed=N, lfu, lru, "
-                           "s3fifo:small=N,ghost=N,promote=N"),
+                           "s3fifo:small=N,ghost=N,promote=N, sieve"),
     (["--predictors", ","], "--predictors: no predictor named in ','"),
     (["--predictors", "previous,nope"],
      "--predictors: unknown predictor 'nope' (known: previous, popularity, "

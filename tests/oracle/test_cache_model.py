@@ -191,7 +191,7 @@ def test_policy_specs():
         parse_policy("nope")
     assert str(e.value) == ("unknown policy 'nope'; valid: arc, fifo, "
                             "hotness:period=N, lfru:sample=N,seed=N, lfu, lru, "
-                            "s3fifo:small=N,ghost=N,promote=N")
+                            "s3fifo:small=N,ghost=N,promote=N, sieve")
 
 
 def test_holds_and_pins_protect_and_all_pinned_changes_nothing():

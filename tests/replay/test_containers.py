@@ -91,10 +91,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 70 scenario runs, 776 checks, all pinned, none
+    """On their home containers: 71 scenario runs, 780 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 70 and len(report.checks) == 776
+    assert len(names) == 71 and len(report.checks) == 780
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -105,9 +105,9 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-gives-back names
-    ("mixtral-mini", 65, ["found-direct-partial", "hold-layer-no-slot",
+    ("mixtral-mini", 66, ["found-direct-partial", "hold-layer-no-slot",
                           "hold-layer-gives-back", "state-direct"]),
-    ("deepseek-mini", 67, ["found-direct-partial", "state-direct"])])
+    ("deepseek-mini", 68, ["found-direct-partial", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
     """Every scenario runs on another fixture folder and passes on both backends."""
@@ -332,7 +332,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 52 scenarios (67 variants), 758 checks, 2 skipped, 12 N/A on {where} "
+        f"PASS: 52 scenarios (68 variants), 762 checks, 2 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
     assert len(scenario_lines) == 52

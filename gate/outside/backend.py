@@ -1,7 +1,8 @@
 """An outside cache, built from its adapter, behind :class:`gate.backend_api.Backend`.
 
-:class:`OutsideBackend` calls the shim's table (``xcs_shim.h``) through the
-cffi module :func:`gate.outside.build.build` made; its capabilities are the
+:class:`OutsideBackend` calls the shim's table (``xcs_shim.h``) of the cffi
+module :func:`gate.outside.build.compile_module` made, loaded in the
+cache's own process (:class:`gate.outside.host.Host`); its capabilities are the
 manifest's declaration (:func:`capabilities_of`), refused when it names an
 operation whose entry is NULL.  Keys reach the shim as (layer position,
 expert); a layer id outside the layout becomes a position outside
@@ -30,6 +31,7 @@ from xcache.gate.backend_api import (
 )
 from xcache.gate.operations import OPEN_FAULTS
 from xcache.gate.outside.build import Manifest
+from xcache.gate.outside.host import Host, Session
 
 #: the shim's stats bits (xcs_shim.h), by counter or fact name
 STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
@@ -80,32 +82,41 @@ def capabilities_of(m: Manifest) -> Capabilities:
     return caps
 
 
-def check_table(lib: Any, ffi: Any, caps: Capabilities, m: Manifest) -> None:
-    """Refuse a declaration naming an operation the shim's table leaves NULL."""
-    vt = lib.xcs_shim()
-    if vt.abi != lib.XCS_ABI:
-        raise CannotRun(f"{m.shim}: shim ABI {vt.abi}, the gate's is "
-                        f"{lib.XCS_ABI}")
+def check_table(table: dict[str, Any], caps: Capabilities, m: Manifest
+                ) -> None:
+    """Refuse a declaration naming an operation the shim's table leaves NULL.
+
+    ``table``: what the cache's process read of ``xcs_shim()``
+    (:meth:`gate.outside.host.Host.start`).
+    """
+    if table["abi"] != table["gate_abi"]:
+        raise CannotRun(f"{m.shim}: shim ABI {table['abi']}, the gate's is "
+                        f"{table['gate_abi']}")
     need = [e for op in caps.ops for e in ENTRIES.get(op, ())]
     if caps.pins is not Pins.NONE:
         need += ["pin", "unpin"]
     if Fact.RESIDENT in caps.facts:
         need.append("resident")
     for e in ["open", "close", "stats", *need]:
-        if getattr(vt, e) == ffi.NULL:
+        if e in table["null"]:
             raise CannotRun(f"{m.shim}: the manifest declares what needs "
                             f"the entry {e}, which the shim leaves NULL")
 
 
 class OutsideBackend(Backend):
-    """One outside cache over a scenario's container copy, through its shim."""
+    """One outside cache over a scenario's container copy, through its shim.
+
+    Every call runs in the cache's own process (:class:`Host`); what it
+    returns is bounded there before a byte is copied.
+    """
 
     name = "cache"
 
-    def __init__(self, ffi: Any, lib: Any, caps: Capabilities, folder: Path,
-                 target: Any, opts: dict[str, Any]) -> None:
-        self.ffi, self.lib, self.vt, self.caps = ffi, lib, lib.xcs_shim(), caps
+    def __init__(self, host: Host, session: Session, caps: Capabilities,
+                 folder: Path, target: Any, opts: dict[str, Any]) -> None:
+        self.host, self.session, self.caps = host, session, caps
         self.typed = caps.errors is Errors.TYPED
+        self.h: int | None = None
         lay = target.layout
         self.layers = list(lay["layers"])
         self.n_experts = int(lay["n_experts"])
@@ -114,35 +125,26 @@ class OutsideBackend(Backend):
         n_pieces = len(per_key[0])
         if any(len(p) != n_pieces for p in per_key):
             raise CannotRun("outside caches need the same pieces per expert")
-        keep = []  # the C strings must outlive the open call
-        pieces = ffi.new("xcs_piece[]", len(keys) * n_pieces)
-        paths: dict[str, Any] = {}
-        for i, ps in enumerate(per_key):
-            for j, p in enumerate(ps):
-                path = str(Path(folder) / Path(p.shard).name)
-                if path not in paths:
-                    paths[path] = ffi.new("char[]", path.encode())
-                pc = pieces[i * n_pieces + j]
-                pc.path, pc.offset, pc.length = paths[path], p.offset, p.nbytes
-        keep += [folder_c := ffi.new("char[]", str(folder).encode()),
-                 policy := ffi.new("char[]", str(opts.get("policy", "lru"))
-                                   .encode()),
-                 ids := ffi.new("int[]", self.layers)]
-        eb = int(target.quantities["expert_bytes"])
-        layout = ffi.new("xcs_layout *", {
-            "folder": folder_c, "n_layers": len(self.layers), "layer_ids": ids,
-            "n_experts": self.n_experts, "n_pieces": n_pieces,
-            "pieces": pieces, "expert_bytes": eb,
-            "n_slots": int(opts["n_slots"]), "slot_bytes": eb,
-            "policy": policy})
+        pieces = [[(str(Path(folder) / Path(p.shard).name), p.offset, p.nbytes)
+                   for p in ps] for ps in per_key]
+        self.expert_bytes = int(target.quantities["expert_bytes"])
         self.n_slots = int(opts["n_slots"])
-        out = ffi.new("void **")
-        self._rc("open", self.vt.open(layout, out))
-        self.h = out[0]
-        del keep, paths
+        layout = {"folder": str(folder), "layer_ids": self.layers,
+                  "n_experts": self.n_experts, "n_pieces": n_pieces,
+                  "pieces": pieces,
+                  "paths": sorted({p for ps in pieces for p, _, _ in ps}),
+                  "expert_bytes": self.expert_bytes, "n_slots": self.n_slots,
+                  "policy": str(opts.get("policy", "lru"))}
+        rc, hid, host.cap = self._call("open", "open", layout)
+        self._rc("open", rc)
+        self.h = hid
+        session.open.add(hid)
         #: holds taken by hold() and not given back: reference -> key
         self.refs: dict[int, Key] = {}
         self.serial = 0
+
+    def _call(self, what: str, op: str, *args: Any) -> Any:
+        return self.host.call(self.session, what, op, *args)
 
     @staticmethod
     def kind_of(exc: BaseException) -> str:
@@ -164,20 +166,30 @@ class OutsideBackend(Backend):
             return -1
         return len(self.layers) + layer - self.layers[-1] - 1
 
-    def _keys(self, keys: list[Key]) -> Any:
+    def _keyed(self, entry: str, layer: int, expert: int) -> int:
+        """An entry of one key: its code (a negative one raised)."""
+        return self._rc(entry, self._call(
+            f"{entry}(layer {layer}, expert {expert})", "call", entry,
+            self.h, self._pos(layer), expert))
+
+    def _batch(self, entry: str, keys: list[Key]) -> int:
         flat = [v for la, e in keys for v in (self._pos(la), e)]
-        return self.ffi.new("int[]", flat or [0])
+        shown = ", ".join(f"({la}, {e})" for la, e in keys[:4]) + \
+            (", ..." if len(keys) > 4 else "")
+        return self._rc(entry, self._call(f"{entry}([{shown}])", "batch",
+                                          entry, self.h, flat))
 
     def _take(self, layer: int, expert: int) -> bytes:
-        data, n = self.ffi.new("const void **"), self.ffi.new("size_t *")
-        self._rc("get", self.vt.get(self.h, self._pos(layer), expert,
-                                    data, n))
-        return bytes(self.ffi.buffer(data[0], n[0]))
+        rc, data = self._call(f"get(layer {layer}, expert {expert})", "get",
+                              self.h, self._pos(layer), expert,
+                              self.expert_bytes)
+        self._rc("get", rc)
+        return data
 
     def get(self, layer: int, expert: int) -> bytes:
         """A demand access, its bytes copied, then released."""
         got = self._take(layer, expert)
-        self._rc("release", self.vt.release(self.h, self._pos(layer), expert))
+        self._keyed("release", layer, expert)
         return got
 
     def hold(self, layer: int, expert: int) -> tuple[Any, bytes]:
@@ -197,128 +209,139 @@ class OutsideBackend(Backend):
         key = self.refs.pop(ref, None)
         if key is None:
             raise ShimError("release", -2, self.typed)
-        self._rc("release", self.vt.release(self.h, self._pos(key[0]), key[1]))
+        self._keyed("release", *key)
 
     def getmany(self, keys: list[Key]) -> int:
         """The shim's getmany: how many it published."""
-        return self._rc("getmany", self.vt.getmany(self.h, self._keys(keys),
-                                                   len(keys)))
+        return self._batch("getmany", keys)
 
     def prefetch(self, keys: list[Key]) -> int:
         """The shim's prefetch: loads started or published."""
-        return self._rc("prefetch", self.vt.prefetch(self.h, self._keys(keys),
-                                                     len(keys)))
+        return self._batch("prefetch", keys)
 
     def drain(self) -> None:
         """The shim's drain."""
-        self._rc("drain", self.vt.drain(self.h))
+        self._rc("drain", self._call("drain()", "call", "drain", self.h))
 
     def pin(self, layer: int, expert: int) -> None:
         """The shim's pin."""
-        self._rc("pin", self.vt.pin(self.h, self._pos(layer), expert))
+        self._keyed("pin", layer, expert)
 
     def unpin(self, layer: int, expert: int) -> None:
         """The shim's unpin."""
-        self._rc("unpin", self.vt.unpin(self.h, self._pos(layer), expert))
+        self._keyed("unpin", layer, expert)
 
     def reset(self) -> None:
         """The shim's reset: a new counter window."""
-        self._rc("reset", self.vt.reset(self.h))
+        self._rc("reset", self._call("reset()", "call", "reset", self.h))
 
     def inject(self, step: dict[str, Any]) -> None:
         """Arm the linked-in injector the step names (``second``: the inner one)."""
         kind = ("partial", "eof", "eio", "eintr", "delay").index(step["fault"])
         assert step["fault"] in FAULT_KINDS
-        self._rc("inject", self.lib.xcs_fault_arm(
-            1 if step.get("second") else 0, kind + 1, int(step.get("nth", 1)),
+        self._rc("inject", self._call(
+            "xcs_fault_arm", "fault", "arm", 1 if step.get("second") else 0,
+            kind + 1, int(step.get("nth", 1)),
             int(bool(step.get("persistent", False))), int(step.get("arg", 0))))
 
     def clear(self) -> None:
         """Disarm every injector (nothing without fault:io or fault:open)."""
         if self.caps.faults & {Fault.IO, Fault.OPEN}:
-            self.lib.xcs_fault_disarm()
+            self._call("xcs_fault_disarm", "fault", "disarm")
 
     def values(self) -> dict[str, Any]:
         """The counters the stats mask marks present, and the declared facts."""
-        st = self.ffi.new("xcs_stats *")
-        self._rc("stats", self.vt.stats(self.h, st))
-        v: dict[str, Any] = {name: int(st.v[i]) for i, name in enumerate(STATS)
-                             if st.present >> i & 1}
+        rc, present, got, resident, verdict = self._call(
+            "stats, resident and check", "values", self.h, len(self.layers),
+            self.n_experts)
+        self._rc("stats", rc)
+        v: dict[str, Any] = {name: got[i] for i, name in enumerate(STATS)
+                             if present >> i & 1}
         v["n_slots"] = self.n_slots
-        if self.vt.resident != self.ffi.NULL:
-            v["resident"] = sorted(
-                [la, e] for i, la in enumerate(self.layers)
-                for e in range(self.n_experts)
-                if self.vt.resident(self.h, i, e) > 0)
+        if resident is not None:
+            v["resident"] = sorted([self.layers[i], e] for i, e in resident)
         counts: dict[Key, int] = {}
         for k in self.refs.values():
             counts[k] = counts.get(k, 0) + 1
         v["held"] = len(self.refs)
         v["holding"] = sorted([*k, n] for k, n in counts.items())
-        if self.vt.check != self.ffi.NULL:
-            msg = self.ffi.new("char[]", 256)
-            bad = self.vt.check(self.h, msg, 256)
-            v["invariants"] = ("clean" if bad == 0 else
-                               self.ffi.string(msg).decode(errors="replace"))
+        if verdict is not None:
+            v["invariants"] = verdict
         return v
 
     def close(self) -> None:
-        """The shim's close, the injectors disarmed."""
+        """The shim's close, the injectors disarmed (nothing if its process
+        ended: what it held ended with it)."""
+        h, self.h = self.h, None
+        if h is None:
+            return
+        self.session.open.discard(h)
+        if not self.host.alive_for(self.session):
+            return
         self.clear()
-        if self.h is not None:
-            self.vt.close(self.h)
-            self.h = None
+        self._call("close", "close", h)
 
 
 @dataclasses.dataclass(frozen=True)
 class OutsideFactory(BackendFactory):
-    """The runner's factory of an outside cache.
+    """The runner's factory of an outside cache: one run's :class:`Session`.
 
     ``partial_checks``: a check pinning values this backend lacks judges the
     ones it has (the rest named N/A in its line) instead of being N/A whole.
-    ``lib``: the built module's library, whose open injector and descriptor
-    count the ``open_fault`` step uses before any backend is open.
+    ``host``: the cache's process, whose open injector and descriptor count
+    the ``open_fault`` step uses before any backend is open; ``session``
+    this run's share of it (its deadline).
     """
 
     partial_checks: bool = True
-    lib: Any = None
+    host: Any = None
+    session: Any = None
     #: [True] between inject_open and the open it is for
     _armed: list[bool] = dataclasses.field(default_factory=lambda: [False],
                                            repr=False)
 
+    def _fault(self, what: str, *args: int) -> int:
+        return int(self.host.call(self.session, f"xcs_fault_{what}", "fault",
+                                  what, *args))
+
     def __call__(self, folder: Path) -> Backend:
         """Open the cache over ``folder``, every injector disarmed first.
 
-        The injectors are one per process: a run left behind by the
-        watchdog must not leave a fault armed under the next one.  An open
-        fault armed for this open (``inject_open``) stays.
+        The injectors are one per process: what a run armed must not stay
+        armed under the next one.  An open fault armed for this open
+        (``inject_open``) stays.
         """
-        if not self._armed[0] and self.lib is not None:
-            self.lib.xcs_fault_disarm()
+        if not self._armed[0] and self.capabilities.faults & {Fault.IO,
+                                                              Fault.OPEN}:
+            self._fault("disarm")
         self._armed[0] = False
         return self.open(folder)
 
     def inject_open(self, step: dict[str, Any]) -> None:
         """Arm the open injector with the step's fault (``fault:open``)."""
         kind = OPEN_FAULTS.index(step["fault"]) + 1
-        rc = self.lib.xcs_fault_arm(2, kind, int(step.get("nth", 1)),
-                                    int(bool(step.get("persistent", False))), 0)
+        rc = self._fault("arm", 2, kind, int(step.get("nth", 1)),
+                         int(bool(step.get("persistent", False))), 0)
         assert rc == 0, rc
         self._armed[0] = True
 
     def open_files(self) -> int:
         """The descriptors the cache's wrapped opens handed out and it kept."""
-        return int(self.lib.xcs_fault_open_files())
+        return self._fault("open_files")
 
     def clear_open(self) -> None:
         """Disarm every injector."""
-        self.lib.xcs_fault_disarm()
+        self._fault("disarm")
 
 
-def outside_factory(ffi: Any, lib: Any, caps: Capabilities, label: str,
-                    target: Any, opts: dict[str, Any]) -> OutsideFactory:
-    """The factory opening the built cache over a container copy."""
+def outside_factory(host: Host, caps: Capabilities, label: str, target: Any,
+                    opts: dict[str, Any], bound: float = 60.0
+                    ) -> OutsideFactory:
+    """The factory opening the cache over a container copy, for one run whose
+    calls must all return within ``bound`` seconds of its first."""
+    session = Session(bound)
     return OutsideFactory(
         label, caps,
-        lambda folder: OutsideBackend(ffi, lib, caps, folder, target, opts),
-        OutsideBackend.kind_of, False, lib=lib)
+        lambda folder: OutsideBackend(host, session, caps, folder, target,
+                                      opts),
+        OutsideBackend.kind_of, False, host=host, session=session)

@@ -21,9 +21,7 @@ extension (out-of-line API mode) in a scratch folder.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +44,8 @@ class Manifest:
     sources: dict[Path, str]
     cflags: tuple[str, ...]
     capabilities: dict[str, Any] = field(default_factory=dict)
+    #: ``[deviations]``: capability name -> why the cache differs there
+    deviations: dict[str, str] = field(default_factory=dict)
 
 
 def _need(cond: bool, path: Path, what: str) -> None:
@@ -53,8 +53,30 @@ def _need(cond: bool, path: Path, what: str) -> None:
         raise CannotRun(f"{path}: {what}")
 
 
+#: the manifest's capability fields: a string or a list of strings
+CAP_LISTS = ("ops", "options", "policies", "counters", "facts", "faults")
+CAP_WORDS = ("pins", "errors")
+
+
+def _inside(folder: Path, path: Path, rel: str, field_: str) -> Path:
+    """``folder / rel`` resolved, refused (naming ``field_``) if it leaves
+    the adapter folder."""
+    p = (folder / rel).resolve()
+    _need(p.is_relative_to(folder), folder / MANIFEST_NAME,
+          f"{field_} = {rel!r} leaves the adapter folder")
+    return p
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
 def load_manifest(folder: Path) -> Manifest:
-    """The manifest of the adapter ``folder`` (``CannotRun`` naming what is wrong)."""
+    """The manifest of the adapter ``folder`` (``CannotRun`` naming what is wrong).
+
+    Every field is checked for its type (one line naming the file and the
+    field), every path for staying inside the adapter folder.
+    """
     from xcache import data  # noqa: PLC0415 - a shipped adapter by its name
 
     named = Path(folder)
@@ -67,22 +89,52 @@ def load_manifest(folder: Path) -> Manifest:
         raise CannotRun(f"--cache {folder}: no {MANIFEST_NAME} there (an "
                         "adapter folder holds its manifest)")
     try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise CannotRun(f"{path}: cannot be read ({e})") from e
+    except UnicodeDecodeError as e:
+        raise CannotRun(f"{path}: not UTF-8 (byte {e.start}: "
+                        f"{e.object[e.start:e.start + 1]!r})") from e
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         raise CannotRun(f"{path}: not a TOML manifest ({e})") from e
     for key in ("name", "shim", "sources", "capabilities"):
         _need(key in doc, path, f"the manifest lacks {key!r}")
+    for key in ("name", "shim"):
+        _need(isinstance(doc[key], str) and doc[key] != "", path,
+              f"{key} must be a non-empty string, not {doc[key]!r}")
+    _need(isinstance(doc["sources"], list), path,
+          "sources must be an array of tables ([[sources]])")
     sources: dict[Path, str] = {}
     for i, s in enumerate(doc["sources"]):
         _need(isinstance(s, dict) and isinstance(s.get("path"), str) and
               re.fullmatch(r"[0-9a-f]{64}", str(s.get("sha256", ""))) is not None,
               path, f"sources[{i}] needs a path and a 64-hex sha256")
-        sources[(folder / s["path"]).resolve()] = s["sha256"]
+        sources[_inside(folder, path, s["path"], f"sources[{i}].path")] = \
+            s["sha256"]
     cflags = doc.get("cflags", [])
-    _need(isinstance(cflags, list) and all(isinstance(f, str) for f in cflags),
-          path, "cflags must be a list of strings")
-    return Manifest(folder, str(doc["name"]), (folder / doc["shim"]).resolve(),
-                    sources, tuple(cflags), dict(doc["capabilities"]))
+    _need(_strings(cflags), path, "cflags must be a list of strings")
+    caps = doc["capabilities"]
+    _need(isinstance(caps, dict), path,
+          "capabilities must be a table ([capabilities])")
+    for key, v in caps.items():
+        if key in CAP_LISTS:
+            _need(_strings(v), path,
+                  f"capabilities.{key} must be a list of strings, not {v!r}")
+        elif key in CAP_WORDS:
+            _need(isinstance(v, str), path,
+                  f"capabilities.{key} must be a string, not {v!r}")
+        else:
+            raise CannotRun(f"{path}: capabilities.{key} is no capability "
+                            f"field (fields: {', '.join(CAP_LISTS + CAP_WORDS)})")
+    notes = doc.get("deviations", {})
+    _need(isinstance(notes, dict) and all(isinstance(v, str)
+                                          for v in notes.values()), path,
+          "deviations must be a table of strings (capability = \"why\")")
+    return Manifest(folder, doc["name"],
+                    _inside(folder, path, doc["shim"], "shim"), sources,
+                    tuple(cflags), dict(caps), dict(notes))
 
 
 def digest(path: Path) -> str:
@@ -123,11 +175,15 @@ WRAPPED = ("pread", "pread64", "read", "open", "open64", "openat",
            "openat64", "fopen", "fopen64", "close", "fclose")
 
 
-def build(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
-          ) -> tuple[Any, Any]:
-    """Compile the pinned sources and the shim in ``out``; the module's (ffi, lib).
+def compile_module(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
+                   ) -> tuple[Path, str]:
+    """Compile the pinned sources and the shim in ``out``: (the module, its name).
 
-    ``extra_cflags`` come after the manifest's (``-DNAME=...`` overrides).
+    The module is not loaded here: the cache's process loads it
+    (:mod:`gate.outside.worker`).  ``extra_cflags`` come after the
+    manifest's (``-DNAME=...`` overrides).  The compiler runs in ``out``:
+    relative ``-I`` paths of cflags resolve there, not in the adapter
+    folder (which is on the include path already).
     """
     import cffi  # noqa: PLC0415
 
@@ -152,9 +208,4 @@ def build(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
     except Exception as e:  # noqa: BLE001 - a compiler failure of the adapter
         raise CannotRun(f"{m.folder}: the build of the cache and its shim "
                         f"failed: {e}") from e
-    spec = importlib.util.spec_from_file_location(modname, so)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = mod
-    spec.loader.exec_module(mod)
-    return mod.ffi, mod.lib
+    return Path(so), modname

@@ -13,7 +13,6 @@ the first of the scenario's ``contracts`` (docs/SCENARIOS.md).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,22 @@ from xcache.gate.contracts import (
     declared,
 )
 from xcache.gate.outside.backend import capabilities_of, check_table, outside_factory
-from xcache.gate.outside.build import build, load_manifest, verify_sources
+from xcache.gate.outside.build import compile_module, load_manifest, verify_sources
+from xcache.gate.outside.host import GRACE_S, CacheFailure, Host
 from xcache.gate.outside.programs import Restrict, row
+from xcache.gate.outside.reporting import (
+    KEPT,
+    classify,
+    deviations,
+    failure,
+    write_report,
+)
 from xcache.gate.report import Report
-from xcache.gate.scenarios import load_scenarios, run_scenarios
+from xcache.gate.scenarios import WATCHDOG, load_scenarios, run_scenarios
 from xcache.oracle.cache import POLICIES
+
+#: the bound :func:`gate.programs.run_one` gives each program run (seconds)
+PROGRAM_S = 60.0
 
 
 def _claims(scenarios: list[dict[str, Any]] | None
@@ -100,11 +110,12 @@ def verdicts(report: Report, backend: str, caps: Any = None,
     rows: dict[str, dict[str, Any]] = {
         cid: {"contract": cid, "promise": text, "verdict": "N/A",
               "passed": 0, "failed": 0, "na": 0, "first_failure": None,
-              "missing": []}
+              "failures": [], "missing": []}
         for cid, text in CONTRACTS.items()}
     rows[UNCLAIMED] = {"contract": UNCLAIMED, "promise": "checks no contract "
                        "claims", "verdict": "N/A", "passed": 0, "failed": 0,
-                       "na": 0, "first_failure": None, "missing": []}
+                       "na": 0, "first_failure": None, "failures": [],
+                       "missing": []}
     first_in: dict[str, list[str]] = {}  # scenario run -> its first failure's
     for c in report.checks:
         if c["backend"] != backend:
@@ -121,6 +132,8 @@ def verdicts(report: Report, backend: str, caps: Any = None,
             if row["first_failure"] is None:
                 row["first_failure"] = (f"{c['scenario']}: {c['check']}: "
                                         f"{c['detail']}")
+            if len(row["failures"]) < KEPT:
+                row["failures"].append(failure(c))
     for n in report.not_applicable:
         if n["backend"] != backend:
             continue
@@ -133,6 +146,7 @@ def verdicts(report: Report, backend: str, caps: Any = None,
                  if caps is not None and not caps.has(need)]
         if lacks:
             row.update(verdict="N/A", passed=0, failed=0, first_failure=None,
+                       failures=[],
                        missing=list(dict.fromkeys([*lacks, *row["missing"]])))
             out.append(row)
             continue
@@ -147,51 +161,6 @@ def verdicts(report: Report, backend: str, caps: Any = None,
     return out
 
 
-def write_report(out: Path, name: str, rows: list[dict[str, Any]],
-                 extra: dict[str, Any]) -> None:
-    """``out/conformance.md`` and ``out/conformance.json`` of ``rows``.
-
-    A ``programs`` row gets a section of its own below the table (the
-    steps left out, the values not compared) and, when it FAILs, its
-    shrunk program in ``out/programs-shrunk.json``.
-    """
-    lines = [f"# Conformance of {name}", "",
-             "| contract | promise | verdict | checks (pass/fail/N/A) | why |",
-             "|---|---|---|---|---|"]
-    for r in rows:
-        why = (r["first_failure"] if r["verdict"] == "FAIL" else
-               ("lacks " + ", ".join(r["missing"]) if r["missing"] else
-                "no check of it ran") if r["verdict"] == "N/A" else "")
-        why = (why or "").replace("|", "\\|")
-        lines.append(f"| {r['contract']} | {r['promise']} | {r['verdict']} | "
-                     f"{r['passed']}/{r['failed']}/{r['na']} | {why} |")
-    lines.append("")
-    for r in rows:
-        if r["contract"] != "programs":
-            continue
-        left = ", ".join(f"{k} ({n})" for k, n in r["left_out"].items())
-        lines += ["## Programs", "",
-                  f"{r['passed']} passed, {r['failed']} failed, {r['na']} N/A"
-                  + (f" (lacks {', '.join(r['missing'])})" if r["missing"]
-                     else "") + ".",
-                  f"Steps left out, by the capability each lacks: "
-                  f"{left or 'none'}.",
-                  "Values not compared: "
-                  f"{', '.join(r['not_compared']) or 'none'}.", ""]
-        if "scenario" in r:
-            lines += ["The first failing program, shrunk, is "
-                      "`programs-shrunk.json` (pin it in gate/scenarios/).", ""]
-            (out / "programs-shrunk.json").write_text(
-                json.dumps(r["scenario"], indent=1) + "\n")
-    for fname, text in (("conformance.md", "\n".join(lines)),
-                        ("conformance.json", json.dumps(
-                            {"cache": name, **extra, "contracts": rows},
-                            indent=1, default=str) + "\n")):
-        tmp = out / f".{fname}.tmp-{os.getpid()}"
-        tmp.write_text(text)
-        os.replace(tmp, out / fname)
-
-
 def _judged(detail: str) -> str:
     """A check line without its list of values not compared (the row has it)."""
     head, sep, tail = detail.partition("; N/A ")
@@ -201,19 +170,21 @@ def _judged(detail: str) -> str:
     return head + (f"; expected {expected}" if sep else "")
 
 
-def programs_row(ffi: Any, lib: Any, caps: Any, label: str, work: Path,
-                 plan: list[dict[str, Any]], shrink_s: float = 120.0
-                 ) -> dict[str, Any]:
+def programs_row(host: Host, caps: Any, label: str, work: Path,
+                 plan: list[dict[str, Any]], shrink_s: float = 120.0,
+                 bound: float = PROGRAM_S - GRACE_S) -> dict[str, Any]:
     """Run the seeded programs of ``plan`` on the oracle and the cache: one row.
 
     Each program is cut to what the cache declares
     (:class:`gate.outside.programs.Restrict`); the first that fails is
     shrunk (:func:`gate.programs.shrink`, ``shrink_s`` seconds at most)
-    and kept as a scenario with the oracle's values pinned.
+    and kept as a scenario with the oracle's values pinned.  Every call
+    of a program's run returns within ``bound`` seconds of its first, or
+    the cache's process is killed and the program FAILs.
     """
     def backends(target: Any, opts: dict[str, Any]) -> list[Any]:
         return [factory("oracle", None, target, opts),
-                outside_factory(ffi, lib, caps, label, target, opts)]
+                outside_factory(host, caps, label, target, opts, bound)]
 
     restrict = Restrict(caps)
     report = programs._Quiet()
@@ -241,9 +212,42 @@ def programs_row(ffi: Any, lib: Any, caps: Any, label: str, work: Path,
                       f"{_judged(g['detail'])}")
         shrunk = programs.pinned(small, again)
     out = row(report, restrict, shrunk, first)
+    out["failures"] = program_failures(report, plan, names, shrunk)
     print(f"programs: {out['passed']} passed, {out['failed']} failed, "
           f"{out['na']} N/A of {len(plan)}")
     return out
+
+
+def program_failures(report: Any, plan: list[dict[str, Any]],
+                     names: list[str], shrunk: dict[str, Any] | None
+                     ) -> list[dict[str, Any]]:
+    """Each failing program as a report entry: its class, and how to run it
+    again (the first: its shrunk scenario)."""
+    out = []
+    for i, f in enumerate(report.failed[:KEPT]):
+        at = plan[names.index(f["scenario"])]
+        rerun = (f"programs-shrunk.json ({len(programs.operations(shrunk))} "
+                 "steps; pin it in gate/scenarios/ and run --scenario "
+                 f"{shrunk['name']})" if i == 0 and shrunk is not None else
+                 "--programs-file FILE holding " + json.dumps(at))
+        out.append({"program": f["scenario"], "check": f["check"],
+                    "detail": _judged(f["detail"]),
+                    "class": classify(f), "reproduce": rerun})
+    return out
+
+
+def table_row(message: str) -> dict[str, Any]:
+    """The one row of a cache whose process could not read its shim's table."""
+    return {"contract": "shim", "promise": "xcs_shim() returns the table, in "
+            "a process that lives", "verdict": "FAIL", "passed": 0,
+            "failed": 1, "na": 0, "first_failure": message,
+            "failures": [{"scenario": "xcs_shim()", "variant": None,
+                          "check": "the shim's table was read",
+                          "detail": message,
+                          "class": ("hung" if message.startswith("CacheHung")
+                                    else "crashed"),
+                          "reproduce": "any run: the table is read first"}],
+            "missing": []}
 
 
 def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
@@ -253,34 +257,53 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
         scenarios: bool = True) -> tuple[list[dict[str, Any]], Report]:
     """Verify, build and judge the adapter's cache; write and return the rows.
 
-    ``container``: every scenario on this container, the oracle's values
-    the expected ones (as ``replay.py --container``).  ``plan``: seeded
-    programs to run too (:func:`programs_row`: the ``programs`` row);
-    ``scenarios`` False runs them alone (the report then has that row only).
+    The cache runs in a process of its own (:class:`Host`): a crash, an
+    exit or a hang is a FAIL of the run it happened in, and the next run
+    gets a fresh process.  Every run's calls return within ``timeout``
+    seconds of its first (programs: within :data:`PROGRAM_S`, less the
+    grace).  ``container``: every scenario on this container, the oracle's
+    values the expected ones (as ``replay.py --container``).  ``plan``:
+    seeded programs to run too (:func:`programs_row`: the ``programs``
+    row); ``scenarios`` False runs them alone (the report then has that
+    row only).
     """
     m = load_manifest(adapter)
     n = verify_sources(m)
     print(f"Verified {n} pinned source digests of {m.name}")
     caps = capabilities_of(m)
-    ffi, lib = build(m, work / "build", extra_cflags)
-    check_table(lib, ffi, caps, m)
+    so, modname = compile_module(m, work / "build", extra_cflags)
     print(f"Built {m.name} with its shim ({' '.join([*m.cflags, *extra_cflags])})")
     label = m.name
-
-    def backends(engine: Any, target: Any, opts: dict[str, Any]) -> list[Any]:
-        return [factory("oracle", None, target, opts),
-                outside_factory(ffi, lib, caps, label, target, opts)]
-
+    host = Host(so, modname, work / "cache-process.log")
     report = report or Report()
-    names = (run_scenarios(None, work, report, only, timeout,
-                           container=container, backends=backends)
-             if scenarios else [])
-    rows = verdicts(report, label, caps) if scenarios else []
-    if plan:
-        rows.append(programs_row(ffi, lib, caps, label, work, plan))
-    write_report(out, m.name, rows, {"scenarios": names,
-                                     "programs": len(plan or []),
-                                     "cflags": [*m.cflags, *extra_cflags],
-                                     "container": container,
-                                     "skipped": report.skipped})
+    extra = {"programs": len(plan or []), "cflags": [*m.cflags, *extra_cflags],
+             "container": container, "deviations": deviations(m, caps)}
+    # the runner's own bound comes after the session's, which names the call
+    WATCHDOG.reset(stop_when_stuck=False, cap=timeout + GRACE_S)
+    try:
+        try:
+            check_table(host.start(), caps, m)
+        except CacheFailure as e:
+            rows = [table_row(f"{type(e).__name__}: {e}")]
+            write_report(out, m.name, rows, {"scenarios": [], **extra,
+                                              "skipped": []})
+            return rows, report
+
+        def backends(engine: Any, target: Any, opts: dict[str, Any]
+                     ) -> list[Any]:
+            return [factory("oracle", None, target, opts),
+                    outside_factory(host, caps, label, target, opts, timeout)]
+
+        names = (run_scenarios(None, work, report, only, timeout + GRACE_S,
+                               container=container, backends=backends)
+                 if scenarios else [])
+        rows = verdicts(report, label, caps) if scenarios else []
+        if plan:
+            rows.append(programs_row(host, caps, label, work, plan,
+                                     bound=min(timeout, PROGRAM_S - GRACE_S)))
+    finally:
+        host.close()
+    write_report(out, m.name, rows, {"scenarios": names, **extra,
+                                     "skipped": report.skipped,
+                                     "processes": host.spawns})
     return rows, report

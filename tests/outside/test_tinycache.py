@@ -23,7 +23,8 @@ from xcache.gate import CannotRun
 from xcache.gate.containers import make_target
 from xcache.gate.outside import conformance
 from xcache.gate.outside.backend import capabilities_of, outside_factory
-from xcache.gate.outside.build import build, load_manifest, verify_sources
+from xcache.gate.outside.build import compile_module, load_manifest, verify_sources
+from xcache.gate.outside.host import Host
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "examples" / "tinycache"
@@ -204,22 +205,26 @@ def test_open_files_counts_the_descriptors_the_cache_keeps(tmp_path: Path
     m = load_manifest(ADAPTER)
     caps = capabilities_of(m)
     with contextlib.redirect_stdout(io.StringIO()):
-        ffi, lib = build(m, tmp_path / "build")
+        so, modname = compile_module(m, tmp_path / "build")
+    host = Host(so, modname, tmp_path / "cache.log")
     target = make_target("mixtral-mini", tmp_path)
     folder = tmp_path / "copy"
     target.populate(folder)
-    make = outside_factory(ffi, lib, caps, m.name, target,
+    make = outside_factory(host, caps, m.name, target,
                            {"n_slots": 4, "policy": "lru"})
     parts = len(target.pieces(*target.keys[0]))
-    backend = make(folder)
-    assert make.open_files() == 3 * parts  # each tinycache opens each shard
-    backend.close()
-    assert make.open_files() == 0
-    make.inject_open({"fault": "emfile", "nth": 2})
-    with pytest.raises(Exception, match="shim code -3"):
-        make(folder)
-    make.clear_open()
-    assert make.open_files() == 0
+    try:
+        backend = make(folder)
+        assert make.open_files() == 3 * parts  # each tinycache opens each shard
+        backend.close()
+        assert make.open_files() == 0
+        make.inject_open({"fault": "emfile", "nth": 2})
+        with pytest.raises(Exception, match="shim code -3"):
+            make(folder)
+        make.clear_open()
+        assert make.open_files() == 0
+    finally:
+        host.close()
 
 
 def test_digest_mismatch_names_the_file(tmp_path: Path) -> None:

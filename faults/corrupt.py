@@ -35,9 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from xcache.oracle.bounds import HEADER_MAX_BYTES
+
 HEADER_START = 8
-#: the largest header length N a reader accepts (DESIGN §3)
-HEADER_CAP = 100_000_000
+#: the largest header length N a reader accepts (DESIGN §3; xc.h's bound)
+HEADER_CAP = HEADER_MAX_BYTES
 
 
 class Corruption(NamedTuple):

@@ -1,6 +1,13 @@
-"""The streaming expert cache: a C core with a Python face."""
+"""The streaming expert cache: a C core with a Python face.
+
+Besides the cache and its errors, the package names what the C core holds
+as tables: its policies with their parameters and defaults
+(:func:`policy_table`) and the names its traces give read kinds and
+outcomes (:func:`read_kind_names`, :func:`trace_outcome_names`).
+"""
 
 from xcache.engine import errors, layout
+from xcache.engine._lib import policy_table, read_kind_names, trace_outcome_names
 from xcache.engine.cache import Expert, ExpertCache
 from xcache.engine.container import Container, TensorInfo
 from xcache.engine.errors import (
@@ -41,4 +48,7 @@ __all__ = [
     "drop_page_cache",
     "errors",
     "layout",
+    "policy_table",
+    "read_kind_names",
+    "trace_outcome_names",
 ]

@@ -35,9 +35,9 @@ def param_specs() -> list[str]:
 def table_order() -> tuple[str, ...]:
     """The engine's policy table in its order (the order its "valid:" list
     shows; the oracle's registry is alphabetical), from the C library."""
-    from xcache.engine import _lib  # noqa: PLC0415
+    from xcache.engine import policy_table  # noqa: PLC0415
 
-    return tuple(_lib.policy_table())
+    return tuple(policy_table())
 
 
 def valid_policies() -> str:

@@ -163,3 +163,13 @@ def test_the_generator_is_the_whole_of_fixtures() -> None:
     """fixtures/ holds no gate or lab code: no sub-package is left in it."""
     assert sorted(p.name for p in (ROOT / "fixtures").iterdir()
                   if (p / "__init__.py").exists()) == []
+
+
+@pytest.mark.parametrize("module", ["prog.py", "layout_rules.py"])
+def test_the_shared_root_modules_import_nothing_of_the_project(module: str) -> None:
+    """xcache/prog.py and xcache/layout_rules.py import no project package.
+
+    The engine and the generator both import them (the one layout rule set
+    lives in layout_rules), so they must sit below both.
+    """
+    assert _imports(ROOT / "xcache" / module) & (PROJECT | {"xcache"}) == set()

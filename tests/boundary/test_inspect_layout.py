@@ -123,7 +123,8 @@ def test_detection_failure_is_fail_layout(k3, tmp_path):
     rc, out = _run(str(folder))
     assert (rc, out.splitlines()[1:]) == (1, [
         f"FAIL layout: {folder / 'config.json'}: top-k unknown (there is no "
-        "config.json); give a layout file (xcache-layout.toml) with top_k"])
+        "config.json); give --top-k, or a layout file (xcache-layout.toml) "
+        "with top_k"])
     (folder / "config.json").write_text(json.dumps(
         {"num_hidden_layers": 1, "num_local_experts": 24,
          "num_experts_per_tok": 4}))

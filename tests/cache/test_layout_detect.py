@@ -252,7 +252,8 @@ def _err(path: Path) -> str:
 NO_FORM = ("no routed experts found: no tensor name has the form "
            "...layers.<N>....experts.<N>.<tensor> (one tensor per expert) or "
            "...layers.<N>....experts.<tensor> / ...layers.<N>....input_linear... "
-           "/ ...layers.<N>....output_linear... (fused)")
+           "/ ...layers.<N>....output_linear... (fused; the layer module may be "
+           "any of ...layers.<N>.... / ...blocks.<N>.... / ...h.<N>....)")
 
 
 def test_no_experts_lists_the_near_misses(tmp_path):
@@ -357,7 +358,7 @@ def test_a_fused_tensor_whose_leading_dim_is_not_n_experts(tmp_path):
     assert _err(tmp_path / "f") == (
         "fused expert tensor model.layers.0.mlp.experts.gate_up_proj_scales "
         "(layer 0) has shape [3, 16, 2]: its leading dimension must be "
-        "n_experts (4)")
+        "the 4 experts (num_local_experts) or a multiple of them")
 
 
 def test_config_and_names_disagreeing_on_layers_say_both(tmp_path):
@@ -395,13 +396,15 @@ def test_top_k_needs_the_config(tmp_path):
     _write(tmp_path / "t", [_per_expert([0], 2)])
     cfg = tmp_path / "t" / "config.json"
     assert _err(tmp_path / "t") == (
-        f"{cfg}: top-k unknown (there is no config.json); give a layout file "
-        "(xcache-layout.toml) with top_k")
+        f"{cfg}: top-k unknown (there is no config.json); give --top-k, or a "
+        "layout file (xcache-layout.toml) with top_k")
     _config(tmp_path / "t", num_local_experts=2)
     assert _err(tmp_path / "t") == (
         f"{cfg}: top-k unknown (it has none of num_experts_per_tok, "
-        "experts_per_token, moe_top_k); give a layout file "
-        "(xcache-layout.toml) with top_k")
+        "experts_per_token, num_experts_per_token, moe_top_k, moe_topk, "
+        "num_selected_experts, top_k_experts, moe_k, router_topk, top_k); give "
+        "--top-k, or a layout file (xcache-layout.toml) with top_k")
+    assert detect(tmp_path / "t", top_k=2).top_k == 2
 
 
 def test_a_bad_config_is_named(tmp_path):

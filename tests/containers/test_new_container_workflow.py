@@ -84,6 +84,26 @@ CASES = {
 TWO_GROUPS = {"qwen3-next-80b-a3b"}
 
 
+def _from_expect() -> None:
+    """Every description with an `expect` block is a case (no test edit).
+
+    Kept: the layer before the first MoE layer when it is dense, and the
+    first two MoE layers, with 8 experts.
+    """
+    from xcache.fixtures.detect import config_moe_layers
+
+    for path in sorted(DATA.glob("*.json")):
+        desc = realistic.load(path)
+        exp = desc.get("expect")
+        if path.stem in CASES or not exp:
+            continue
+        moe = config_moe_layers(desc["config"])
+        kept = ([moe[0] - 1] if moe[0] > 0 else []) + moe[:2]
+        CASES[path.stem] = (kept, 8, exp["template"], exp["tensors"], moe[:2],
+                            min(exp["top_k"], 8))
+        FAMILY[path.stem] = exp["family"]
+
+
 def test_every_description_is_a_case():
     """Each description in fixtures/models/ goes through this workflow."""
     assert sorted(p.stem for p in DATA.glob("*.json")) == sorted(CASES)
@@ -108,6 +128,9 @@ FAMILY = {"mixtral-8x7b": "per-expert", "qwen2-moe-lm": "per-expert",
           "deepseek-v3": "per-expert", "olmoe-1b-7b": "per-expert",
           "granite-3.0-1b-a400m": "fused", "gpt-oss-20b": "fused",
           "qwen3-next-80b-a3b": "per-expert", "deepseek-v2-lite": "per-expert"}
+
+
+_from_expect()
 
 
 def _expected(model: str) -> dict:
@@ -293,3 +316,26 @@ def test_no_engine_source_names_a_model():
             if words.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
     assert hits == []
+
+
+@pytest.mark.parametrize("inside", ["container", "foreign"])
+def test_the_gate_refuses_a_dir_it_did_not_write(inside, twins, tmp_path, capsys):
+    """`xcache-replay TWIN` (no --container): exit 2, one line, nothing written."""
+    from xcache.replay import main as replay_main
+
+    if inside == "container":
+        folder = twins["mixtral-8x7b"][1]
+        what = "a container (model-00001-of-00019.safetensors)"
+    else:
+        folder = tmp_path / "notes"
+        folder.mkdir()
+        (folder / "mine.txt").write_text("x")
+        what = "'mine.txt', which the gate did not write"
+    before = sorted(p.name for p in folder.iterdir())
+    assert replay_main([str(folder)], prog="xcache-replay") == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"CANNOT RUN: {folder} holds {what}: <dir> is the "
+                          "scratch folder the gate writes into; to replay on a "
+                          f"container give `xcache-replay --container {folder} "
+                          "OUT` with a new OUT\n")
+    assert sorted(p.name for p in folder.iterdir()) == before

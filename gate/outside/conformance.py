@@ -104,7 +104,8 @@ def verdicts(report: Report, backend: str, caps: Any = None,
     (``scenarios``: the files run; default every shipped one).  With
     ``caps`` (the backend's capabilities), a contract of
     :data:`~gate.contracts.REQUIRES` whose capabilities the backend lacks
-    is N/A.
+    is N/A -- unless a run of its scenarios crashed or hung there: then it
+    FAILs on those alone.
     """
     claims = _claims(scenarios)
     rows: dict[str, dict[str, Any]] = {
@@ -145,8 +146,15 @@ def verdicts(report: Report, backend: str, caps: Any = None,
         lacks = [need for need in REQUIRES.get(row["contract"], ())
                  if caps is not None and not caps.has(need)]
         if lacks:
-            row.update(verdict="N/A", passed=0, failed=0, first_failure=None,
-                       failures=[],
+            # a crash or a hang is the cache's failure whatever it lacks
+            broke = [f for f in row["failures"]
+                     if f["class"] in ("crashed", "hung")]
+            row.update(verdict="FAIL" if broke else "N/A", passed=0,
+                       failed=len(broke), failures=broke,
+                       first_failure=(f"{broke[0]['scenario']}: "
+                                      f"{broke[0]['check']}: "
+                                      f"{broke[0]['detail']}" if broke
+                                      else None),
                        missing=list(dict.fromkeys([*lacks, *row["missing"]])))
             out.append(row)
             continue
@@ -229,7 +237,7 @@ def program_failures(report: Any, plan: list[dict[str, Any]],
         rerun = (f"programs-shrunk.json ({len(programs.operations(shrunk))} "
                  "steps; pin it in gate/scenarios/ and run --scenario "
                  f"{shrunk['name']})" if i == 0 and shrunk is not None else
-                 "--programs-file FILE holding " + json.dumps(at))
+                 "a --programs-file listing " + json.dumps(at))
         out.append({"program": f["scenario"], "check": f["check"],
                     "detail": _judged(f["detail"]),
                     "class": classify(f), "reproduce": rerun})

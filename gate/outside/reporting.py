@@ -52,11 +52,11 @@ def classify(check: dict[str, Any]) -> str:
     expected, actual = check.get("expected"), check.get("actual")
     detail = str(check.get("detail", ""))
     if not (isinstance(expected, dict) and isinstance(actual, dict)):
-        head = detail.split(":", 1)[0]
-        for cls, marks in CLASSES.items():
-            if head in marks or any(" " in m and m in detail for m in marks):
+        for cls, marks in CLASSES.items():  # an exception's name, or words
+            if any(f"{m}: " in detail if m[0].isupper() else
+                   " " in m and m in detail for m in marks):
                 return cls
-        return "crashed" if head.isidentifier() else "miscount"
+        return "crashed" if "Error: " in detail else "miscount"
     bad = {k for k, v in expected.items() if actual.get(k) != v}
     for cls, marks in CLASSES.items():
         if bad & set(marks):

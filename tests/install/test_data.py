@@ -19,7 +19,8 @@ def test_shipped_lists_every_file_of_each_kind() -> None:
     assert data.shipped("model") == {
         p.stem: p for p in sorted((ROOT / "fixtures" / "models").glob("*.json"))}
     assert sorted(data.shipped("trace")) == ["mixtral8x7b_humaneval", "olmoe_299"]
-    assert data.shipped("cache") == {"tinycache": ROOT / "examples" / "tinycache"}
+    assert data.shipped("cache") == {"skeleton": ROOT / "examples" / "skeleton",
+                                     "tinycache": ROOT / "examples" / "tinycache"}
     assert len(data.shipped("model")) == 8
 
 
@@ -61,7 +62,8 @@ def test_anything_else_is_returned_as_given(arg: str, tmp_path: Path,
 def test_the_hint_names_every_shipped_item_and_the_command() -> None:
     """The error hint lists the names and says how to find their paths."""
     assert data.hint("cache") == ("a shipped cache can be named instead of a path "
-                                  "(tinycache); `xcache-data` prints where they are")
+                                  "(skeleton, tinycache); `xcache-data` prints where "
+                                  "they are")
 
 
 def test_xcache_data_prints_every_kind_as_json(tmp_path: Path) -> None:

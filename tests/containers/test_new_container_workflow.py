@@ -230,6 +230,49 @@ def test_generic_replay_set_passes_on_the_twin(model, twins, tmp_path):
                                 for c in engine_reads)
 
 
+#: top-k at its ends: (model, --experts, --top-k) -> the reason each scenario
+#: skipped beside the programs' findings and the O_DIRECT runs
+TOP_K_ENDS = {
+    # top-1 by its config (num_experts_per_tok 1): stalled-reads' 2*k slots
+    # cannot hold a hit, a held read and a stream's own read
+    ("llama-4-scout-17b-16e", None, None): {
+        "stalled-reads": "requires 2*k >= 3; here k = 1"},
+    # top-1 asked of an 8-expert checkpoint
+    ("mixtral-8x7b", None, 1): {"stalled-reads": "requires 2*k >= 3; here k = 1"},
+    # every expert routed: top-k equal to the expert count
+    ("mixtral-8x7b", 4, 4): {},
+    ("llama-4-scout-17b-16e", 4, 4): {},
+}
+
+
+@pytest.mark.nosan  # runs the replay set through the gate's runner
+@pytest.mark.parametrize("case", sorted(TOP_K_ENDS, key=str),
+                         ids=lambda c: f"{c[0]}-k{c[2] or 'cfg'}")
+def test_replay_set_runs_at_top_1_and_top_k_equal_to_e(case, tmp_path):
+    """Top-1 and top-k = E twins: each scenario runs or skips saying why; none fails."""
+    from xcache import engine
+    from xcache.gate.report import Report
+    from xcache.gate.scenarios import run_scenarios
+
+    model, experts, top_k = case
+    moe = realistic.tensors(realistic.load(DATA / f"{model}.json"))[0]
+    src = realistic.expand(DATA / f"{model}.json", tmp_path / "checkpoint",
+                           form="index", layers=[0, 1, 2, 3], experts=experts)
+    from_header(src, tmp_path / "twin", scale=0.005, top_k=top_k)
+    spec = container_spec(tmp_path / "twin")
+    n = experts or realistic._cfg_view(moe)["num_local_experts"]
+    assert (spec.top_k, spec.n_experts) == (top_k or 1, n)
+    report = Report()
+    names = run_scenarios(engine, tmp_path / "work", report, [],
+                          container=str(tmp_path / "twin"))
+    assert not report.failed, [c["detail"] for c in report.failed][:5]
+    skipped = {s["scenario"]: s["reason"] for s in report.skipped
+               if not s["scenario"].startswith(FOUND)
+               and s["scenario"] != DIRECT_RUNS[0]}
+    assert skipped == TOP_K_ENDS[case]
+    assert "stalled-reads" in names or "stalled-reads" in skipped
+
+
 def _readme_commands() -> list[str]:
     """The four commands of README's new-container section, in order."""
     text = (ROOT / "README.md").read_text("utf-8")

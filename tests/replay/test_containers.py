@@ -105,8 +105,8 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-gives-back names
-    ("mixtral-mini", 66, ["found-direct-partial", "hold-layer-no-slot",
-                          "hold-layer-gives-back", "state-direct"]),
+    ("mixtral-mini", 66, ["found-direct-partial", "hold-layer-gives-back",
+                          "hold-layer-no-slot", "state-direct"]),
     ("deepseek-mini", 68, ["found-direct-partial", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
@@ -156,10 +156,10 @@ def test_layout_expectations_equal_the_pins_at_home(folders):
 def test_a_perturbed_engine_value_fails_the_container_run(tmp_path, folders,
                                                          monkeypatch):
     """An engine counter off by one and a flipped byte fail; the oracle still passes."""
-    from xcache.gate import backends
+    from xcache.gate import engine_backend
 
-    values = backends.EngineBackend.values
-    get = backends.EngineBackend.get
+    values = engine_backend.EngineBackend.values
+    get = engine_backend.EngineBackend.get
 
     def off_by_one(self):
         v = values(self)
@@ -171,8 +171,8 @@ def test_a_perturbed_engine_value_fails_the_container_run(tmp_path, folders,
         data[-1] ^= 1
         return bytes(data)
 
-    monkeypatch.setattr(backends.EngineBackend, "values", off_by_one)
-    monkeypatch.setattr(backends.EngineBackend, "get", flipped)
+    monkeypatch.setattr(engine_backend.EngineBackend, "values", off_by_one)
+    monkeypatch.setattr(engine_backend.EngineBackend, "get", flipped)
     _, report = _run(tmp_path / "work", str(folders["mixtral-mini"]),
                      only=["reference"])
     failed = {c["check"] for c in report.failed}

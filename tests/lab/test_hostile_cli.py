@@ -163,13 +163,13 @@ def test_ctrl_c_ends_the_sweep_and_its_workers(executor, tmp_path):
     if executor == "dask":
         pytest.importorskip("distributed")
     out = tmp_path / "out"
-    sizes = ",".join(str(n) for n in range(20, 252, 2))  # 116 sizes, 928 cells
+    sizes = ",".join(str(n) for n in range(20, 252, 2))  # 116 sizes
     rc, err, pgid = sigint_mid_run(
         [sys.executable, "replay.py", "lab", MIXTRAL, str(out), "--slots", sizes,
          "--executor", executor, "--workers", "2"],
-        # the bar counts accesses: 928 cells x 21,558; mid-sweep is 2,000,000+
-        # of them (90+ cells) done
-        re.compile(rb"([2-9][0-9]{6}|[1-9][0-9]{7})/20005824 \["))
+        # the bar counts accesses: 116 sizes x every policy x 21,558; mid-sweep
+        # is 2,000,000+ of them (90+ cells) done, whatever the policy count
+        re.compile(rb"([2-9][0-9]{6}|[1-9][0-9]{7})/[0-9]{8} \["))
     assert rc == 130, err
     assert "Traceback" not in err
     assert err.endswith(f"replay.py lab: interrupted; {out} left as it was\n")

@@ -6,15 +6,28 @@
  * (gate/outside/build.py WRAPPED, when the manifest declares fault:io or
  * fault:open), so every such call the cache makes lands here first; its
  * sources are not changed.  Two read injectors, the first in front of the
- * second, follow the
- * engine's injector (engine/csrc/xc_fault.c): armed with a kind, an nth and
- * a persistence, each counts the reads that reach it from its arming and
- * breaks the nth one (or the nth and every later one):
+ * second, follow the engine's injector (engine/csrc/xc_fault.c): armed
+ * with a kind, an nth and a persistence, each counts the reads that reach
+ * it from its arming and breaks the nth one (or the nth and every later
+ * one):
  *   1 partial: at most `arg` bytes     2 eof: returns 0
  *   3 eio: -1, errno EIO               4 eintr: -1, errno EINTR
- *   5 delay: sleeps `arg` microseconds, then reads
+ *   5 delay: sleeps `arg` microseconds, then returns what it read
  * An eof, eio or eintr of the first never reaches the second.  A plain
  * read() meets the injectors as a pread does.
+ *
+ * Fair to any way of reading (docs/OUTSIDE_CACHES.md "Where a fault
+ * lands"): every read is made first exactly as the cache asked -- its
+ * buffer, length and offset untouched, so an O_DIRECT read stays aligned
+ * -- and the fault is applied to what it returned: a partial read
+ * returns fewer bytes than were read into the caller's buffer, an eof,
+ * eio or eintr throws the read away (a plain read() is put back with
+ * lseek so that the file position moves only by what is returned).  Only
+ * a read that returns bytes counts: a read at or past the end of a file
+ * (0 bytes: the extra call a cache reading aligned windows makes), of
+ * length 0, or one the system failed, passes through uncounted and
+ * unbroken, so "the nth read" is the nth read that returns bytes however
+ * many times a cache asks at the end of a file.
  *
  * A third injector (which 2) stands in front of every open of a file
  * (open, openat, fopen and their 64 forms): armed with a kind, nth and
@@ -160,12 +173,17 @@ uint64_t xcs_fault_fired(void)
     return n;
 }
 
-/* The fault this read meets: fills *n (partial) and *delay_us; returns
- * 0 to read, else the byte count or -1 (errno set) to return instead. */
-static int decide(size_t *n, int64_t *delay_us, ssize_t *ret)
+/* What the read injectors make of a read that returned `got` bytes
+ * (`fd` >= 0: a plain read(), whose file position is put back by what is
+ * not returned).  A read that returned no bytes is not counted and passes
+ * through; else the returned count, or -1 with errno set. */
+static ssize_t inflict(ssize_t got, int fd)
 {
-    int stop = 0;
-    *delay_us = 0;
+    if (got <= 0)
+        return got;
+    int stop = 0, err = 0;
+    int64_t delay_us = 0;
+    ssize_t ret = got;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < 2 && !stop; i++) {
         injector *f = &inj[i];
@@ -177,60 +195,50 @@ static int decide(size_t *n, int64_t *delay_us, ssize_t *ret)
         f->fired++;
         switch (f->kind) {
         case 1:
-            if (f->arg >= 0 && (uint64_t)f->arg < *n)
-                *n = (size_t)f->arg;
+            if (f->arg >= 0 && f->arg < ret)
+                ret = (ssize_t)f->arg;
             break;
         case 2:
-            *ret = 0;
+            ret = 0;
             stop = 1;
             break;
         case 3:
         case 4:
-            *ret = -1;
-            errno = f->kind == 3 ? EIO : EINTR;
+            ret = -1;
+            err = f->kind == 3 ? EIO : EINTR;
             stop = 1;
             break;
         default:
-            *delay_us += f->arg;
+            delay_us += f->arg;
         }
     }
-    int e = errno;
     pthread_mutex_unlock(&mu);
-    errno = e;
-    if (!stop && *delay_us > 0) {
-        struct timespec ts = {(time_t)(*delay_us / 1000000),
-                              (long)(*delay_us % 1000000) * 1000};
+    if (delay_us > 0) {
+        struct timespec ts = {(time_t)(delay_us / 1000000),
+                              (long)(delay_us % 1000000) * 1000};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
     }
-    return stop;
+    if (fd >= 0 && ret != got)  /* what is not returned is read again */
+        lseek(fd, -(off_t)(got - (ret < 0 ? 0 : ret)), SEEK_CUR);
+    if (ret < 0)
+        errno = err;
+    return ret;
 }
 
 ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
 {
-    int64_t delay;
-    ssize_t ret = 0;
-    if (decide(&n, &delay, &ret))
-        return ret;
-    return __real_pread(fd, buf, n, off);
+    return inflict(__real_pread(fd, buf, n, off), -1);
 }
 
 ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t off)
 {
-    int64_t delay;
-    ssize_t ret = 0;
-    if (decide(&n, &delay, &ret))
-        return ret;
-    return __real_pread64(fd, buf, n, off);
+    return inflict(__real_pread64(fd, buf, n, off), -1);
 }
 
 ssize_t __wrap_read(int fd, void *buf, size_t n)
 {
-    int64_t delay;
-    ssize_t ret = 0;
-    if (decide(&n, &delay, &ret))
-        return ret;
-    return __real_read(fd, buf, n);
+    return inflict(__real_read(fd, buf, n), fd);
 }
 
 /* The mode argument an open with these flags passes, else 0. */

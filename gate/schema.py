@@ -73,7 +73,7 @@ STEP_FIELDS: dict[str, Schema] = {
     "arg": expr(*COUNTS["arg"]), "second": Flag(),
     "bound_s": Number(0.0, 60.0), "needs": Items(Text(80), 100),
     "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
-    "message": Text(2000), "if_held": Flag(), "or_ended": Flag(),
+    "check_id": Text(80), "if_held": Flag(), "or_ended": Flag(),
     "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
     "contract": Text(40, tuple(CONTRACTS)),
     "value_contracts": Fields(rest=Items(Text(80), 100), max_keys=100),

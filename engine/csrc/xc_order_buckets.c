@@ -135,29 +135,39 @@ int xc_bset_check(const xc_bset *s, const char *who)
     uint32_t bi, k, last = XC_KNIL;
     size_t n = 0, nb = 0;
     if (s->b == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "%s: no state", who);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[buckets.none] %s: no state",
+                       who);
+#define PLACE(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: bucket %zu (value %llu) " \
+            "is out of place", who, nb, (unsigned long long)b->v)
     for (bi = s->first; bi != XC_KNIL && nb <= s->n; bi = s->b[bi].next) {
         const xc_bucket *b = &s->b[bi];
-        if (b->prev != last || (last != XC_KNIL && s->b[last].v >= b->v) ||
-            b->l.n == 0)
-            return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                           "%s: bucket %zu (value %llu) is out of place", who,
-                           nb, (unsigned long long)b->v);
+        if (b->prev != last)
+            return PLACE("buckets.prev");
+        if (last != XC_KNIL && s->b[last].v >= b->v)
+            return PLACE("buckets.order");
+        if (b->l.n == 0)
+            return PLACE("buckets.empty");
         if (xc_kl_check(&s->kl, &b->l, NULL, 0, s->tick, who) != 0)
             return -1;
         for (k = b->l.head; k != XC_KNIL; k = s->kl.next[k])
             if (s->bucket_of[k] != bi)
                 return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                               "%s: key %u sits in bucket %zu it does not "
-                               "name", who, k, nb);
+                               "[buckets.key_bucket] %s: key %u sits in "
+                               "bucket %zu it does not name", who, k, nb);
         n += b->l.n;
         last = bi;
         nb++;
     }
-    if (n != s->n || nb + s->n_free != (size_t)(s->n_keys ? s->n_keys : 1) + 1)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "%s: buckets hold %zu keys in %zu buckets, counts say "
-                       "%zu keys and %u free buckets", who, n, nb, s->n,
-                       s->n_free);
+#undef PLACE
+#define COUNT(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: buckets hold %zu keys in " \
+            "%zu buckets, counts say %zu keys and %u free buckets", who, n, \
+            nb, s->n, s->n_free)
+    if (n != s->n)
+        return COUNT("buckets.count");
+    if (nb + s->n_free != (size_t)(s->n_keys ? s->n_keys : 1) + 1)
+        return COUNT("buckets.free");
+#undef COUNT
     return 0;
 }

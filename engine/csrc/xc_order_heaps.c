@@ -362,25 +362,42 @@ int xc_hset_check(const xc_hset *s, const char *who)
     uint32_t bi, k, last = XC_KNIL;
     size_t n = 0, nb = 0;
     if (s->b == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "%s: no state", who);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[heaps.none] %s: no state",
+                       who);
     for (bi = s->first; bi != XC_KNIL && nb <= s->n; bi = s->b[bi].next) {
         const xc_hbucket *b = &s->b[bi];
         size_t top = 0, m = 0;
-        if (b->prev != last || (last != XC_KNIL && s->b[last].v >= b->v) ||
-            b->n == 0 || (b->root != XC_KNIL && s->up[b->root] != XC_KNIL) ||
-            (b->head == XC_KNIL) != (b->tail == XC_KNIL) ||
-            (b->head != XC_KNIL && (s->up[b->head] != XC_KNIL ||
-                                    s->left[b->tail] != XC_KNIL ||
-                                    s->right[b->tail] != XC_KNIL)))
-            return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                           "%s: bucket %zu (value %llu) is out of place", who,
-                           nb, (unsigned long long)b->v);
+#define PLACE(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: bucket %zu (value %llu) " \
+            "is out of place", who, nb, (unsigned long long)b->v)
+        if (b->prev != last)
+            return PLACE("heaps.prev");
+        if (last != XC_KNIL && s->b[last].v >= b->v)
+            return PLACE("heaps.order");
+        if (b->n == 0)
+            return PLACE("heaps.empty");
+        if (b->root != XC_KNIL && s->up[b->root] != XC_KNIL)
+            return PLACE("heaps.root_up");
+        if ((b->head == XC_KNIL) != (b->tail == XC_KNIL))
+            return PLACE("heaps.ends");
+        if (b->head != XC_KNIL && s->up[b->head] != XC_KNIL)
+            return PLACE("heaps.head_up");
+        if (b->head != XC_KNIL && s->left[b->tail] != XC_KNIL)
+            return PLACE("heaps.tail_left");
+        if (b->head != XC_KNIL && s->right[b->tail] != XC_KNIL)
+            return PLACE("heaps.tail_right");
+#undef PLACE
+#define CHAIN(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: bucket %zu's chain is " \
+            "broken at key %u", who, nb, k)
         for (k = b->tail; k != XC_KNIL && k != b->head && m <= b->n;
-             k = s->up[k], m++)
-            if (s->right[k] != XC_KNIL || s->up[k] == XC_KNIL)
-                return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                               "%s: bucket %zu's chain is broken at key %u",
-                               who, nb, k);
+             k = s->up[k], m++) {
+            if (s->right[k] != XC_KNIL)
+                return CHAIN("heaps.chain_right");
+            if (s->up[k] == XC_KNIL)
+                return CHAIN("heaps.chain_up");
+        }
+#undef CHAIN
         m = 0;
         if (b->root != XC_KNIL)
             s->scratch[top++] = b->root;
@@ -389,35 +406,47 @@ int xc_hset_check(const xc_hset *s, const char *who)
         while (top > 0 && m <= b->n) {
             uint32_t k = s->scratch[--top], c[2] = {s->left[k], s->right[k]};
             int j;
-            if (s->bucket_of[k] != bi ||
-                s->rank[k] != HRANK(s, c[1]) + 1 ||
-                HRANK(s, c[0]) < HRANK(s, c[1]))
-                return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                               "%s: key %u sits in bucket %zu out of place",
-                               who, k, nb);
+#define NODE(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: key %u sits in bucket " \
+            "%zu out of place", who, k, nb)
+            if (s->bucket_of[k] != bi)
+                return NODE("heaps.key_bucket");
+            if (s->rank[k] != HRANK(s, c[1]) + 1)
+                return NODE("heaps.rank");
+            if (HRANK(s, c[0]) < HRANK(s, c[1]))
+                return NODE("heaps.leftist");
+#undef NODE
+#define HEAP(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: key %u is out of its " \
+            "heap order in bucket %zu", who, c[j], nb)
             for (j = 0; j < 2; j++) {
                 if (c[j] == XC_KNIL)
                     continue;
-                if (s->up[c[j]] != k || s->tick[c[j]] <= s->tick[k])
-                    return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                                   "%s: key %u is out of its heap order "
-                                   "in bucket %zu", who, c[j], nb);
+                if (s->up[c[j]] != k)
+                    return HEAP("heaps.child_up");
+                if (s->tick[c[j]] <= s->tick[k])
+                    return HEAP("heaps.child_tick");
+#undef HEAP
                 s->scratch[top++] = c[j];
             }
             m++;
         }
         if (m != b->n)
             return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                           "%s: bucket %zu holds %zu keys, its count says "
-                           "%zu", who, nb, m, b->n);
+                           "[heaps.bucket_count] %s: bucket %zu holds %zu "
+                           "keys, its count says %zu", who, nb, m, b->n);
         n += b->n;
         last = bi;
         nb++;
     }
-    if (n != s->n || nb + s->n_free != (size_t)(s->n_keys ? s->n_keys : 1) + 1)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "%s: buckets hold %zu keys in %zu buckets, counts say "
-                       "%zu keys and %u free buckets", who, n, nb, s->n,
-                       s->n_free);
+#define COUNT(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: buckets hold %zu keys in " \
+            "%zu buckets, counts say %zu keys and %u free buckets", who, n, \
+            nb, s->n, s->n_free)
+    if (n != s->n)
+        return COUNT("heaps.count");
+    if (nb + s->n_free != (size_t)(s->n_keys ? s->n_keys : 1) + 1)
+        return COUNT("heaps.free");
+#undef COUNT
     return 0;
 }

@@ -104,19 +104,28 @@ int xc_kl_check(const xc_klinks *l, const xc_klist *q, const uint8_t *mark,
 {
     uint32_t k = q->head, last = XC_KNIL;
     size_t n = 0;
+#define PLACE(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: key %u at position %zu " \
+            "of a list is out of place", who, k, n)
     while (k != XC_KNIL && n <= q->n) {
-        if (l->prev[k] != last || (mark && mark[k] != want) ||
-            (val && last != XC_KNIL && val[last] > val[k]))
-            return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                           "%s: key %u at position %zu of a list is out of "
-                           "place", who, k, n);
+        if (l->prev[k] != last)
+            return PLACE("list.prev");
+        if (mark && mark[k] != want)
+            return PLACE("list.mark");
+        if (val && last != XC_KNIL && val[last] > val[k])
+            return PLACE("list.order");
         last = k;
         k = l->next[k];
         n++;
     }
-    if (n != q->n || last != q->tail)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "%s: a list holds %zu keys, its count says %zu", who,
-                       n, q->n);
+#undef PLACE
+#define COUNT(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] %s: a list holds %zu keys, " \
+            "its count says %zu", who, n, q->n)
+    if (n != q->n)
+        return COUNT("list.count");
+    if (last != q->tail)
+        return COUNT("list.tail");
+#undef COUNT
     return 0;
 }

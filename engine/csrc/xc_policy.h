@@ -125,7 +125,9 @@ typedef struct xc_policy_ops {
     void (*on_hit)(xc_policy *p, const xc_pcand *row);
     void (*on_insert)(xc_policy *p, const xc_pcand *row);
     void (*on_evict)(xc_policy *p, uint32_t key);   /* a READY victim */
-    /* 0 when the policy's state is consistent, else records why. */
+    /* 0 when the policy's state is consistent, else records why: a
+     * message "[id] text" whose id (words joined by '.', its own in
+     * the source) names the test that failed (docs/CACHE.md). */
     int (*check)(const xc_policy *p);
     int order;             /* XC_POLICY_ORDER_* */
     int stamp_order;       /* 1: inserts must come in stamp order */

@@ -212,20 +212,23 @@ static int arc_check(const xc_policy *p)
     const arc *a = p->priv;
     size_t i, n[6] = {0, 0, 0, 0, 0, 0};
     if (a == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "arc: no state");
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[arc.none] arc: no state");
     for (i = 0; i < p->n_keys; i++)
         if (a->where[i] < 6)
             n[a->where[i]]++;
     for (i = 1; i < 5; i++)
         if (n[i] != a->l[i].n)
             return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                           "arc: list %zu holds %zu keys, marks say %zu", i,
-                           a->l[i].n, n[i]);
-    if (a->l[W_T1].n + a->l[W_T2].n > p->n_slots ||
-        !(a->p >= 0.0 && a->p <= (double)p->n_slots))
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "arc: %zu + %zu resident in %zu slots, p %g",
-                       a->l[W_T1].n, a->l[W_T2].n, p->n_slots, a->p);
+                           "[arc.count] arc: list %zu holds %zu keys, marks "
+                           "say %zu", i, a->l[i].n, n[i]);
+#define SIZES(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] arc: %zu + %zu resident in " \
+            "%zu slots, p %g", a->l[W_T1].n, a->l[W_T2].n, p->n_slots, a->p)
+    if (a->l[W_T1].n + a->l[W_T2].n > p->n_slots)
+        return SIZES("arc.resident");
+    if (!(a->p >= 0.0 && a->p <= (double)p->n_slots))
+        return SIZES("arc.p");
+#undef SIZES
     for (i = 1; i < 5; i++)
         if (xc_kl_check(&a->kl, &a->l[i], a->where, (uint8_t)i, NULL,
                         "arc") != 0)

@@ -121,30 +121,43 @@ static int hot_check(const xc_policy *p)
     const hot *h = p->priv;
     uint64_t sum = 0;
     uint32_t k;
-    if (p->count == NULL || h == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "hotness: no count table");
+    if (p->count == NULL)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[hotness.count_table] "
+                       "hotness: no count table");
+    if (h == NULL)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[hotness.none] hotness: no "
+                       "count table");
     for (k = 0; k < p->n_keys; k++)
         sum += cnt(p, k);
-    if (h->to_halve == 0 || h->to_halve > p->param[P_PERIOD] ||
-        (p->param[P_PERIOD] - h->to_halve) !=
+#define HALVING(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] hotness: %llu requests to " \
+            "the next halving after %llu requests (period %llu)", \
+            (unsigned long long)h->to_halve, \
+            (unsigned long long)p->n_requests, \
+            (unsigned long long)p->param[P_PERIOD])
+    if (h->to_halve == 0)
+        return HALVING("hotness.halving_zero");
+    if (h->to_halve > p->param[P_PERIOD])
+        return HALVING("hotness.halving_over");
+    if ((p->param[P_PERIOD] - h->to_halve) !=
             p->n_requests % p->param[P_PERIOD])
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "hotness: %llu requests to the next halving after "
-                       "%llu requests (period %llu)",
-                       (unsigned long long)h->to_halve,
-                       (unsigned long long)p->n_requests,
-                       (unsigned long long)p->param[P_PERIOD]);
+        return HALVING("hotness.halving_phase");
+#undef HALVING
     if (sum > p->n_requests)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "hotness: counts sum to %llu > %llu requests",
-                       (unsigned long long)sum,
+                       "[hotness.sum] hotness: counts sum to %llu > %llu "
+                       "requests", (unsigned long long)sum,
                        (unsigned long long)p->n_requests);
-    for (k = 0; k < p->n_keys; k++)
-        if (h->held[k] != (h->bs.bucket_of[k] != XC_KNIL) ||
-            (h->held[k] && h->bs.b[h->bs.bucket_of[k]].v != cnt(p, k)))
-            return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                           "hotness: key %u (held %d, count %u) is out of "
-                           "its bucket", k, h->held[k], cnt(p, k));
+#define HELD(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] hotness: key %u (held %d, " \
+            "count %u) is out of its bucket", k, h->held[k], cnt(p, k))
+    for (k = 0; k < p->n_keys; k++) {
+        if (h->held[k] != (h->bs.bucket_of[k] != XC_KNIL))
+            return HELD("hotness.held");
+        if (h->held[k] && h->bs.b[h->bs.bucket_of[k]].v != cnt(p, k))
+            return HELD("hotness.bucket_value");
+    }
+#undef HELD
     return xc_hset_check(&h->bs, "hotness");
 }
 

@@ -53,7 +53,7 @@ static void lfu_on_evict(xc_policy *p, uint32_t key)
 static int lfu_check(const xc_policy *p)
 {
     if (p->priv == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "lfu: no state");
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[lfu.none] lfu: no state");
     return xc_bset_check(p->priv, "lfu");
 }
 

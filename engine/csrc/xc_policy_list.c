@@ -52,13 +52,14 @@ int xc_plist_check(const xc_policy *p)
     size_t n = 0;
     uint32_t k;
     if (l == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "%s: no state", p->ops->name);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[plist.none] %s: no state",
+                       p->ops->name);
     for (k = 0; k < p->n_keys; k++)
         n += l->on[k];
     if (n != l->q.n)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "%s: %zu keys marked, the list holds %zu", p->ops->name,
-                       n, l->q.n);
+                       "[plist.count] %s: %zu keys marked, the list holds "
+                       "%zu", p->ops->name, n, l->q.n);
     return xc_kl_check(&l->kl, &l->q, l->on, 1, l->tick, p->ops->name);
 }
 

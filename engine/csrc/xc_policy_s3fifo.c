@@ -268,17 +268,26 @@ static int s3_check(const xc_policy *p)
     const s3 *q = p->priv;
     size_t i, n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (q == NULL)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1, "s3fifo: no state");
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "[s3fifo.none] s3fifo: no "
+                       "state");
     for (i = 0; i < p->n_keys; i++)
         n[q->where[i] & 7]++;
-    if (n[W_S] != q->q[W_S].n || n[W_M] != q->q[W_M].n ||
-        n[W_G] != q->q[W_G].n || q->q[W_S].n + q->q[W_M].n > p->n_slots ||
-        q->q[W_G].n > q->g_cap)
-        return xc_fail(XC_E_MISUSE, -1, -1, -1,
-                       "s3fifo: queues hold %zu/%zu/%zu keys, marks say "
-                       "%zu/%zu/%zu (slots %zu, ghost cap %zu)", q->q[W_S].n,
-                       q->q[W_M].n, q->q[W_G].n, n[W_S], n[W_M], n[W_G],
-                       p->n_slots, q->g_cap);
+#define QUEUES(id) \
+    xc_fail(XC_E_MISUSE, -1, -1, -1, "[" id "] s3fifo: queues hold " \
+            "%zu/%zu/%zu keys, marks say %zu/%zu/%zu (slots %zu, ghost cap " \
+            "%zu)", q->q[W_S].n, q->q[W_M].n, q->q[W_G].n, n[W_S], n[W_M], \
+            n[W_G], p->n_slots, q->g_cap)
+    if (n[W_S] != q->q[W_S].n)
+        return QUEUES("s3fifo.small");
+    if (n[W_M] != q->q[W_M].n)
+        return QUEUES("s3fifo.main");
+    if (n[W_G] != q->q[W_G].n)
+        return QUEUES("s3fifo.ghost");
+    if (q->q[W_S].n + q->q[W_M].n > p->n_slots)
+        return QUEUES("s3fifo.resident");
+    if (q->q[W_G].n > q->g_cap)
+        return QUEUES("s3fifo.ghost_cap");
+#undef QUEUES
     for (i = W_S; i <= W_G; i++)
         if (xc_kl_check(&q->kl, &q->q[i], q->where, (uint8_t)i, NULL,
                         "s3fifo") != 0)

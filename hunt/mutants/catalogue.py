@@ -350,8 +350,8 @@ CATALOGUE: tuple[Mutant, ...] = (
        "a get's miss is not recorded in the trace", "trace"),
     # -- check() itself ----------------------------------------------------
     _m("M55", "xc_check.c",
-       "        if (s->last_use > c->tick ||",
-       "        if (s->last_use >= c->tick ||",
+       "        if (s->last_use > c->tick)\n            CLOCK(\"clock.future\");",
+       "        if (s->last_use >= c->tick)\n            CLOCK(\"clock.future\");",
        "check() reports INV-CLOCK on the most recently touched slot",
        "check"),
     _m("M56", "xc_check.c",

@@ -58,7 +58,8 @@ def test_a_chain_broken_at_its_tail_names_the_chain_not_the_heap(k3_shard):
     """The tail's parent link cut: the chain walk names it, not the heap walk."""
     cache = open_cache(k3_shard, "hotness", [4, 3, 1, 0, 2, 2])
     assert cross(cache, "HEAPS", slot_of(cache, 0), 8) == (
-        8, "INV-POLICY: hotness: bucket 0's chain is broken at key 0")
+        8, "INV-POLICY: [heaps.chain_up] hotness: bucket 0's chain is broken "
+           "at key 0")
 
 
 def test_a_stream_item_break_names_the_item(k3_shard):
@@ -67,8 +68,8 @@ def test_a_stream_item_break_names_the_item(k3_shard):
     st = cache.stream([(0, 0), (0, 5)])
     a = slot_of(cache, 5)
     assert cross(cache, "STREAM_ITEM", a, 3) == (
-        4, f"INV-INFLIGHT: a stream's item 0 (state 2) names slot {a}, not in "
-           "flight for it")
+        4, f"INV-INFLIGHT: [stream.key] a stream's item 0 (state 2) names slot "
+           f"{a}, not in flight for it")
     cache.check()
     got = []
     for ex in st:

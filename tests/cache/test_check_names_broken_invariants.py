@@ -64,7 +64,7 @@ def test_key_unique_bad_state(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 1)
     assert brk(cache, "SLOT_STATE", s) == (
-        1, f"INV-KEY-UNIQUE: slot {s} has state 7")
+        1, f"INV-KEY-UNIQUE: [key.state] slot {s} has state 7")
 
 
 def test_key_unique_key_out_of_range(k3_shard):
@@ -72,7 +72,7 @@ def test_key_unique_key_out_of_range(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 2)
     assert brk(cache, "SLOT_KEY_RANGE", s) == (
-        1, f"INV-KEY-UNIQUE: slot {s} key 24 out of range")
+        1, f"INV-KEY-UNIQUE: [key.range] slot {s} key 24 out of range")
 
 
 def test_key_unique_same_key_in_two_slots(k3_shard):
@@ -81,7 +81,7 @@ def test_key_unique_same_key_in_two_slots(k3_shard):
     a, b = slot_of(cache, 0), slot_of(cache, 2)
     lo, hi = sorted((a, b))
     assert brk(cache, "KEY_TWICE", a, b) == (
-        1, f"INV-KEY-UNIQUE: key 0 in slots {lo} and {hi}")
+        1, f"INV-KEY-UNIQUE: [key.twice] key 0 in slots {lo} and {hi}")
 
 
 def test_index_points_nowhere(k3_shard):
@@ -89,36 +89,38 @@ def test_index_points_nowhere(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 1)
     assert brk(cache, "INDEX", s) == (
-        2, f"INV-INDEX: key 1 maps to slot -1 but is in slot {s}")
+        2, f"INV-INDEX: [index.slot] key 1 maps to slot -1 but is in slot {s}")
 
 
-@pytest.mark.parametrize("field,text", [
-    (0, "holds 1 pins 0 mark 0 spec 0"), (1, "holds 0 pins 1 mark 0 spec 0"),
-    (2, "holds 0 pins 0 mark 1 spec 0"), (3, "holds 0 pins 0 mark 0 spec 1")])
-def test_empty_slot_with_any_field_set(k3_shard, field, text):
-    """An EMPTY slot with a hold, pin, mark or spec flag is INV-EMPTY."""
+_FIELDS = [(0, "holds", "holds 1 pins 0 mark 0 spec 0"),
+           (1, "pins", "holds 0 pins 1 mark 0 spec 0"),
+           (2, "prefetch_mark", "holds 0 pins 0 mark 1 spec 0"),
+           (3, "spec_mark", "holds 0 pins 0 mark 0 spec 1")]
+
+
+@pytest.mark.parametrize("field,tid,text", _FIELDS)
+def test_empty_slot_with_any_field_set(k3_shard, field, tid, text):
+    """An EMPTY slot with a hold, pin, mark or spec flag: INV-EMPTY, each its own id."""
     cache = open_cache(k3_shard)
     s = empty_slot(cache)
     assert brk(cache, "EMPTY_FIELD", s, field) == (
-        3, f"INV-EMPTY: empty slot {s} has {text}")
+        3, f"INV-EMPTY: [empty.{tid}] empty slot {s} has {text}")
 
 
-@pytest.mark.parametrize("field,text", [
-    (0, "holds 1 pins 0 mark 0 spec 0"), (1, "holds 0 pins 1 mark 0 spec 0"),
-    (2, "holds 0 pins 0 mark 1 spec 0"), (3, "holds 0 pins 0 mark 0 spec 1")])
-def test_inflight_slot_with_any_field_set(k3_shard, field, text):
-    """An INFLIGHT slot with a hold, pin, mark or spec flag is INV-INFLIGHT."""
+@pytest.mark.parametrize("field,tid,text", _FIELDS)
+def test_inflight_slot_with_any_field_set(k3_shard, field, tid, text):
+    """An INFLIGHT slot with a hold, pin, mark or spec flag: INV-INFLIGHT, own id."""
     cache = open_cache(k3_shard)
     s = slot_of(cache, 0)
     assert brk(cache, "INFLIGHT_FIELD", s, field) == (
-        4, f"INV-INFLIGHT: slot {s} in flight has {text}")
+        4, f"INV-INFLIGHT: [inflight.{tid}] slot {s} in flight has {text}")
 
 
 def test_inflight_count_differs_from_reads(k3_shard):
     """A read counted with no INFLIGHT slot is INV-INFLIGHT."""
     cache = open_cache(k3_shard)
     assert brk(cache, "READS") == (
-        4, "INV-INFLIGHT: 0 slots in flight but 1 reads under way")
+        4, "INV-INFLIGHT: [inflight.reads] 0 slots in flight but 1 reads under way")
 
 
 @pytest.mark.parametrize("variant", [0, 1, 2])
@@ -128,8 +130,9 @@ def test_clock_out_of_order(k3_shard, variant):
     s = slot_of(cache, 1)
     rc, msg = brk(cache, "CLOCK", s, variant)
     assert rc == 5
-    m = re.fullmatch(rf"INV-CLOCK: slot {s} last_use (\d+) insert_tick (\d+) "
-                     r"tick (\d+)", msg)
+    tid = ["future", "insert_after_use", "unstamped"][variant]
+    m = re.fullmatch(rf"INV-CLOCK: \[clock\.{tid}\] slot {s} last_use (\d+) "
+                     r"insert_tick (\d+) tick (\d+)", msg)
     assert m is not None, msg
     last, ins, tick = map(int, m.groups())
     assert tick == 3  # three demand loads
@@ -142,8 +145,8 @@ def test_clock_shared_last_use(k3_shard):
     a, b = slot_of(cache, 0), slot_of(cache, 2)
     rc, msg = brk(cache, "CLOCK_SHARED", a, b)
     assert rc == 5
-    assert msg in (f"INV-CLOCK: slots {a} and {b} share last_use 3",
-                   f"INV-CLOCK: slots {b} and {a} share last_use 3")
+    assert msg in (f"INV-CLOCK: [clock.shared] slots {a} and {b} share last_use 3",
+                   f"INV-CLOCK: [clock.shared] slots {b} and {a} share last_use 3")
 
 
 @pytest.mark.parametrize("variant", [0, 1, 2, 3, 4])
@@ -156,7 +159,10 @@ def test_counters_each_relation(k3_shard, variant):
     short = 1 if variant == 1 else 0
     unused = 1 if variant == 2 else 0
     payload = 3 * 1632 + {3: 1, 4: 1000 * 1632}.get(variant, 0)
-    assert msg == (f"INV-COUNTERS: requests 3 hits {hits} misses 3 failures 0 "
+    tid = ["requests", "failures", "evicted_unused", "payload_whole",
+           "payload_loads"][variant]
+    assert msg == (f"INV-COUNTERS: [counters.{tid}] requests 3 hits {hits} "
+                   f"misses 3 failures 0 "
                    f"short {short} io 0 evictions 0 evicted unused {unused} "
                    f"payload {payload} prefetch 0")
 
@@ -165,13 +171,16 @@ def test_prefetch_accounting(k3_shard):
     """A prefetch load neither used, evicted nor resident is INV-PREFETCH."""
     cache = open_cache(k3_shard)
     assert brk(cache, "PREFETCH") == (
-        7, "INV-PREFETCH: first uses 0 + evicted unused 0 + unused resident 0 "
+        7, "INV-PREFETCH: [prefetch.loads] first uses 0 + evicted unused 0 + "
+           "unused resident 0 "
            "!= prefetch loads 1")
 
 
 @pytest.mark.parametrize("variant,text", [
-    (0, "policy saw 0 evictions and 3 requests, the cache made 1 and 3"),
-    (1, "policy saw 0 evictions and 3 requests, the cache made 0 and 4")])
+    (0, "[policy.evictions] policy saw 0 evictions and 3 requests, the cache "
+        "made 1 and 3"),
+    (1, "[policy.requests] policy saw 0 evictions and 3 requests, the cache "
+        "made 0 and 4")])
 def test_policy_counts(k3_shard, variant, text):
     """The policy's event counts must equal the cache's: INV-POLICY."""
     cache = open_cache(k3_shard)
@@ -179,12 +188,12 @@ def test_policy_counts(k3_shard, variant, text):
 
 
 @pytest.mark.parametrize("policy,text", [
-    ("hotness", "hotness: counts sum to 7 > 3 requests"),
-    ("lru", "lru: no state"),
-    ("fifo", "fifo: no state"),
-    ("lfu", "lfu: no state"),
-    ("arc", "arc: no state"),
-    ("s3fifo", "s3fifo: no state")])
+    ("hotness", "[hotness.sum] hotness: counts sum to 7 > 3 requests"),
+    ("lru", "[plist.none] lru: no state"),
+    ("fifo", "[plist.none] fifo: no state"),
+    ("lfu", "[lfu.none] lfu: no state"),
+    ("arc", "[arc.none] arc: no state"),
+    ("s3fifo", "[s3fifo.none] s3fifo: no state")])
 def test_policy_own_check(k3_shard, policy, text):
     """A policy whose own check fails is INV-POLICY quoting the policy."""
     cache = open_cache(k3_shard, policy)
@@ -192,20 +201,20 @@ def test_policy_own_check(k3_shard, policy, text):
     cache.check()
 
 
-_LIST = "INV-POLICY: order list: {} entries (counted {}, last slot {}, recorded {}, " \
-        "stops at {}), stamped reads untold: {}"
-_ENTRY = "INV-POLICY: order list entry {} (slot 1, state {}, untold {}, stamp 2 " \
-         "after {}) is not a stamped read the policy waits for"
+_LIST = "INV-POLICY: [order.{}] order list: {} entries (counted {}, last slot {}, " \
+        "recorded {}, stops at {}), stamped reads untold: {}"
+_ENTRY = "INV-POLICY: [order.{}] order list entry {} (slot 1, state {}, untold {}, " \
+         "stamp 2 after {}) is not a stamped read the policy waits for"
 
 
 @pytest.mark.parametrize("variant,text", [
-    (0, _LIST.format(0, 0, -1, -1, -1, 1)),   # untold, not on the list
-    (1, _ENTRY.format(0, 2, 0, 0)),           # on the list, already told
-    (2, _ENTRY.format(0, 2, 1, 0)),           # untold first: should be told
-    (3, _LIST.format(1, 1, 1, 1, 8, 1)),      # next entry out of range
-    (4, _ENTRY.format(1, 1, 0, 2)),           # listed after itself
-    (5, _LIST.format(0, 1, -1, -1, -1, 0)),   # count one too many
-    (6, _LIST.format(0, 0, -1, 1, -1, 0)),    # last names a slot, list empty
+    (0, _LIST.format("untold", 0, 0, -1, -1, -1, 1)),  # untold, not listed
+    (1, _ENTRY.format("state", 0, 2, 0, 0)),  # on the list, already told
+    (2, _ENTRY.format("first_untold", 0, 2, 1, 0)),  # untold first: told
+    (3, _LIST.format("stop", 1, 1, 1, 1, 8, 1)),  # next entry out of range
+    (4, _ENTRY.format("stamp", 1, 1, 0, 2)),  # listed after itself
+    (5, _LIST.format("count", 0, 1, -1, -1, -1, 0)),  # count one too many
+    (6, _LIST.format("last", 0, 0, -1, 1, -1, 0)),  # last: a slot, list empty
     (7, None)])                               # a demand read: not listed, sound
 def test_order_list(k3_shard, variant, text):
     """The order list must hold exactly the untold stamped reads: INV-POLICY."""
@@ -219,7 +228,7 @@ def test_order_list_of_a_policy_told_no_inserts(k3_shard):
     """LRU keeps no order list: a stamped read listed is more than the zero expected."""
     cache = open_cache(k3_shard)
     assert brk(cache, "ORDER", slot_of(cache, 1), 3) == (
-        8, _LIST.format(1, 1, 1, 1, 8, 0))
+        8, _LIST.format("stop", 1, 1, 1, 1, 8, 0))
     assert brk(cache, "ORDER", slot_of(cache, 1), 8)[0] == _lib.lib().XC_E_MISUSE
     assert brk(cache, "ORDER", -1, 0)[0] == _lib.lib().XC_E_MISUSE
 
@@ -236,16 +245,17 @@ def test_queue_deeper_than_its_capacity(k3_shard):
     """More queued than the ring holds: no slot owns those reads (INV-INFLIGHT)."""
     cache = open_cache(k3_shard)
     assert brk(cache, "QUEUE_DEPTH") == (
-        4, "INV-INFLIGHT: 0 slots queued and 0 being read ahead, the ring has "
+        4, "INV-INFLIGHT: [ring.queued] 0 slots queued and 0 being read ahead, "
+           "the ring has "
            "65 and 0")
 
 
-@pytest.mark.parametrize("bad_slot", [-1, 8])
-def test_queue_entry_naming_no_slot(k3_shard, bad_slot):
+@pytest.mark.parametrize("bad_slot,tid", [(-1, "low"), (8, "high")])
+def test_queue_entry_naming_no_slot(k3_shard, bad_slot, tid):
     """A queued read naming a slot out of range is INV-QUEUE."""
     cache = open_cache(k3_shard)
     assert brk(cache, "QUEUE_SLOT", slot_of(cache, 2), bad_slot) == (
-        9, f"INV-QUEUE: entry 0 names slot {bad_slot}")
+        9, f"INV-QUEUE: [queue.slot_{tid}] entry 0 names slot {bad_slot}")
 
 
 def test_queue_entry_for_a_ready_slot(k3_shard):
@@ -253,7 +263,8 @@ def test_queue_entry_for_a_ready_slot(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 2)
     assert brk(cache, "QUEUE_STATE", s, slot_of(cache, 1)) == (
-        9, f"INV-QUEUE: entry 0: slot {s} is state 2 key 2, not in flight for key 2")
+        9, f"INV-QUEUE: [queue.state] entry 0: slot {s} is state 2 key 2, not in "
+           "flight for key 2")
 
 
 def test_queue_same_key_twice(k3_shard):
@@ -261,7 +272,7 @@ def test_queue_same_key_twice(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 1)
     assert brk(cache, "QUEUE_TWICE", s, slot_of(cache, 0)) == (
-        9, "INV-QUEUE: key 1 queued twice")
+        9, "INV-QUEUE: [queue.twice] key 1 queued twice")
 
 
 @pytest.mark.parametrize("variant,loads,unknown", [(0, 1, 0), (1, 0, 1)])
@@ -272,7 +283,9 @@ def test_spec_and_load_sources(k3_shard, variant, loads, unknown):
     assert rc == 10
     st = cache.stats()
     pc, dev = int(st["page_cache_loads"]), int(st["device_loads"])
-    assert msg == (f"INV-SPEC: spec used 0 + evicted unused 0 + unused resident "
+    tid = ["loads", "sources"][variant]
+    assert msg == (f"INV-SPEC: [spec.{tid}] spec used 0 + evicted unused 0 + "
+                   f"unused resident "
                    f"0 vs loads {loads}; page cache {pc} + device {dev} + unknown "
                    f"{int(st['unknown_loads']) + unknown} vs 3 loads published")
 
@@ -294,7 +307,7 @@ def test_a_ready_slot_naming_a_read_owner_is_inflight_breakage(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 1)
     assert brk(cache, "OWNER_STRAY", s) == (
-        4, f"INV-INFLIGHT: slot {s} not in flight has read owner 1")
+        4, f"INV-INFLIGHT: [owner.stray] slot {s} not in flight has read owner 1")
 
 
 def test_an_inflight_slot_owned_by_no_read(k3_shard):
@@ -302,7 +315,7 @@ def test_an_inflight_slot_owned_by_no_read(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 2)
     assert brk(cache, "OWNER_NONE", s) == (
-        4, f"INV-INFLIGHT: slot {s} in flight has no read owner (0)")
+        4, f"INV-INFLIGHT: [owner.none] slot {s} in flight has no read owner (0)")
 
 
 def test_an_inflight_slot_of_a_stream_that_is_not_open(k3_shard):
@@ -310,6 +323,6 @@ def test_an_inflight_slot_of_a_stream_that_is_not_open(k3_shard):
     cache = open_cache(k3_shard)
     s = slot_of(cache, 0)
     assert brk(cache, "OWNER_ORPHAN", s) == (
-        4, f"INV-INFLIGHT: slot {s} in flight for a stream that does not own "
-           "it (orphaned reservation)")
+        4, f"INV-INFLIGHT: [owner.orphan] slot {s} in flight for a stream that "
+           "does not own it (orphaned reservation)")
     cache.check()  # restored

@@ -12,7 +12,7 @@ from xcache import engine
 from xcache.gate import CannotRun
 from xcache.gate.backend_api import BackendFactory
 from xcache.gate.backend_factory import EngineBackend, OracleBackend
-from xcache.gate.check_probe import BREAK_NAMES, probe
+from xcache.gate.check_probe import BREAK_NAMES, BREAKS, probe
 from xcache.gate.containers import Target, make_target
 from xcache.gate.report import Report
 from xcache.gate.scenario_run import ScenarioRun
@@ -147,6 +147,32 @@ def test_bad_break_steps_are_named(k3, tmp_path):
         with pytest.raises(CannotRun) as e:
             probe(_run(k3, None), {"what": "READS"})
         assert str(e.value) == "scenario probe: break_check needs an open cache"
+    finally:
+        eng.close()
+        orc.close()
+
+
+def test_a_break_caught_by_another_test_than_its_id_fails(k3, tmp_path, monkeypatch):
+    """check() naming the right invariant but another test's id fails the check,
+    naming both ids; a step whose check_id contradicts BREAKS cannot run."""
+    eng, orc = _backends(k3, tmp_path)
+    try:
+        eng.get(0, 0)
+        run = _run(k3, eng)
+        step = {"what": "READS", "check_id": "inflight.reads"}
+        assert probe(run, step) == {"check_broken": "INV-INFLIGHT"}
+        monkeypatch.setitem(BREAKS, ("READS", -1, None), "inflight.holds")
+        assert probe(run, {"what": "READS"}) == {"check_broken": (
+            "INV-INFLIGHT at [inflight.reads], not [inflight.holds] (check() said "
+            "'INV-INFLIGHT: [inflight.reads] 0 slots in flight but 1 reads under "
+            "way')")}
+        with pytest.raises(CannotRun) as e:
+            probe(run, step)
+        assert str(e.value) == ("scenario probe: break_check READS says check_id "
+                                "'inflight.reads', BREAKS says 'inflight.holds'")
+        assert probe(_run(k3, orc), {"what": "READS"}) == {
+            "check_broken": "INV-INFLIGHT"}  # the oracle tells no message
+        assert eng.values()["invariants"] == "clean"
     finally:
         eng.close()
         orc.close()

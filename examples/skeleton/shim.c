@@ -17,6 +17,7 @@
 /* TODO: #include "your_cache.h", and keep your cache's handle here. */
 typedef struct skeleton {
     int n_slots;
+    xcs_options options;  /* the scenario's options: top_k, direct, ... */
 } skeleton;
 
 /* Opens a cache over the layout: the files, each expert's pieces (path,
@@ -29,6 +30,10 @@ static int skel_open(const xcs_layout *layout, void **out)
     if (s == NULL)
         return XCS_ENOMEM;
     s->n_slots = layout->n_slots;  /* TODO: open your cache here */
+    /* The scenario's options (xcs_shim.h xcs_options): honour those
+     * xcs.toml declares under options = [...]; refuse (XCS_EMISUSE) one
+     * your cache cannot honour.  top_k is the model's, always given. */
+    s->options = *layout->options;
     *out = s;
     return XCS_OK;
 }

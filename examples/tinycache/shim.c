@@ -65,8 +65,21 @@ static void shim_close(void *h)
     free(s);
 }
 
+/* The options tinycache honours (xcs.toml declares batch_threads: every
+ * batch is read on the calling thread, whatever the count asks); one it
+ * cannot honour refuses the open. */
+static int honoured(const xcs_options *o)
+{
+    if (o == NULL || o->size < sizeof *o)
+        return 1;  /* a gate of ABI 1 gives none */
+    return !o->direct && o->chunk_bytes == 0 && o->io_threads == 0 &&
+           !o->verify;
+}
+
 static int shim_open(const xcs_layout *l, void **out)
 {
+    if (!honoured(l->options))
+        return XCS_EMISUSE;
     int n_keys = l->n_layers * l->n_experts, whole = 1;
     for (int k = 0; k < n_keys && whole; k++)
         whole = contiguous(l, k);

@@ -42,6 +42,9 @@ STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
 KINDS = {-1: "failed", -2: "misuse", -3: "io", -4: "short_read", -5: "nomem",
          -6: "all_pinned", -7: "format"}
 
+#: the shim ABI from which ``xcs_layout.options`` is given (xcs_shim.h)
+OPTIONS_ABI = 2
+
 #: the table entry each declared operation needs
 ENTRIES = {Op.GET: ("get", "release"), Op.HOLD: ("get", "release"),
            Op.GETMANY: ("getmany",), Op.PREFETCH: ("prefetch",),
@@ -89,9 +92,17 @@ def check_table(table: dict[str, Any], caps: Capabilities, m: Manifest
     ``table``: what the cache's process read of ``xcs_shim()``
     (:meth:`gate.outside.host.Host.start`).
     """
-    if table["abi"] != table["gate_abi"]:
-        raise CannotRun(f"{m.shim}: shim ABI {table['abi']}, the gate's is "
-                        f"{table['gate_abi']}")
+    abi, gate, oldest = table["abi"], table["gate_abi"], table["oldest_abi"]
+    if not oldest <= abi <= gate:
+        raise CannotRun(f"{m.shim}: shim ABI {abi}; the gate runs ABI "
+                        f"{oldest} to {gate} (set .abi = XCS_ABI and build "
+                        "against this gate's xcs_shim.h)")
+    if abi < OPTIONS_ABI and caps.options:
+        raise CannotRun(
+            f"{m.shim}: shim ABI {abi} is given no options, yet the manifest "
+            f"declares options {sorted(o.value for o in caps.options)} "
+            f"honoured: options reach a shim of ABI {OPTIONS_ABI} "
+            "(xcs_layout.options); set .abi = XCS_ABI and read them")
     need = [e for op in caps.ops for e in ENTRIES.get(op, ())]
     if caps.pins is not Pins.NONE:
         need += ["pin", "unpin"]
@@ -101,6 +112,15 @@ def check_table(table: dict[str, Any], caps: Capabilities, m: Manifest
         if e in table["null"]:
             raise CannotRun(f"{m.shim}: the manifest declares what needs "
                             f"the entry {e}, which the shim leaves NULL")
+
+
+def options_of(target: Any, opts: dict[str, Any]) -> dict[str, int]:
+    """``xcs_options`` of one run: the model's top-k and every cache option
+    the scenario gives (0 when it gives none)."""
+    out = {"top_k": int(target.layout["top_k"])}
+    for o in Option:
+        out[o.value] = int(opts.get(o.value) or 0)
+    return out
 
 
 class OutsideBackend(Backend):
@@ -134,7 +154,8 @@ class OutsideBackend(Backend):
                   "pieces": pieces,
                   "paths": sorted({p for ps in pieces for p, _, _ in ps}),
                   "expert_bytes": self.expert_bytes, "n_slots": self.n_slots,
-                  "policy": str(opts.get("policy", "lru"))}
+                  "policy": str(opts.get("policy", "lru")),
+                  "options": options_of(target, opts)}
         rc, hid, host.cap = self._call("open", "open", layout)
         self._rc("open", rc)
         self.h = hid

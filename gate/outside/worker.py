@@ -31,6 +31,11 @@ HEADROOM = 1 << 30
 #: the longest invariant message or name read from the shim
 MSG_CAP = 256
 
+#: the fields of ``xcs_options`` (ABI 2) the gate fills from the layout's
+#: ``options``: the model's top-k and the scenario's cache options
+OPTION_FIELDS = ("top_k", "direct", "chunk_bytes", "io_threads",
+                 "batch_threads", "verify")
+
 
 class Violation(Exception):
     """A reply of the shim that breaks the contract before any byte is read."""
@@ -72,7 +77,7 @@ class Worker:
                    "drain", "pin", "unpin", "reset", "stats", "resident",
                    "check")
         return {"abi": int(vt.abi), "gate_abi": int(self.lib.XCS_ABI),
-                "name": name,
+                "oldest_abi": int(self.lib.XCS_ABI_OLDEST), "name": name,
                 "null": [e for e in entries if getattr(vt, e) == self.ffi.NULL]}
 
     def open(self, lay: dict[str, Any]) -> tuple[int, int | None, int]:
@@ -97,6 +102,11 @@ class Worker:
             "n_pieces": n_pieces, "pieces": pieces,
             "expert_bytes": lay["expert_bytes"], "n_slots": lay["n_slots"],
             "slot_bytes": lay["expert_bytes"], "policy": policy})
+        o = lay.get("options", {})
+        options = ffi.new("xcs_options *", {
+            "size": ffi.sizeof("xcs_options"),
+            **{k: int(o.get(k) or 0) for k in OPTION_FIELDS}})
+        layout.options = options
         out = ffi.new("void **")
         rc = int(self.vt.open(layout, out))
         if rc < 0:

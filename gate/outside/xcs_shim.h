@@ -31,7 +31,8 @@
 /* XCS-CDEF-BEGIN (the gate hands this part to cffi: no preprocessor here) */
 
 enum {
-    XCS_ABI = 1,         /* xcs_vtable.abi of this header */
+    XCS_ABI = 2,         /* xcs_vtable.abi of this header */
+    XCS_ABI_OLDEST = 1,  /* the oldest abi the gate still runs (no options) */
     XCS_OK = 0,
     XCS_EFAILED = -1,    /* a failure of no particular kind */
     XCS_EMISUSE = -2,    /* a bad argument: a key outside the layout, ... */
@@ -49,6 +50,25 @@ typedef struct xcs_piece {
     uint64_t length;   /* its bytes */
 } xcs_piece;
 
+/* The scenario's cache options (ABI 2; xcs_layout.options).  The gate
+ * passes every one; a cache honours those its manifest declares
+ * ([capabilities] options) -- a scenario asking for an undeclared one is
+ * N/A on the cache, never run -- and may refuse at open (XCS_EMISUSE) an
+ * option it cannot honour.  `size` is sizeof(xcs_options) of the gate's
+ * header: a field at or past it is absent (a later ABI may add fields at
+ * the end only). */
+typedef struct xcs_options {
+    uint32_t size;         /* the bytes of this struct the gate filled */
+    int top_k;             /* experts each token is routed to (the model's) */
+    int direct;            /* 1: read with O_DIRECT where the file allows */
+    uint64_t chunk_bytes;  /* 0: an expert's run in one read; else reads of
+                            * at most this many bytes */
+    int io_threads;        /* read-ahead threads (0: none, reads inline) */
+    int batch_threads;     /* threads reading one batch (0: the default) */
+    int verify;            /* 1: a load checks its file is still the one
+                            * opened (stat), and fails if not */
+} xcs_options;
+
 /* Everything open() is given; valid only during the call (copy it). */
 typedef struct xcs_layout {
     const char *folder;      /* the container folder (safetensors shards) */
@@ -63,6 +83,8 @@ typedef struct xcs_layout {
     int n_slots;             /* how many experts may be resident at once */
     uint64_t slot_bytes;     /* bytes of one slot (>= expert_bytes) */
     const char *policy;      /* the policy name the scenario asks for */
+    const xcs_options *options;  /* ABI 2: the scenario's options, never
+                                  * NULL (a shim of ABI 1 ignores them) */
 } xcs_layout;
 
 /* Counters and slot facts stats() may report, by bit of xcs_stats.present. */

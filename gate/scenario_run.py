@@ -30,6 +30,10 @@ __all__ = ["ScenarioRun"]
 _MISSING: dict[Any, dict[tuple[str, ...], list[str]]] = {}
 
 
+class NoBackend(Exception):
+    """A step needing the backend after its open failed (the run's failure)."""
+
+
 class ScenarioRun:
     """Runs one scenario variant's compiled steps against one backend.
 
@@ -178,7 +182,11 @@ class ScenarioRun:
         return True, value
 
     def get(self, layer: int, expert: int) -> None:
-        """A ``get`` of one key: its outcome recorded, its payload judged."""
+        """A ``get`` of one key: its outcome recorded, its payload judged
+        (:class:`NoBackend` when no backend is open: its open failed)."""
+        if self.backend is None:
+            raise NoBackend(f"get(layer {layer}, expert {expert}): no cache "
+                            "is open (the open before it failed)")
         ok, data = self.attempt(self.backend.get, layer, expert)
         if ok:
             self.served((layer, expert), data)
@@ -260,12 +268,14 @@ class ScenarioRun:
             _MISSING[caps][judged] = caps.missing(
                 [n for k in judged for n in value_needs(k)])
         missing = self.lacking or list(_MISSING[caps][judged])
+        judge_na: list[str] = []
         if not missing and self.derive is not None and not self.make.reference:
-            # the judge could not give this check's values
-            missing = self.var.get("derived_na", {}).get(name, [])
+            # the judge could not give this check's values: no value of it
+            # is judged (partial checks included)
+            judge_na = missing = self.var.get("derived_na", {}).get(name, [])
         unjudged: list[str] = []
-        if missing and not self.lacking and getattr(self.make, "partial_checks",
-                                                    False):
+        if missing and not self.lacking and not judge_na and getattr(
+                self.make, "partial_checks", False):
             # judge the values it has; those it lacks are named N/A
             pinned = [*expect, *(self.derive or {}).get(name, []),
                       *step.get("expect_layout", {}),

@@ -46,6 +46,9 @@ class Manifest:
     capabilities: dict[str, Any] = field(default_factory=dict)
     #: ``[deviations]``: capability name -> why the cache differs there
     deviations: dict[str, str] = field(default_factory=dict)
+    #: ``[[containers]]``: the containers the cache serves
+    #: (:mod:`gate.outside.served`); empty: every container
+    containers: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _need(cond: bool, path: Path, what: str) -> None:
@@ -132,9 +135,12 @@ def load_manifest(folder: Path) -> Manifest:
     _need(isinstance(notes, dict) and all(isinstance(v, str)
                                           for v in notes.values()), path,
           "deviations must be a table of strings (capability = \"why\")")
+    from xcache.gate.outside.served import check_tables  # noqa: PLC0415
+
+    served = check_tables(doc.get("containers", []), path)
     return Manifest(folder, doc["name"],
                     _inside(folder, path, doc["shim"], "shim"), sources,
-                    tuple(cflags), dict(caps), dict(notes))
+                    tuple(cflags), dict(caps), dict(notes), served)
 
 
 def digest(path: Path) -> str:

@@ -13,6 +13,7 @@ the first of the scenario's ``contracts`` (docs/SCENARIOS.md).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,14 @@ from xcache.gate.outside.reporting import (
     failure,
     write_report,
 )
+from xcache.gate.outside.served import Served, describe, materialise, retarget
 from xcache.gate.report import Report
-from xcache.gate.scenarios import WATCHDOG, load_scenarios, run_scenarios
+from xcache.gate.scenarios import (
+    WATCHDOG,
+    load_scenarios,
+    run_scenarios,
+    scenario_files,
+)
 from xcache.oracle.cache import POLICIES
 
 #: the bound :func:`gate.programs.run_one` gives each program run (seconds)
@@ -258,6 +265,30 @@ def table_row(message: str) -> dict[str, Any]:
             "missing": []}
 
 
+def run_served(work: Path, report: Report, only: list[str], timeout: float,
+               container: str | None, backends: Any, served: list[Served]
+               ) -> list[str]:
+    """Run the scenarios, each on its home container if the cache serves it,
+    else on a served one (:func:`gate.outside.served.retarget`); ``container``
+    (``--container``) puts every one there.  The names of the variants run."""
+    if container is not None or not served:
+        return run_scenarios(None, work, report, only, timeout,
+                             container=container, backends=backends)
+    groups: dict[str | None, list[Path]] = {}
+    for path, sc in scenario_files(only):
+        groups.setdefault(retarget(str(sc["container"]), served),
+                          []).append(path)
+    names: list[str] = []
+    for i, (ref, paths) in enumerate(groups.items()):
+        folder = work / "retargeted" / str(i)
+        folder.mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            shutil.copyfile(p, folder / p.name)
+        names += run_scenarios(None, work, report, [], timeout, container=ref,
+                               backends=backends, folder=folder)
+    return names
+
+
 def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
         extra_cflags: tuple[str, ...] = (), report: Report | None = None,
         container: str | None = None,
@@ -282,10 +313,13 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
     so, modname = compile_module(m, work / "build", extra_cflags)
     print(f"Built {m.name} with its shim ({' '.join([*m.cflags, *extra_cflags])})")
     label = m.name
+    served = materialise(m.containers, work, m.folder / "xcs.toml")
     host = Host(so, modname, work / "cache-process.log")
     report = report or Report()
     extra = {"programs": len(plan or []), "cflags": [*m.cflags, *extra_cflags],
              "container": container, "deviations": deviations(m, caps)}
+    if served:
+        extra["served"] = describe(served)
     # the runner's own bound comes after the session's, which names the call
     WATCHDOG.reset(stop_when_stuck=False, cap=timeout + GRACE_S)
     try:
@@ -302,11 +336,13 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
             return [factory("oracle", None, target, opts),
                     outside_factory(host, caps, label, target, opts, timeout)]
 
-        names = (run_scenarios(None, work, report, only, timeout + GRACE_S,
-                               container=container, backends=backends)
+        names = (run_served(work, report, only, timeout + GRACE_S,
+                            container, backends, served)
                  if scenarios else [])
         rows = verdicts(report, label, caps) if scenarios else []
         if plan:
+            plan = [{**p, "container": retarget(p["container"], served)
+                     or p["container"]} for p in plan]
             rows.append(programs_row(host, caps, label, work, plan,
                                      bound=min(timeout, PROGRAM_S - GRACE_S)))
     finally:

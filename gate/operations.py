@@ -100,11 +100,17 @@ def _counts(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fault(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
-    """An ``inject`` step: a known fault kind, ``nth`` and ``arg`` as numbers."""
+    """An ``inject`` step: a known fault kind, ``nth`` and ``arg`` as numbers
+    (a ``stall``, a read held until ``unstall``, needs ``op:concurrent``: a
+    backend without concurrent calls would wait on itself)."""
     if step.get("fault") not in FAULT_KINDS:
         raise ctx.fail(f"inject fault {step.get('fault')!r} is not one of "
                        f"{', '.join(FAULT_KINDS)}")
-    return {**_counts(ctx, step), **_scattered(ctx, step)}
+    out = {**_counts(ctx, step), **_scattered(ctx, step)}
+    if step["fault"] == "stall":
+        out["needs"] = [*out.get("needs", step.get("needs", [])),
+                        "op:concurrent"]
+    return out
 
 
 #: The open faults an ``open_fault`` step arms (the errno each open gets).

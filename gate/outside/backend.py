@@ -42,6 +42,10 @@ STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
 KINDS = {-1: "failed", -2: "misuse", -3: "io", -4: "short_read", -5: "nomem",
          -6: "all_pinned", -7: "format"}
 
+#: the read faults of the outside injectors, by their kind number - 1
+#: (xcs_faults.c)
+INJECTED = ("partial", "eof", "eio", "eintr", "delay")
+
 #: the shim ABI from which ``xcs_layout.options`` is given (xcs_shim.h)
 OPTIONS_ABI = 2
 
@@ -77,6 +81,10 @@ def capabilities_of(m: Manifest) -> Capabilities:
             errors=Errors(c.get("errors", "failed")))
     except ValueError as e:
         raise CannotRun(f"{where}: {e}") from e
+    if Op.CONCURRENT in caps.ops:
+        raise CannotRun(f"{where}: op:concurrent cannot be judged on an "
+                        "outside cache (xcs_shim.h: calls come from one "
+                        "thread at a time)")
     bad = [s for s in caps.counters | {f.value for f in caps.facts}
            if s not in STATS and s not in ("n_slots", "resident", "held",
                                            "holding")]
@@ -258,8 +266,12 @@ class OutsideBackend(Backend):
 
     def inject(self, step: dict[str, Any]) -> None:
         """Arm the linked-in injector the step names (``second``: the inner one)."""
-        kind = ("partial", "eof", "eio", "eintr", "delay").index(step["fault"])
         assert step["fault"] in FAULT_KINDS
+        if step["fault"] not in INJECTED:  # a stall: needs op:concurrent,
+            # which no outside cache is judged on (gate/operations.py)
+            raise CannotRun(f"inject {step['fault']}: the outside injectors "
+                            f"break reads with {', '.join(INJECTED)} only")
+        kind = INJECTED.index(step["fault"])
         self._rc("inject", self._call(
             "xcs_fault_arm", "fault", "arm", 1 if step.get("second") else 0,
             kind + 1, int(step.get("nth", 1)),

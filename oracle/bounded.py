@@ -396,3 +396,69 @@ def check_document(doc: Any, schema: Schema, where: str) -> Any:
     """``doc`` if every field fits ``schema``; else UserFileError naming the field."""
     schema.check(doc, where, "")
     return doc
+
+
+# -- the one reader: every file a user hands a tool ---------------------------
+
+
+class Input:
+    """argparse ``type=`` of an option naming a file (or folder) a tool reads.
+
+    The mark (``xcache_input``) lets the one writer refuse an output at an
+    input (``fixtures.ownership.check_outputs``) and the tests find every
+    input option; the value is the text as given, or as ``inner`` reads it.
+    What the tool reads there goes through :func:`load_document` (or
+    ``open_regular`` and a reader with its own limits).
+    """
+
+    xcache_input = True
+
+    def __init__(self, inner: Callable[[str], Any] | None = None,
+                 kind: str = "file") -> None:
+        self.inner, self.kind = inner, kind
+        self.__name__ = "path"
+
+    def __call__(self, text: str) -> Any:
+        """The path as given (or as ``inner`` reads it); an empty one refused."""
+        if not str(text).strip():
+            raise argparse.ArgumentTypeError("an empty path")
+        return self.inner(text) if self.inner is not None else text
+
+
+def parse_toml(data: bytes, where: str) -> Any:
+    """The TOML document in ``data``; UserFileError naming ``where`` if none."""
+    import tomllib  # noqa: PLC0415
+
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserFileError(f"{where}: not UTF-8 text ({e.reason} at byte "
+                            f"{e.start})") from None
+    except RecursionError:
+        raise UserFileError(f"{where}: not valid TOML: a value nested too "
+                            "deeply") from None
+    except ValueError as e:
+        raise UserFileError(f"{where}: not valid TOML: {e}") from None
+
+
+def load_document(path: str | os.PathLike[str], *,
+                  max_bytes: int = MAX_JSON_BYTES,
+                  schema: Schema | None = None) -> Any:
+    """A user's JSON or TOML file (TOML by its ``.toml`` name), bounded.
+
+    A regular file (``open_regular``: never a FIFO, a device or a folder)
+    of at most ``max_bytes``, nested no deeper than the parser manages,
+    every field checked by ``schema`` when given: each failure one
+    UserFileError (a ValueError) or OSError naming the file.
+    """
+    name = os.fspath(path)
+    if not name.lower().endswith(".toml"):
+        doc = load_json(name, max_bytes=max_bytes)
+    else:
+        with open_regular(name) as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise UserFileError(f"{name}: larger than the limit of "
+                                f"{max_bytes:,} bytes")
+        doc = parse_toml(data, name)
+    return doc if schema is None else check_document(doc, schema, name)

@@ -201,8 +201,8 @@ def config_moe_layers(config: Mapping[str, Any] | None,
     then, in order: an explicit list (``moe_layers``, or per-layer 0/1
     ``moe_layer_freq``) keeps its ids, else the interleave steps keep every
     step-th (``interleave_moe_layer_step``, ``decoder_sparse_step``,
-    ``moe_layer_interval``: (L + 1) % step == 0; ``moe_layer_freq``:
-    L % freq == 0; ``expert_layer_period``/``expert_layer_offset``:
+    ``moe_layer_interval``, ``moe_layer_frequency``: (L + 1) % step == 0;
+    ``moe_layer_freq``: L % freq == 0; ``expert_layer_period``/``expert_layer_offset``:
     L % period == offset); dense-first counts drop the first layers
     (``first_k_dense_replace``, ``moe_layer_start_index``, and
     ``moe_layer_end_index`` the last); ``mlp_only_layers`` are dense.
@@ -232,6 +232,7 @@ def config_moe_layers(config: Mapping[str, Any] | None,
         for key, test in (("interleave_moe_layer_step", lambda x, s: (x + 1) % s),
                           ("decoder_sparse_step", lambda x, s: (x + 1) % s),
                           ("moe_layer_interval", lambda x, s: (x + 1) % s),
+                          ("moe_layer_frequency", lambda x, s: (x + 1) % s),
                           ("moe_layer_freq", lambda x, s: x % s)):
             step = config_count(config, (key,), where)
             if step is not None:

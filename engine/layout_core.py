@@ -138,12 +138,17 @@ def shape_text(shape: Sequence[int]) -> str:
 
 
 def fused_slice(info: TensorInfo, layer: int, n_experts: int) -> int:
-    """Bytes of expert slices of fused tensor ``info``; LayoutError if none."""
-    if not info.shape or info.shape[0] != n_experts:
+    """Bytes of expert slices of fused tensor ``info``; LayoutError if none.
+
+    The leading dimension is ``n_experts`` (``[E, ...]``) or a multiple of
+    it (stacked ``[E*I, ...]`` rows, expert e being rows ``[e*I, (e+1)*I)``):
+    either way expert e is bytes ``[e*nb, (e+1)*nb)``, nb = nbytes / E.
+    """
+    if not info.shape or info.shape[0] <= 0 or info.shape[0] % n_experts:
         raise LayoutError(
             f"fused expert tensor {info.name} (layer {layer}) has shape "
             f"{shape_text(info.shape)}: its leading dimension must be "
-            f"n_experts ({n_experts})", layer=layer)
+            f"n_experts ({n_experts}) or a multiple of it", layer=layer)
     if info.nbytes % n_experts:
         raise LayoutError(
             f"fused expert tensor {info.name} (layer {layer}) has shape "

@@ -4,7 +4,8 @@ An expert (layer, e) is the concatenation, in the layout's tensor order, of
 pieces ``(tensor name, byte start within the tensor's data, nbytes)``.  With
 ``{expert}`` in the template every expert has whole tensors of its own; a
 template without it names fused tensors of leading dimension
-``n_experts``, of which expert e owns slice e: bytes
+``n_experts`` or a multiple of it (stacked ``[E*I, ...]`` rows, expert e
+owning rows ``[e*I, (e+1)*I)``), of which expert e owns slice e: bytes
 ``[e*nbytes/E, (e+1)*nbytes/E)`` (one contiguous range, the leading
 dimension being outermost).  :func:`expert_reads` models the reads the
 engine's loader makes for one buffered load (docs/CACHE.md "How the bytes
@@ -73,13 +74,14 @@ def expert_pieces(reader: Container, expert_template: str,
         if not fused:
             out.append(Piece(name, 0, info.nbytes, info.shard, info.offset))
             continue
-        if (not info.shape or info.shape[0] != n_experts
+        # [E, ...] or stacked [E*I, ...] rows: expert e is 1/E of the bytes
+        if (not info.shape or info.shape[0] <= 0 or info.shape[0] % n_experts
                 or info.nbytes % n_experts):
             raise LayoutMismatch(
                 f"fused tensor {name!r} (layer {layer}) has shape "
                 f"{list(info.shape)} and {info.nbytes} bytes; it must have "
-                f"leading dimension {n_experts} (n_experts) and bytes that "
-                f"divide by it")
+                f"leading dimension {n_experts} (n_experts) or a multiple of "
+                f"it and bytes that divide by it")
         nb = info.nbytes // n_experts
         out.append(Piece(name, expert * nb, nb, info.shard,
                          info.offset + expert * nb, fused=True))

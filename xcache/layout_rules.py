@@ -24,8 +24,9 @@ The rules, all generic (no model is named):
   multi-token-prediction block's, chosen only when asked (:data:`GROUPS`);
 * config keys are read from a multimodal model's text model first
   (:data:`INNER_SCOPES`), then the top level, then the sub-blocks of
-  :data:`BLOCK_SCOPES` (``ffn_config.moe_top_k``), each list of aliases in
-  order (:data:`EXPERT_KEYS`, :data:`TOP_K_KEYS`, :data:`LAYER_KEYS`);
+  :data:`BLOCK_SCOPES` (``ffn_config.moe_top_k``, ``attn_config.kv_n_heads``),
+  each list of aliases in order (:data:`EXPERT_KEYS`, :data:`TOP_K_KEYS`,
+  :data:`LAYER_KEYS`);
 * MoE layers follow :func:`config_moe_layers` (explicit lists, interleave
   steps, dense-first counts, the dense complement);
 * the top-k is the config's, else the caller's (``--top-k``), else refused.
@@ -61,7 +62,7 @@ LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
 #: Sub-documents holding a multimodal model's text model, read first.
 INNER_SCOPES = ("text_config", "language_config", "llm_config")
 #: Sub-documents of one block's settings, read after the top level.
-BLOCK_SCOPES = ("ffn_config", "moe_config")
+BLOCK_SCOPES = ("ffn_config", "moe_config", "attn_config")
 #: Module names followed by the layer number: ``model.layers.3``,
 #: ``transformer.blocks.3``, ``transformer.h.3``.
 LAYER_MODULES = ("layers", "blocks", "h", "layer", "block", "decoder_layers")

@@ -478,11 +478,14 @@ typedef struct xc_slot_tensor {
  * layer (XC_E_MISUSE naming the tensor); an expert's tensors may live in
  * different shards (it is then read one tensor at a time).  A template
  * without {expert} is a fused layout: it names one tensor per (layer,
- * tensor), whose leading dimension must equal n_experts, and expert e's
- * piece of it is slice e along that dimension (bytes [e * nbytes / E,
- * (e + 1) * nbytes / E) of its data, read as one run, chunked like a
- * contiguous expert), seen in the slot with the same dtype and shape[1:];
- * a fused tensor that is 0-d, whose leading dimension is not n_experts,
+ * tensor), whose leading dimension must equal n_experts or a multiple
+ * of it, and expert e's piece of it is slice e along that dimension
+ * (bytes [e * nbytes / E, (e + 1) * nbytes / E) of its data, read as one
+ * run, chunked like a contiguous expert), seen in the slot with the same
+ * dtype and shape[1:] ([E, ...]) or [shape[0] / E, shape[1:]] (stacked
+ * [E*I, ...] rows: expert e is rows [e*I, (e+1)*I));
+ * a fused tensor that is 0-d, whose leading dimension is no multiple of
+ * n_experts,
  * whose nbytes does not divide by n_experts, or whose dtype or shape
  * differs from the first layer's is XC_E_MISUSE naming the layer, the
  * tensor, its shape and n_experts, and a missing one XC_E_NOT_FOUND

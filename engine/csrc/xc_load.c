@@ -286,9 +286,32 @@ static void shape_text(int64_t lead, const int64_t *shape, int ndim,
         snprintf(buf + n, cap - n, "]");
 }
 
+/* The shape of one expert's slice of a fused tensor of shape
+ * shape[0..ndim): [E, ...] gives shape[1:]; stacked [E*I, ...] rows
+ * (DBRX-style) give [I, ...], expert e being rows [e*I, (e+1)*I). Writes
+ * out[0..*out_ndim). Precondition: ndim >= 1, E >= 1, shape[0] % E == 0. */
+static void fused_slice_shape(const int64_t *shape, int ndim, int64_t E,
+                              int64_t *out, int *out_ndim)
+{
+    int d;
+    assert(shape != NULL && out != NULL && out_ndim != NULL && ndim >= 1 &&
+           E >= 1 && shape[0] % E == 0);
+    if (shape[0] == E) {
+        for (d = 1; d < ndim; d++)
+            out[d - 1] = shape[d];
+        *out_ndim = ndim - 1;
+        return;
+    }
+    out[0] = shape[0] / E;
+    for (d = 1; d < ndim; d++)
+        out[d] = shape[d];
+    *out_ndim = ndim;
+}
+
 /* Checks tensor info (named name) of layer li as fused tensor t and, for
  * the first layer, sets the slot layout to its slice; later layers must
- * match the first one's whole tensor. */
+ * match the first one's whole tensor. The leading dimension is n_experts
+ * or a multiple of it (stacked rows); the slice is 1/E of the bytes. */
 static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
                        const xc_tensor_info *info)
 {
@@ -297,7 +320,8 @@ static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
     int64_t E = ld->n_experts;
     char have[256], want[256];
     uint64_t slice;
-    int d, same;
+    int64_t sub[XC_MAX_DIMS];
+    int d, same, sub_ndim;
     assert(ld->fused && li < ld->n_layers && t < ld->n_tensors &&
            name != NULL && info != NULL);
     lt = &ld->tensors[t];
@@ -309,12 +333,12 @@ static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
                        "a fused expert tensor needs a leading dimension "
                        "equal to n_experts %d", (int)layer, ld->names[t],
                        name, (int)E);
-    if (info->shape[0] != E)
+    if (info->shape[0] <= 0 || info->shape[0] % E != 0)
         return xc_fail(XC_E_MISUSE, -1, layer, -1,
                        "layer %d: fused tensor '%s' (%s) has shape %s: "
-                       "leading dimension %lld is not n_experts %d",
-                       (int)layer, ld->names[t], name, have,
-                       (long long)info->shape[0], (int)E);
+                       "leading dimension %lld is neither n_experts %d nor "
+                       "a multiple of it", (int)layer, ld->names[t], name,
+                       have, (long long)info->shape[0], (int)E);
     if (info->nbytes % (uint64_t)E != 0)
         return xc_fail(XC_E_MISUSE, -1, layer, -1,
                        "layer %d: fused tensor '%s' (%s) of shape %s %s is "
@@ -323,13 +347,15 @@ static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
                        have, xc_dtype_name(info->dtype),
                        (unsigned long long)info->nbytes, (int)E);
     slice = info->nbytes / (uint64_t)E;
+    memset(sub, 0, sizeof sub);
+    fused_slice_shape(info->shape, info->ndim, E, sub, &sub_ndim);
     if (li == 0) {
         lt->name = ld->names[t];
         lt->dtype = info->dtype;
-        lt->ndim = info->ndim - 1;
+        lt->ndim = sub_ndim;
         memset(lt->shape, 0, sizeof lt->shape);
-        for (d = 1; d < info->ndim; d++)
-            lt->shape[d - 1] = info->shape[d];
+        for (d = 0; d < sub_ndim; d++)
+            lt->shape[d] = sub[d];
         lt->nbytes = slice;
         lt->offset = ld->expert_bytes;
         if (__builtin_add_overflow(ld->expert_bytes, slice,
@@ -341,10 +367,10 @@ static int check_fused(xc_loader *ld, size_t li, size_t t, const char *name,
                            (int)layer, ld->n_tensors);
         return XC_OK;
     }
-    same = info->dtype == lt->dtype && info->ndim == lt->ndim + 1 &&
+    same = info->dtype == lt->dtype && sub_ndim == lt->ndim &&
            slice == lt->nbytes;
-    for (d = 1; same && d < info->ndim; d++)
-        same = info->shape[d] == lt->shape[d - 1];
+    for (d = 0; same && d < sub_ndim; d++)
+        same = sub[d] == lt->shape[d];
     if (same)
         return XC_OK;
     shape_text(E, lt->shape, lt->ndim, want, sizeof want);

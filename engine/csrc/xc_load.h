@@ -19,12 +19,14 @@ typedef struct xc_loader {
     size_t n_layers;
     int32_t n_experts;
     int fused;                /* template without {expert}: each tensor is
-                               * one [n_experts, ...] tensor per layer and
+                               * one [n_experts, ...] or stacked
+                               * [n_experts*I, ...] tensor per layer and
                                * an expert is slice e of each */
     uint32_t n_keys;          /* n_layers * n_experts */
     size_t n_tensors;
     xc_slot_tensor *tensors;  /* layout inside a payload (fused: the
-                               * slice's, shape[1:] of the whole tensor) */
+                               * slice's: shape[1:] of an [E, ...]
+                               * tensor, [I, ...] of an [E*I, ...] one) */
     char **names;             /* copies of the tensor suffixes */
     uint64_t expert_bytes;
     uint64_t stride;

@@ -565,14 +565,15 @@ def _granite_with(folder: Path, replace: dict[str, tuple[str, tuple[int, ...]]],
 
 
 def test_leading_dim_not_n_experts_is_refused(tmp_path):
-    """A fused tensor whose leading dim is not n_experts: misuse naming it all."""
+    """A fused tensor's leading dim no multiple of n_experts: misuse naming it."""
     name = "model.layers.1.block_sparse_moe.output_linear.weight"
-    box = _granite_with(tmp_path, {name: ("BF16", (8, 8, 4))})
+    box = _granite_with(tmp_path, {name: ("BF16", (6, 8, 4))})
     e = _open_error(tmp_path, box)
     assert type(e) is engine.MisuseError
     assert (e.layer, e.expert) == (1, None)
     assert str(e) == (f"layer 1: fused tensor 'output_linear.weight' ({name}) has "
-                      "shape [8, 8, 4]: leading dimension 8 is not n_experts 4")
+                      "shape [6, 8, 4]: leading dimension 6 is neither n_experts 4 "
+                      "nor a multiple of it")
 
 
 def test_wrong_n_experts_is_refused_at_the_first_tensor(tmp_path):
@@ -582,7 +583,7 @@ def test_wrong_n_experts_is_refused_at_the_first_tensor(tmp_path):
     assert str(e) == (
         "layer 0: fused tensor 'input_linear.weight' "
         "(model.layers.0.block_sparse_moe.input_linear.weight) has shape [4, 16, 8]: "
-        "leading dimension 4 is not n_experts 8")
+        "leading dimension 4 is neither n_experts 8 nor a multiple of it")
 
 
 def test_zero_dim_fused_tensor_is_refused(tmp_path):

@@ -69,6 +69,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xcache.fixtures.ownership import check_room
+from xcache.fixtures.writer import MAX_WRITE_ENV
 from xcache.lab.timing.model import Compute, Machine, Tier, write_model
 
 #: Queue depths measured.
@@ -459,7 +461,7 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
         own: dict[str, float] = {}
         slowed: dict[str, float] = {}
         for size in (SMALL, expert_bytes):
-            n = max(64, min(256, READ_BYTES // size))
+            n = requests(size)
             n_of[size] = n
             path = tmp / f"experts-{size}.safetensors"
             write_container(path, 2 * n, size)
@@ -536,6 +538,24 @@ def calibrate(expert_bytes: int = 131072, expert_s: float = 1e-4,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def requests(size: int) -> int:
+    """Experts per round at request size ``size`` (the container holds twice that)."""
+    return max(64, min(256, READ_BYTES // size))
+
+
+def scratch_bytes(expert_bytes: int) -> int:
+    """Bytes the calibration writes in TMPDIR (and at most holds in cache slots)."""
+    return sum(2 * requests(s) * s + 4096 + 2 * requests(s) * 100
+               for s in (SMALL, expert_bytes))
+
+
+def write_limit() -> int:
+    """The most bytes a command writes: ``$XC_MAX_WRITE_BYTES``, else 4 GiB."""
+    from xcache.fixtures.writer import write_limit as limit  # noqa: PLC0415
+
+    return limit(None)
+
+
 def run_calibration(path: str, expert_bytes: int | None, prog: str,
                     quiet: bool = False, expert_s: float | None = None,
                     layer_s: float | None = None) -> int:
@@ -546,12 +566,20 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
               "least 8192 (the calibration's requests are 4 KiB-aligned)",
               file=sys.stderr)
         return 2
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as e:
-        print(f"{prog}: --calibrate {path}: cannot write it ({e.strerror or e})",
-              file=sys.stderr)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
+        # nothing is written to find out: MODEL is written once, at the end
+        print(f"{prog}: --calibrate {path}: cannot write it ({parent} is no "
+              "folder this user may write in)", file=sys.stderr)
+        return 2
+    folder = os.environ.get("TMPDIR") or tempfile.gettempdir()
+    try:  # the work stated before it starts, refused past the limit
+        check_room(scratch_bytes(size), folder, "calibration scratch files",
+                   limit=write_limit(), limit_says="--expert-bytes smaller, "
+                   f"or raise ${MAX_WRITE_ENV}", say=None if quiet else print)
+    except (OSError, ValueError) as e:
+        print(f"{prog}: --expert-bytes {size}: {e.strerror or e}"
+              if isinstance(e, OSError) else f"{prog}: {e}", file=sys.stderr)
         return 2
     def say(line: str) -> None:
         if not quiet:
@@ -562,10 +590,10 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
     try:
         m = calibrate(size, expert_s if expert_s is not None else 1e-4,
                       layer_s or 0.0, os.environ.get("TMPDIR"), say)
+        write_model(m, path)  # whole, or nothing of it
     except OSError as e:
         print(f"{prog}: --calibrate: {e}", file=sys.stderr)
         return 2
-    write_model(m, path)
     for name in ("device", "page_cache"):
         t = m.tier(name)
         for label, c in (("", t), (" (consumer waiting)", t.while_waiting())):

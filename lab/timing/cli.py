@@ -61,9 +61,29 @@ def _time(x: Any) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x >= 0
 
 
+def _finite(lo: float, hi: float, open_hi: bool = False) -> Callable[[str], float]:
+    """argparse ``type=``: a finite number in ``lo..hi`` (``hi`` excluded if open)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(v) and lo <= v and (v < hi if open_hi else v <= hi)):
+            raise argparse.ArgumentTypeError(
+                f"{text} is not a finite number in [{lo:g}, {hi:g}"
+                f"{')' if open_hi else ']'}")
+        return v
+
+    parse.__name__ = "number"
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     """The time lab's options."""
+    from xcache.fixtures.ownership import Output  # noqa: PLC0415
     from xcache.lab.sweep import EXECUTORS  # noqa: PLC0415
+    from xcache.lab.timing.model import CALIBRATED, MAX_EXPERT_BYTES, is_calibrated  # noqa: PLC0415
+    from xcache.oracle.bounded import MAX_INT, Input, int_option  # noqa: PLC0415
     from xcache.oracle.traces import FORMAT_TITLES, FORMATS  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(
@@ -80,12 +100,14 @@ def parser() -> argparse.ArgumentParser:
                       "options, the model or the output folder are unusable, "
                       "130 interrupted.  docs/DESIGN.md 'The time lab' "
                       "describes the model."))
-    ap.add_argument("trace", metavar="TRACE", nargs="?", type=data.path_arg("trace"),
+    ap.add_argument("trace", metavar="TRACE", nargs="?",
+                    type=Input(data.path_arg("trace")),
                     help="trace file, or a shipped trace's name (xcache-data)")
-    ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
+    ap.add_argument("outdir", metavar="OUTDIR", nargs="?", type=Output("folder"),
                     help="folder for time.csv, time_layers.csv, time.json and "
                          "time.png")
     ap.add_argument("--calibrate", default=None, metavar="MODEL",
+                    type=Output(is_ours=is_calibrated, what=CALIBRATED),
                     help="measure this machine (a file of experts in TMPDIR, "
                          "cold with O_DIRECT and warm, queue depths 1-8) and "
                          "write the model file MODEL; no trace")
@@ -93,15 +115,16 @@ def parser() -> argparse.ArgumentParser:
                     help="trace format: " + "; ".join(
                         f"{k}: {v}" for k, v in FORMAT_TITLES.items())
                     + "; auto: detect it (default: from the extension)")
-    ap.add_argument("--top-k", type=int, default=None, metavar="K",
+    ap.add_argument("--top-k", type=int_option(1, MAX_INT), default=None, metavar="K",
                     help="experts per routed call (int32 traces, pair dumps)")
-    ap.add_argument("--layers", type=int, default=None, metavar="N",
+    ap.add_argument("--layers", type=int_option(1, MAX_INT), default=None, metavar="N",
                     help="MoE layers (int32 traces)")
-    ap.add_argument("--experts", type=int, default=None, metavar="N",
+    ap.add_argument("--experts", type=int_option(1, MAX_INT), default=None,
+                    metavar="N",
                     help="experts per layer")
-    ap.add_argument("--tokens", type=int, default=None, metavar="N",
+    ap.add_argument("--tokens", type=int_option(1, MAX_INT), default=None, metavar="N",
                     help="time only the first N tokens (default: all)")
-    ap.add_argument("--model", default=None, metavar="FILE",
+    ap.add_argument("--model", default=None, metavar="FILE", type=Input(),
                     help="the disk and compute model (JSON or TOML; default: "
                          "the shipped nominal NVMe drive, "
                          "lab/timing/models/nvme.json)")
@@ -126,19 +149,22 @@ def parser() -> argparse.ArgumentParser:
                     help="lookahead prefetch: none, or predictors of `replay.py "
                          "predict` (previous, popularity, ewma[:alpha=F], pair, "
                          "oracle) (default: %(default)s)")
-    ap.add_argument("--budget", type=int, default=None, metavar="S",
+    ap.add_argument("--budget", type=int_option(1, 1 << 20), default=None, metavar="S",
                     help="speculative reads per step (default: top-k)")
-    ap.add_argument("--train-fraction", type=float, default=0.0, metavar="F",
+    ap.add_argument("--train-fraction", type=_finite(0.0, 1.0, open_hi=True),
+                    default=0.0, metavar="F",
                     help="fit the predictors on the first F of the tokens and "
                          "time the rest (default 0: time every token; "
                          "popularity and pair then predict nothing)")
-    ap.add_argument("--expert-bytes", type=int, default=None, metavar="B",
+    ap.add_argument("--expert-bytes", type=int_option(1, MAX_EXPERT_BYTES),
+                    default=None, metavar="B",
                     help="bytes per expert (default: the model file's)")
     ap.add_argument("--expert-s", default=None, metavar="LIST",
                     help="compute seconds per expert (default: the model file's)")
-    ap.add_argument("--layer-s", type=float, default=None, metavar="S",
+    ap.add_argument("--layer-s", type=_finite(0.0, 3600.0), default=None, metavar="S",
                     help="non-expert seconds per step (default: the model file's)")
-    ap.add_argument("--access-s", type=float, default=None, metavar="S",
+    ap.add_argument("--access-s", type=_finite(0.0, 3600.0), default=None,
+                    metavar="S",
                     help="cache overhead seconds per expert handed over "
                          "(default: the model file's)")
     ap.add_argument("--page-cache-share", default=None, metavar="LIST",
@@ -149,7 +175,8 @@ def parser() -> argparse.ArgumentParser:
                          "--scheduler)")
     ap.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                     help="submit the cells to the running dask scheduler there")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+    ap.add_argument("--workers", type=int_option(1, 1024),
+                    default=min(2, os.cpu_count() or 1),
                     metavar="N", help="workers of the executor (default: %(default)s)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     from xcache.lab.cli import version_text  # noqa: PLC0415
@@ -219,6 +246,7 @@ def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> N
 def run(argv: Sequence[str]) -> int:
     """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
     from xcache.fixtures.folders import unmake_folders  # noqa: PLC0415
+    from xcache.fixtures.ownership import check_outputs  # noqa: PLC0415
     from xcache.lab.cli import _stop  # noqa: PLC0415
 
     ap = parser()
@@ -226,6 +254,11 @@ def run(argv: Sequence[str]) -> int:
         ns = ap.parse_args(list(argv))
     except SystemExit as e:
         return 2 if e.code else 0
+    try:  # every output, before any work (the one writer)
+        check_outputs(ap, ns)
+    except OSError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     if ns.calibrate is not None:
         from xcache.lab.timing.calibrate import run_calibration  # noqa: PLC0415
 

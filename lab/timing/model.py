@@ -226,6 +226,15 @@ def _tier(data: Any, where: str) -> Tier:
         raise ModelError(f"{where}: {e}") from None
 
 
+def _expert_bytes(v: Any) -> int:
+    """A model file's ``expert_bytes``: a whole number in 1..MAX_EXPERT_BYTES."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_EXPERT_BYTES:
+        shown = v if isinstance(v, (int, float)) and abs(v) < 1e30 else type(v).__name__
+        raise ModelError(f"expert_bytes: {shown} is not a whole number in "
+                         f"1..{MAX_EXPERT_BYTES}")
+    return v
+
+
 def machine_from(data: Any, where: str = "model") -> Machine:
     """A :class:`Machine` from a model file's mapping; ModelError naming the field."""
     if not isinstance(data, dict):
@@ -241,7 +250,7 @@ def machine_from(data: Any, where: str = "model") -> Machine:
         return Machine(_tier(data.get("device"), f"{where}: device"),
                        _tier(data.get("page_cache"), f"{where}: page_cache"),
                        compute, float(data.get("page_cache_share", 0.0)),
-                       int(data.get("expert_bytes", 131072)),
+                       _expert_bytes(data.get("expert_bytes", 131072)),
                        dict(data.get("source", {})))
     except ModelError as e:
         if str(e).startswith(where):
@@ -251,29 +260,49 @@ def machine_from(data: Any, where: str = "model") -> Machine:
         raise ModelError(f"{where}: {e}") from None
 
 
+#: The largest model file read (the shipped ones are about 2 KiB).
+MAX_MODEL_BYTES = 1 << 20
+#: The largest expert a model file or --expert-bytes names (1 TiB).
+MAX_EXPERT_BYTES = 1 << 40
+
+
 def load_model(path: str | os.PathLike[str] | None = None) -> Machine:
     """The model in ``path`` (JSON, or TOML by extension); the default one if None."""
+    from xcache.oracle.bounded import load_document  # noqa: PLC0415
+
     p = Path(path) if path is not None else DEFAULT_MODEL
-    try:
-        raw = p.read_bytes()
+    try:  # the one reader: a regular file, bounded in size and depth
+        data = load_document(p, max_bytes=MAX_MODEL_BYTES)
     except OSError as e:
         raise ModelError(f"model {p}: cannot read it ({e.strerror or e})") from None
-    try:
-        if p.suffix.lower() == ".toml":
-            import tomllib  # noqa: PLC0415
-
-            data = tomllib.loads(raw.decode("utf-8"))
-        else:
-            data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ModelError(f"model {p}: not {'TOML' if p.suffix == '.toml' else 'JSON'}"
-                         f" ({e})") from None
+    except ValueError as e:
+        raise ModelError(f"model {e}") from None
     return machine_from(data, f"model {p}")
 
 
-def write_model(machine: Machine, path: str | os.PathLike[str]) -> None:
-    """Write ``machine`` to ``path`` as JSON (replacing the file whole)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(machine.to_dict(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+def write_model(machine: Machine, path: str | os.PathLike[str],
+                option: str = "--calibrate") -> None:
+    """Write ``machine`` to ``path`` as JSON, whole or not at all.
+
+    Through the one writer (``fixtures.ownership.write_file``): only a new
+    file, or a model file this lab calibrated (:func:`is_calibrated`), is
+    replaced.
+    """
+    from xcache.fixtures.ownership import write_file  # noqa: PLC0415
+
+    text = json.dumps(machine.to_dict(), indent=2) + "\n"
+    write_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"),
+               option=option, is_ours=is_calibrated, what=CALIBRATED)
+
+
+#: What a model file ``--calibrate`` may replace is.
+CALIBRATED = "model file written by --calibrate"
+
+
+def is_calibrated(path: Path) -> bool:
+    """Whether ``path`` is a model file a calibration wrote (its ``source`` says)."""
+    try:
+        m = load_model(path)
+    except ModelError:
+        return False
+    return "calibrated" in m.source

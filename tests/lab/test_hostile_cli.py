@@ -82,7 +82,7 @@ def _matrix(tmp: Path) -> dict[str, tuple[list[str], str]]:
     unwritable.write_text("x")
     rows["unwritable OUTDIR"] = (
         [MIXTRAL, str(unwritable / "out")],
-        f"OUTDIR {unwritable / 'out'}: cannot write there (Not a directory)")
+        f"OUTDIR {unwritable / 'out'}: {unwritable} is not a folder")
     return {k: (["lab", *argv, *opts], msg) for k, (argv, msg) in rows.items()}
 
 

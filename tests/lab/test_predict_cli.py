@@ -140,8 +140,9 @@ def test_outdir_not_writable(tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     rc, err = errors(capsys, [tiny_file(tmp_path), str(tmp_path / "file")])
     assert rc == 2
-    assert err.startswith(f"replay.py predict: OUTDIR {tmp_path / 'file'}: "
-                          "cannot write there (")
+    assert err == (f"replay.py predict: OUTDIR {tmp_path / 'file'}: exists "
+                   "and is not a folder (the output is a folder; name a new "
+                   "one)")
 
 
 def test_cross_trace_training(tmp_path, capsys):

@@ -2,7 +2,9 @@
 
     xcache-inspect <file.safetensors | folder | index.json> [--layout FILE]
 
-Prints ``OK <path>: <n> tensors, <s> shard(s), <bytes> bytes, dtypes ...``
+Prints ``OK <path>: <n> tensors, <s> shard(s), <d> bytes of tensor data in
+<f> bytes of shard files, dtypes ...`` (tensor data alone, then the shard
+files' sizes, headers and padding included)
 and, when anything describes experts (``--layout FILE``, an
 ``xcache-layout.toml`` or ``config.json`` beside the container, a fixture
 spec in its metadata, or a tensor name that mentions experts), the expert
@@ -52,8 +54,12 @@ def _summary_line(path: str, c: Container, direct: bool) -> str:
     total = sum(t.nbytes for t in infos)
     dtypes = Counter(t.dtype for t in infos)
     dt = " ".join(f"{k}x{v}" for k, v in sorted(dtypes.items())) or "none"
+    # tensor data alone; from-header's "twin size" and the files on disk also
+    # hold each shard's header and alignment padding (and the index, config)
+    files = sum(Path(p).stat().st_size for p in c.shards)
     line = (f"OK {path}: {len(infos)} tensors, {len(c.shards)} shard(s), "
-            f"{total} bytes, dtypes {dt}")
+            f"{total} bytes of tensor data in {files} bytes of shard files, "
+            f"dtypes {dt}")
     if direct:
         line += f"; {c.direct_note}"
     return line

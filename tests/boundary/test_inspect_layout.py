@@ -56,7 +56,8 @@ def test_k3_mini_prints_its_layout(k3):
                        capture_output=True, text=True, env=os.environ.copy())
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
-        f"OK {k3}: 144 tensors, 1 shard(s), 39168 bytes, dtypes U8x144",
+        f"OK {k3}: 144 tensors, 1 shard(s), 39168 bytes of tensor data in 59776 "
+        "bytes of shard files, dtypes U8x144",
         f"layout: fixture spec (xcache.spec in {k3}/model.safetensors.index.json)",
         *K3_LINES]
 
@@ -142,4 +143,5 @@ def test_a_container_without_experts_keeps_one_line(tmp_path):
     save_file({"a": np.zeros(2, np.float32)}, str(tmp_path / "m.safetensors"))
     rc, out = _run(str(tmp_path / "m.safetensors"))
     assert (rc, out) == (0, f"OK {tmp_path / 'm.safetensors'}: 1 tensors, "
-                            "1 shard(s), 8 bytes, dtypes F32x1\n")
+                            "1 shard(s), 8 bytes of tensor data in 72 bytes of "
+                            "shard files, dtypes F32x1\n")

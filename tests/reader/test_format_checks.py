@@ -504,8 +504,8 @@ def test_inspect_prints_one_summary_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "xcache.engine.inspector", path],
                        capture_output=True, text=True, env=os.environ.copy())
     assert r.returncode == 0, r.stderr
-    assert r.stdout == (f"OK {path}: 2 tensors, 1 shard(s), 8 bytes, "
-                        "dtypes F16x1 U8x1\n")
+    assert r.stdout == (f"OK {path}: 2 tensors, 1 shard(s), 8 bytes of tensor "
+                        "data in 122 bytes of shard files, dtypes F16x1 U8x1\n")
 
 
 def test_inspect_reports_kind_file_and_offset(tmp_path):

@@ -1,0 +1,249 @@
+"""Every path option of every tool, found in its parser, aimed at hostile targets.
+
+The one writer (``fixtures.ownership``): an option naming a path a tool
+writes is declared ``type=Output(...)`` and checked by ``check_outputs``
+before any work.  The one reader (``oracle.bounded``): an option naming a
+file a tool reads is declared ``type=Input(...)``.  These tests walk each
+tool's argparse parser (xcache-replay's gate, lab, predict and time,
+xcache-fixtures' sub-commands, xcache-inspect, xcache-data): a new option
+carrying a mark is tested by itself, and an option that looks like a path
+but carries neither mark fails :func:`test_every_path_option_is_declared`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xcache.fixtures.ownership import marked_options
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / "fixtures" / "traces" / "mixtral8x7b_humaneval.jsonl"
+
+
+class _Caught(Exception):
+    """Carries the parser a ``main()`` built, caught at its ``parse_args``."""
+
+
+def _parser_of(main: Callable[[list[str]], Any]) -> argparse.ArgumentParser:
+    """The parser ``main`` builds inside itself (caught at ``parse_args``)."""
+    real = argparse.ArgumentParser.parse_args
+
+    def catch(self: argparse.ArgumentParser, *a: Any, **k: Any) -> Any:
+        raise _Caught(self)
+
+    argparse.ArgumentParser.parse_args = catch  # type: ignore[method-assign]
+    try:
+        main([])
+    except _Caught as c:
+        return c.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args = real  # type: ignore[method-assign]
+    raise AssertionError(f"{main} parsed nothing")
+
+
+def _commands() -> dict[str, tuple[argparse.ArgumentParser, list[str],
+                                   Callable[[list[str]], int], dict[str, str]]]:
+    """label: (parser, argv prefix, runner, base value of each required dest)."""
+    from xcache import data
+    from xcache.engine import inspector
+    from xcache.fixtures import __main__ as fx
+    from xcache.gate import cli as gate
+    from xcache.lab import cli as lab
+    from xcache.lab.predict import cli as predict
+    from xcache.lab.timing import cli as timing
+
+    trace = {"trace": "@INPUT", "outdir": "@OUT"}
+    out = {
+        "gate": (gate.parser("replay.py"), [], gate.run,
+                 {"dir": "@OUT", "programs_file": "@INPUT"}),
+        "lab": (lab.parser(), [], lab.run, trace),
+        "predict": (predict.parser(), [], predict.run, trace),
+        "time": (timing.parser(), [], timing.run, trace),
+        "inspect": (_parser_of(inspector.main), [], inspector.main,
+                    {"path": "@INPUT"}),
+        "data": (_parser_of(data.main), [], data.main, {}),
+    }
+    top = fx._parser()
+    sub = next(a for a in top._actions if isinstance(a.choices, dict))
+    base = {"new": {"spec": "@INPUT", "out": "@OUT"},
+            "verify": {"dir": "@INPUT"},
+            "from-header": {"src": "@INPUT", "out": "@OUT"},
+            "checkpoint": {"description": "@INPUT", "out": "@OUT"},
+            "identify": {"container": "@INPUT", "file": "@INPUT"}}
+    for name, p in sub.choices.items():
+        out[f"fixtures {name}"] = (p, [name], fx.main, base[name])
+    return out
+
+
+#: What a path option is called, by metavar or dest: such an option must be
+#: declared an Output or an Input.
+PATHY = {"FILE", "PATH", "DIR", "OUTDIR", "OUT", "MODEL", "TRACE", "OTHER",
+         "ADAPTER", "PATH|PRESET", "SRC", "SPEC", "DESCRIPTION", "CONTAINER"}
+#: Path options no mark can reach, and why.
+UNMARKED = {
+    ("inspect", "path"): "the engine imports nothing of the project "
+                         "(engine/regular.py is its reader)",
+    ("inspect", "layout"): "the engine imports nothing of the project",
+}
+
+
+def _is_path(action: argparse.Action) -> bool:
+    """Whether ``action`` takes a path, by its type, metavar or dest."""
+    if action.nargs == 0:
+        return False
+    names = {str(action.metavar or "").upper(), action.dest.upper()}
+    return action.type is Path or bool(names & PATHY)
+
+
+def test_every_path_option_is_declared():
+    """Each path option of every tool carries the Output or the Input mark."""
+    undeclared = []
+    for label, (parser, *_r) in _commands().items():
+        for a in parser._actions:
+            marked = (getattr(a.type, "xcache_output", False)
+                      or getattr(a.type, "xcache_input", False))
+            if _is_path(a) and not marked and (label, a.dest) not in UNMARKED:
+                undeclared.append(f"{label} {a.option_strings or a.dest}")
+    assert undeclared == []
+
+
+def _outputs() -> list[tuple[str, str]]:
+    """(command, dest) of every Output option."""
+    return [(label, a.dest) for label, (p, *_r) in _commands().items()
+            for a in marked_options(p, "xcache_output")]
+
+
+def _inputs() -> list[tuple[str, str]]:
+    """(command, dest) of every Input option, and the unmarked ones."""
+    return [(label, a.dest) for label, (p, *_r) in _commands().items()
+            for a in p._actions
+            if getattr(a.type, "xcache_input", False) or (label, a.dest) in UNMARKED]
+
+
+#: Commands whose refusal of an unusable input is not exit 2, and why.
+OTHER_STATUS = {"inspect": "xcache-inspect reports what it finds in a file "
+                           "(FAIL lines, exit 1): its reader is the engine's"}
+
+
+def test_the_walk_finds_every_option_declared_today():
+    """The walk finds 13 output options and 17 inputs (a new one adds itself)."""
+    assert len(_outputs()) == 13
+    assert len(_inputs()) == 17
+
+
+def _argv(label: str, override: dict[str, str], paths: dict[str, str]) -> list[str]:
+    """The command's argv: its base values, ``override`` on top."""
+    parser, prefix, _run, base = _commands()[label]
+    values = {**base, **override}
+    argv = list(prefix)
+    for a in parser._actions:
+        v = values.get(a.dest)
+        if v is None:
+            continue
+        v = paths.get(v, v)
+        argv += [v] if not a.option_strings else [a.option_strings[0], v]
+    return argv
+
+
+def _snapshot(root: Path) -> dict[str, Any]:
+    """Every entry under ``root``: its type, a file's bytes, a link's target."""
+    out = {}
+    for here, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(here) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_fifo():
+                out[rel] = ("fifo",)
+            elif p.is_file():
+                out[rel] = ("file", p.read_bytes())
+            else:
+                out[rel] = ("dir",)
+    return out
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError in the block after ``seconds`` (a FIFO never waits)."""
+    def ring(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _hostile(tmp: Path) -> dict[str, str]:
+    """The targets: a user's file, an input, a FIFO, folders and a link outside."""
+    (tmp / "in").mkdir()
+    shutil.copyfile(TRACE, tmp / "in" / "trace.jsonl")
+    (tmp / "users-file.txt").write_text("mine\n")
+    os.mkfifo(tmp / "fifo")
+    (tmp / "elsewhere").mkdir()
+    (tmp / "elsewhere" / "keep.txt").write_text("kept\n")
+    (tmp / "link").symlink_to(tmp / "elsewhere")
+    return {"@INPUT": str(tmp / "in" / "trace.jsonl"), "@OUT": str(tmp / "OUT"),
+            "user": str(tmp / "users-file.txt"), "fifo": str(tmp / "fifo")}
+
+
+@pytest.mark.parametrize("target", ["user", "input", "fifo", "outside"])
+@pytest.mark.parametrize("label,dest", _outputs())
+def test_an_output_at_a_hostile_target_is_refused_untouched(
+        tmp_path, capsys, label, dest, target):
+    """An output at a user's file, an input, a FIFO or outside: one line, exit 2."""
+    paths = _hostile(tmp_path)
+    parser = _commands()[label][0]
+    kind = next(a.type.kind for a in marked_options(parser, "xcache_output")
+                if a.dest == dest)
+    aim = {"user": paths["user"], "fifo": paths["fifo"],
+           "input": paths["@INPUT"] if kind == "file" else str(tmp_path / "in"),
+           "outside": str(tmp_path / ("elsewhere" if kind == "file" else "link")),
+           }[target]
+    argv = _argv(label, {dest: aim}, paths)
+    before = _snapshot(tmp_path)
+    with _deadline(20):
+        rc = _commands()[label][2](argv)
+    err = capsys.readouterr().err
+    assert (rc, err.count("\n")) == (2, 1), (argv, err)
+    assert os.path.basename(aim) in err
+    assert _snapshot(tmp_path) == before
+
+
+def _bad_inputs(tmp: Path) -> dict[str, str]:
+    """Deep nesting, an endless device, a FIFO, a number past every limit."""
+    (tmp / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp / "huge.json").write_text('{"config": {"num_hidden_layers": 1e308}, '
+                                   '"shards": ' + "9" * 5000 + "}")
+    os.mkfifo(tmp / "fifo.json")
+    return {"deep": str(tmp / "deep.json"), "zero": "/dev/zero",
+            "fifo": str(tmp / "fifo.json"), "huge": str(tmp / "huge.json")}
+
+
+@pytest.mark.parametrize("bad", ["deep", "zero", "fifo", "huge"])
+@pytest.mark.parametrize("label,dest", [i for i in _inputs()
+                                        if i[0] not in OTHER_STATUS])
+def test_a_hostile_input_is_one_line_and_exit_2_quickly(tmp_path, capsys, label,
+                                                       dest, bad):
+    """Each input option handed deep nesting, /dev/zero, a FIFO or a huge number."""
+    paths = _hostile(tmp_path)
+    aim = _bad_inputs(tmp_path)[bad]
+    argv = _argv(label, {dest: aim}, paths)
+    with _deadline(20):
+        rc = _commands()[label][2](argv)
+    err = capsys.readouterr().err
+    assert (rc, err.count("\n")) == (2, 1), (argv, err)
+    assert not (tmp_path / "OUT").exists()

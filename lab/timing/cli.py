@@ -103,7 +103,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("trace", metavar="TRACE", nargs="?",
                     type=Input(data.path_arg("trace")),
                     help="trace file, or a shipped trace's name (xcache-data)")
-    ap.add_argument("outdir", metavar="OUTDIR", nargs="?", type=Output("folder"),
+    ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
+                    type=Output("folder", whole=False),
                     help="folder for time.csv, time_layers.csv, time.json and "
                          "time.png")
     ap.add_argument("--calibrate", default=None, metavar="MODEL",

@@ -207,10 +207,13 @@ def test_an_output_at_a_hostile_target_is_refused_untouched(
     """An output at a user's file, an input, a FIFO or outside: one line, exit 2."""
     paths = _hostile(tmp_path)
     parser = _commands()[label][0]
-    kind = next(a.type.kind for a in marked_options(parser, "xcache_output")
-                if a.dest == dest)
+    out = next(a.type for a in marked_options(parser, "xcache_output")
+               if a.dest == dest)
+    kind = out.kind
+    # a folder replaced whole may not hold an input; one only added to, not be one
     aim = {"user": paths["user"], "fifo": paths["fifo"],
-           "input": paths["@INPUT"] if kind == "file" else str(tmp_path / "in"),
+           "input": str(tmp_path / "in") if kind == "folder" and out.whole
+           else paths["@INPUT"],
            "outside": str(tmp_path / ("elsewhere" if kind == "file" else "link")),
            }[target]
     argv = _argv(label, {dest: aim}, paths)

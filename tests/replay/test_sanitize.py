@@ -115,7 +115,8 @@ def test_no_runtime_found_names_what_was_looked_for(
 def test_sanitize_refuses_an_outside_cache(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--sanitize with --cache is exit 2: there is no engine to instrument."""
-    assert cli.run(["--sanitize", "--cache", str(tmp_path), str(tmp_path)]) == 2
+    assert cli.run(["--sanitize", "--cache", str(tmp_path / "adapter"),
+                    str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == (
         "CANNOT RUN: --sanitize builds the engine; --cache judges an outside "
         "cache: give one of them\n")

@@ -69,8 +69,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xcache.fixtures.ownership import check_room
-from xcache.fixtures.writer import MAX_WRITE_ENV
 from xcache.lab.timing.model import Compute, Machine, Tier, write_model
 
 #: Queue depths measured.
@@ -544,16 +542,8 @@ def requests(size: int) -> int:
 
 
 def scratch_bytes(expert_bytes: int) -> int:
-    """Bytes the calibration writes in TMPDIR (and at most holds in cache slots)."""
-    return sum(2 * requests(s) * s + 4096 + 2 * requests(s) * 100
-               for s in (SMALL, expert_bytes))
-
-
-def write_limit() -> int:
-    """The most bytes a command writes: ``$XC_MAX_WRITE_BYTES``, else 4 GiB."""
-    from xcache.fixtures.writer import write_limit as limit  # noqa: PLC0415
-
-    return limit(None)
+    """Bytes the calibration writes in TMPDIR (each expert's header ~100 B)."""
+    return sum(2 * requests(s) * (s + 100) + 4096 for s in (SMALL, expert_bytes))
 
 
 def run_calibration(path: str, expert_bytes: int | None, prog: str,
@@ -565,21 +555,6 @@ def run_calibration(path: str, expert_bytes: int | None, prog: str,
         print(f"{prog}: --expert-bytes: {size} is not a multiple of 4096 of at "
               "least 8192 (the calibration's requests are 4 KiB-aligned)",
               file=sys.stderr)
-        return 2
-    parent = os.path.dirname(os.path.abspath(path))
-    if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
-        # nothing is written to find out: MODEL is written once, at the end
-        print(f"{prog}: --calibrate {path}: cannot write it ({parent} is no "
-              "folder this user may write in)", file=sys.stderr)
-        return 2
-    folder = os.environ.get("TMPDIR") or tempfile.gettempdir()
-    try:  # the work stated before it starts, refused past the limit
-        check_room(scratch_bytes(size), folder, "calibration scratch files",
-                   limit=write_limit(), limit_says="--expert-bytes smaller, "
-                   f"or raise ${MAX_WRITE_ENV}", say=None if quiet else print)
-    except (OSError, ValueError) as e:
-        print(f"{prog}: --expert-bytes {size}: {e.strerror or e}"
-              if isinstance(e, OSError) else f"{prog}: {e}", file=sys.stderr)
         return 2
     def say(line: str) -> None:
         if not quiet:

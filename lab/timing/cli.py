@@ -244,6 +244,32 @@ def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> N
                          "--threads has only 0")
 
 
+def calibration_room(path: str, nbytes: int, size: int, prog: str,
+                     quiet: bool) -> bool:
+    """Whether ``--calibrate`` may start: MODEL's folder writable (nothing written
+    to find out) and its ``nbytes`` of scratch files said, within the limit."""
+    import tempfile  # noqa: PLC0415
+
+    from xcache.fixtures.ownership import check_room  # noqa: PLC0415
+    from xcache.fixtures.writer import MAX_WRITE_ENV, write_limit  # noqa: PLC0415
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if not (os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK)):
+        print(f"{prog}: --calibrate {path}: cannot write it in {parent}",
+              file=sys.stderr)
+        return False
+    folder = os.environ.get("TMPDIR") or tempfile.gettempdir()
+    try:
+        check_room(nbytes, folder, "calibration scratch files",
+                   limit=write_limit(), limit_says="--expert-bytes smaller, "
+                   f"or raise ${MAX_WRITE_ENV}", say=None if quiet else print)
+    except (OSError, ValueError) as e:
+        print(f"{prog}: --expert-bytes {size}: {getattr(e, 'strerror', None) or e}",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def run(argv: Sequence[str]) -> int:
     """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
     from xcache.fixtures.folders import unmake_folders  # noqa: PLC0415
@@ -269,6 +295,12 @@ def run(argv: Sequence[str]) -> int:
         except ValueError as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 2
+        from xcache.lab.timing.calibrate import scratch_bytes  # noqa: PLC0415
+
+        size = ns.expert_bytes or 131072  # its alignment: run_calibration's
+        if size % 4096 == 0 and size >= 8192 and not calibration_room(
+                ns.calibrate, scratch_bytes(size), size, PROG, ns.quiet):
+            return 2  # the work stated before it starts, refused past a limit
         return run_calibration(ns.calibrate, ns.expert_bytes, PROG, ns.quiet,
                                nominal, ns.layer_s)
     if ns.trace is None or ns.outdir is None:

@@ -20,6 +20,23 @@ from, which the GIL makes atomic), then refuses new ones.  A
 :class:`Stream` serialises its own calls with a lock.  After ``fork()`` a
 cache the parent opened refuses every call in the child and its
 ``close()`` does nothing.  docs/CACHE.md "Threads, fork and lifetimes".
+
+Holds owned before they exist: Ctrl-C (or any exception a signal handler
+raises) must never orphan a hold, and must never wait for one.  CPython
+runs a handler only where its eval loop checks (a call's return, a
+function's entry, a backward jump), so a hold C returned as a value would
+be lost at the very return.  Instead the owner comes first: every cell C
+writes a hold into -- an ``xc_ref`` (get, a stream's next), a handle array
+(hold_layer), a stream pointer (stream) -- is made before the call and
+armed with ``ffi.gc(cell, self._lose)``, a finalizer with no Python code
+that appends the cell to ``_lost`` when its owner is gone; the next call
+on the cache (``_sweep``, counted busy, so close() waits for it) gives
+back what each lost cell still holds.  C marks every give-back in the cell
+itself (``xc_cache_release`` spends the ref, ``xc_cache_unhold_many`` sets
+the handles to -1; a stream's cell is cleared in the ``finally`` of the C
+call, with no call between), so an interrupted release or sweep leaves a
+cell that says the truth.  Signals are never masked: the C calls that
+wait stay interruptible at their return.
 """
 
 from __future__ import annotations
@@ -87,8 +104,10 @@ def _gated(fn: Any) -> Any:
     @functools.wraps(fn)
     def call(self: ExpertCache, *args: Any, **kwargs: Any) -> Any:
         busy = self._busy
-        busy.append(None)
-        try:
+        try:  # appended inside: a signal after the append still pops it
+            busy.append(None)
+            if self._lost:
+                self._sweep()
             return fn(self, *args, **kwargs)
         finally:
             busy.pop()
@@ -172,6 +191,12 @@ class ExpertCache:
         ffi, lib = _lib.ffi(), _lib.lib()
         self._ptr: Any = None
         self._busy: list[None] = []
+        #: what owners that are gone left to give back (the module
+        #: docstring, "Holds owned before they exist"); _lose appends to it
+        #: and is the C-only finalizer of every armed cell
+        self._lost: list[Any] = []
+        self._lose = self._lost.append
+        self._sweeping = threading.RLock()
         self._owns_container = False
         #: the C cache, and the layout facts it was opened with (read by
         #: the properties below; the C cache keeps its own copy)
@@ -204,12 +229,12 @@ class ExpertCache:
             lib.xc_cache_mlock_note(self._ptr)).decode("utf-8", "replace")
         self._lib = lib
         # bound once: the hit path is a few hundred ns and lookups show
-        self._hold, self._unhold = lib.xc_cache_hold, lib.xc_cache_unhold
+        self._hold, self._unhold = lib.xc_cache_get, lib.xc_cache_release
         self._expert_bytes = int(lib.xc_cache_expert_bytes(self._ptr))
         #: views by payload offset and spare C arrays of hold_layer
         self._hold_views = HoldViews(lib, self._ptr, self._arena, self._layout,
                                      int(lib.xc_cache_n_slots(self._ptr)),
-                                     self._busy)
+                                     self._busy, self._lose)
         self._pid = os.getpid()
         self._fork_note: str | None = None
         caches = getattr(container, "_caches", None)
@@ -229,8 +254,8 @@ class ExpertCache:
         lives as long as the view does (``engine.hold.pinned_bytes``).
         """
         busy = self._busy
-        busy.append(None)
         try:
+            busy.append(None)
             ptr = self._lib.xc_cache_hold_data(self._ptr, h)
             if ptr == _lib.ffi().NULL:
                 _lib.check(self._lib.XC_E_MISUSE)  # recorded by C
@@ -238,22 +263,80 @@ class ExpertCache:
             busy.pop()
         return pinned_bytes(ptr, self._expert_bytes, owner, self._arena, seen)
 
+    def _new_ref(self) -> Any:
+        """A new empty ``xc_ref``, armed: dropped, it goes to ``_lost``."""
+        ffi = _lib.ffi()
+        return ffi.gc(ffi.new("xc_ref *"), self._lose)
+
+    def _sweep(self) -> None:
+        """Give back what owners that are gone left in ``_lost``.
+
+        Called inside a counted call (``_busy``): close() waits for it.
+        Each entry says itself whether C still holds it (a ref's data, a
+        handle array's first handle, a stream cell's pointer), and C clears
+        that as it gives it back, so an entry interrupted half way is
+        finished by the next sweep; it leaves the list only then.
+        """
+        lib = self._lib
+        if lib is not self._clib:  # closed, or a fork child: C is not ours
+            return
+        ffi, ptr, lost = _lib.ffi(), self._ptr, self._lost
+        ref_t, handles_t = ffi.typeof("xc_ref *"), ffi.typeof("int64_t[]")
+        with self._sweeping:  # one sweeper: C spends a cell after unlocking
+            while lost:
+                cell = lost[0]
+                kind = ffi.typeof(cell)
+                if kind is ref_t:
+                    if cell.data:
+                        lib.xc_cache_release(ptr, cell)  # spends it
+                elif kind is handles_t:
+                    if cell[0] != -1:
+                        lib.xc_cache_unhold_many(ptr, cell, len(cell))
+                elif cell[0] != ffi.NULL:  # a stream nobody ended
+                    try:
+                        lib.xc_cache_stream_end(cell[0])
+                    finally:
+                        cell[0] = ffi.NULL
+                if lost and lost[0] is cell:
+                    del lost[0]
+
+    def _end_lost_streams(self) -> None:
+        """At close: end the streams in ``_lost`` (the holds go with the cache)."""
+        ffi, lost = _lib.ffi(), self._lost
+        stream_t = ffi.typeof("xc_stream **")
+        with self._sweeping:
+            while lost:
+                cell = lost[0]
+                if ffi.typeof(cell) is stream_t and cell[0] != ffi.NULL:
+                    try:
+                        self._clib.xc_cache_stream_end(cell[0])
+                    finally:
+                        cell[0] = ffi.NULL
+                if lost and lost[0] is cell:
+                    del lost[0]
+
     # -- access ---------------------------------------------------------
     def get(self, layer: int, expert: int) -> Expert:
         """Demand access: a held reference to (layer, expert), loaded if needed."""
+        # the owner first: C fills an armed ref (see "Holds owned before
+        # they exist" in the module docstring)
+        ref = self._new_ref()
         busy = self._busy
-        busy.append(None)
         try:
-            h = self._hold(self._ptr, layer, expert)
+            busy.append(None)
+            if self._lost:
+                self._sweep()
+            rc = self._hold(self._ptr, layer, expert, ref)
         except (OverflowError, TypeError) as e:  # cffi refused an argument
             raise _args.conversion_error(e, [("layer", layer, *_args.INT32),
                                              ("expert", expert, *_args.INT32)]
                                          ) from None
         finally:
             busy.pop()
-        if h < 0:
-            _lib.check(h)
-        return Expert(self, h, (layer, expert))
+        if rc:  # nothing written to ref: no need for the lost list
+            _lib.ffi().gc(ref, None)
+            _lib.check(rc)
+        return Expert(self, ref, (layer, expert))
 
     #: ``with cache.hold_layer(layer, experts) as views:`` -- one layer's
     #: experts held in one C call; see :func:`engine.hold.hold_layer`
@@ -473,7 +556,9 @@ class ExpertCache:
             while self._busy:  # calls in progress in other threads
                 time.sleep(0.0005)
             for st in list(self._streams):  # C: streams end before close
-                st.close()
+                with st._lock:
+                    st._end(self._clib)
+            self._end_lost_streams()
             ptr, self._ptr = self._ptr, None
             _lib.ffi().release(ptr)
         else:
@@ -505,8 +590,9 @@ class ExpertCache:
         self._busy = []  # the parent's threads are not here to pop
         self._hold_views.busy = self._busy
         for st in list(self._streams):  # never end them here: no readers
-            st._st = None
+            st._cell = None
             st._lock = threading.Lock()
+        self._sweeping = threading.RLock()  # a parent's thread may have had it
         caches = getattr(self._container, "_caches", None)
         if caches is not None:
             caches.discard(self)

@@ -8,15 +8,18 @@ and its views are made when first read (:class:`HeldTensors`).
 Holds given back: every view is a numpy array whose base chain holds the
 hold itself (an :class:`Expert`, or a LayerHold's :class:`_Grip`) through
 a cffi buffer (:func:`pinned_bytes`), so a hold dropped without
-``release()`` is given back by its ``__del__`` once it and every view of it
-(slices included) are garbage -- never while a view could still show the
-slot.  No reference cycle runs through a hold, so this happens as soon as
-the last reference goes, not at the next cyclic collection.  After an
-explicit ``release()`` the slot may be reused: the hold's mappings refuse
-to be read (MisuseError), and with ``XCACHE_CHECK_VIEWS=1`` in the
-environment ``release()`` itself refuses while an array of the hold is
-still alive.  Semantics in docs/CACHE.md "hold_layer" and "Holds";
-lifetimes in the ``engine.cache`` docstring.
+``release()`` is given back once it and every view of it (slices
+included) are garbage -- never while a view could still show the slot.
+What C fills (an ``xc_ref``, an array of handles) is armed before the C
+call with a C-only finalizer that puts it on the cache's lost list, and
+the next call on the cache gives it back (``engine.cache``, "Holds owned
+before they exist"): no Python code runs between a hold taken in C and its
+owner, nor between a dropped owner and the list.  No reference cycle
+runs through a hold.  After an explicit ``release()`` the slot may be
+reused: the hold's mappings refuse to be read (MisuseError), and with
+``XCACHE_CHECK_VIEWS=1`` in the environment ``release()`` itself refuses
+while an array of the hold is still alive.  Semantics in docs/CACHE.md
+"hold_layer" and "Holds"; lifetimes in the ``engine.cache`` docstring.
 """
 
 from __future__ import annotations
@@ -50,7 +53,13 @@ class CacheCore(Protocol):
     _layout: Any  # the payload layout (PayloadLayout)
     _hold_views: Any  # the cache's HoldViews
     _streams: Any  # the live streams (a WeakSet)
-    _unhold: Any  # xc_cache_unhold, or a refusal once closed
+    _unhold: Any  # xc_cache_release, or a refusal once closed
+    _lost: list[Any]  # what dropped owners left to give back
+    _lose: Any  # _lost.append: the C-only finalizer of what C fills
+
+    def _sweep(self) -> None: ...
+
+    def _new_ref(self) -> Any: ...
 
     def _view(self, h: int, owner: object,
               seen: list[Any] | None = None) -> np.ndarray: ...
@@ -130,20 +139,25 @@ class SlotLayout:
 class Expert:
     """A held reference to one resident expert; release it (or use ``with``)."""
 
-    # _h is the C handle of the hold (xc.h, xc_cache_hold): an int, so the
-    # hit path allocates no xc_ref and the views are made only when asked.
-    # _live is set while held: release() deletes it first, and deleting an
-    # unset slot fails atomically, so of two racing releases exactly one
-    # gives the hold back.  Each view's base chain holds the Expert, so
-    # __del__ (the hold dropped without release) runs only once no view of
-    # it is alive.  _seen: weak references to the views' bases, kept only
-    # with CHECK_VIEWS.
-    __slots__ = ("_cache", "_h", "key", "_live", "_seen")
+    # _ref is the hold itself: an xc_ref that xc_cache_get (or a stream's
+    # next) filled before this object was made, and that xc_cache_release
+    # spends (its data becomes NULL) -- C writes both, so ``_ref.data``
+    # says whether the hold is taken whatever Python was interrupted
+    # where.  _ref is armed (engine.cache "Holds owned before they exist"):
+    # dropped while filled, it goes to its cache's lost list and the next
+    # call on the cache gives it back -- no Python finalizer, so no signal
+    # can land between a dropped Expert and its give-back.  _live is set
+    # while held and claims a release: deleting an unset slot fails
+    # atomically, so of two racing releases exactly one calls C.  Each
+    # view's base chain holds the Expert, so _ref is dropped only once no
+    # view of it is alive.  _seen: weak references to the views' bases,
+    # kept only with CHECK_VIEWS.
+    __slots__ = ("_cache", "_ref", "key", "_live", "_seen")
 
-    def __init__(self, cache: CacheCore, handle: int,
+    def __init__(self, cache: CacheCore, ref: Any,
                  key: tuple[int, int]) -> None:
         self._cache = cache
-        self._h = handle
+        self._ref = ref
         self.key = key
         self._live = True
 
@@ -152,9 +166,15 @@ class Expert:
         return not hasattr(self, "_live")
 
     @property
+    def _h(self) -> int:
+        """The integer handle of the hold (xc.h: generation << 32 | slot)."""
+        ref = self._ref
+        return (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
+
+    @property
     def slot(self) -> int:
         """The slot that holds this expert."""
-        return self._h & 0xFFFFFFFF
+        return int(self._ref.slot)
 
     @property
     def data(self) -> np.ndarray:
@@ -178,7 +198,10 @@ class Expert:
         """Give the hold back; a second release is a MisuseError.
 
         With ``XCACHE_CHECK_VIEWS=1``, a MisuseError (and the hold kept)
-        while a view of the expert is still alive.
+        while a view of the expert is still alive.  Interrupted (Ctrl-C, an
+        exception from a signal handler), the hold is given back or kept
+        exactly as C did it: ``_ref`` says which, and a release that did
+        not reach C can be made again.
         """
         if CHECK_VIEWS and hasattr(self, "_live"):
             n = _alive(getattr(self, "_seen", None))
@@ -188,31 +211,22 @@ class Expert:
             del self._live
         except AttributeError:
             raise misuse(f"expert {self.key} was released") from None
-        cache = self._cache
+        cache, ref = self._cache, self._ref
         busy = cache._busy
-        busy.append(None)
-        try:
-            rc = cache._unhold(cache._ptr, self._h)
-        except BaseException:
-            self._live = True  # nothing was given back
-            raise
-        finally:
+        try:  # between claim and finally no signal handler can run
+            busy.append(None)
+            rc = cache._unhold(cache._ptr, ref)  # spends ref iff given back
+        finally:  # no call before the unclaim: a signal could land there
+            if ref.data:  # C did not give it back: still held, still ours
+                self._live = True
             busy.pop()
         if rc:
-            self._live = True
             _lib.check(rc)
+        _lib.ffi().gc(ref, None)  # disarmed; interrupted before: lost spent
 
     def _alive(self) -> None:
         if not hasattr(self, "_live"):
             raise misuse(f"expert {self.key} was released")
-
-    def __del__(self) -> None:
-        # dropped while held, and no view of it is alive (each keeps us)
-        if hasattr(self, "_live"):
-            try:
-                self.release()
-            except BaseException:  # noqa: BLE001 - closed cache, fork child
-                pass
 
     def __enter__(self) -> Expert:
         return self
@@ -235,19 +249,22 @@ class HoldViews:
     once (the hit path is a few hundred ns and lookups show);
     :meth:`refuse` swaps both for a function that raises, as
     ``ExpertCache.close`` and the fork handler do with the cache's own.
-    ``busy`` is the cache's list of calls in progress (``engine.cache``).
+    ``busy`` is the cache's list of calls in progress and ``lose`` appends
+    to its lost list (``engine.cache``).
     """
 
     __slots__ = ("free", "hold", "unhold", "ptr", "busy", "arena", "items",
-                 "names")
+                 "names", "lose")
 
     def __init__(self, lib: Any, ptr: Any, arena: np.ndarray,
-                 layout: SlotLayout, n_slots: int, busy: list[None]) -> None:
+                 layout: SlotLayout, n_slots: int, busy: list[None],
+                 lose: Any = None) -> None:
         self.free: dict[int, list[tuple[Any, Any, np.ndarray]]] = {}
         self.hold = lib.xc_cache_hold_layer
         self.unhold = lib.xc_cache_unhold_many
         self.ptr = ptr
         self.busy = busy
+        self.lose = lose
         #: the numpy arena (None once closed); a hold keeps the one it saw
         self.arena: np.ndarray | None = arena
         self.items = layout.items
@@ -255,14 +272,15 @@ class HoldViews:
         del n_slots  # the views are per hold now: nothing to bound
 
     def buffers(self, n: int) -> tuple[Any, Any, np.ndarray]:
-        """New C arrays of n handles and n offsets, and the offsets as numpy.
+        """New C arrays of n handles (all -1: none held) and n offsets, and
+        the offsets as numpy.
 
         The numpy view shares the offsets' memory (``tolist`` reads them
         back faster than ``ffi.unpack``) and keeps the C array alive.
         """
         ffi = _lib.ffi()
         offsets = ffi.new("uint64_t[]", max(n, 1))
-        return (ffi.new("int64_t[]", max(n, 1)), offsets,
+        return (ffi.new("int64_t[]", [-1] * max(n, 1)), offsets,
                 np.frombuffer(ffi.buffer(offsets), np.uint64, n))
 
     def refuse(self, fail: Any) -> None:
@@ -274,47 +292,56 @@ class HoldViews:
 
 
 class _Grip:
-    """The C holds of one LayerHold: given back once, by release or when garbage.
+    """The C holds of one LayerHold: given back once, by release or when lost.
 
-    Apart from the LayerHold, only its views' bases refer to it, and it
-    refers to neither: when the last of them goes, ``__del__`` gives back
-    holds that were never released.
+    ``bufs[0]`` holds the handles: -1 until xc_cache_hold_layer fills all
+    of them, -1 again once xc_cache_unhold_many gave them back (C writes
+    both), so ``bufs[0][0] != -1`` says whether the holds are taken.
+    ``armed`` is ``bufs[0]`` armed before the C call (engine.cache "Holds
+    owned before they exist"): when the grip is garbage it goes to the
+    cache's lost list and the next call on the cache gives back whatever
+    it still holds.  Apart from the LayerHold, only its views' bases refer
+    to the grip, and it refers to neither.
     """
 
     # _live is set while held: the release that deletes it gives the holds back
-    __slots__ = ("hv", "bufs", "pool", "n", "_live")
+    __slots__ = ("hv", "bufs", "armed", "pool", "n", "_live")
 
     def __init__(self, hv: HoldViews, bufs: tuple[Any, Any, np.ndarray],
-                 pool: list[tuple[Any, Any, np.ndarray]], n: int) -> None:
-        self.hv, self.bufs, self.pool, self.n = hv, bufs, pool, n
+                 armed: Any, pool: list[tuple[Any, Any, np.ndarray]],
+                 n: int) -> None:
+        self.hv, self.bufs, self.armed, self.pool = hv, bufs, armed, pool
+        self.n = n
         self._live = True
 
-    def give_back(self) -> None:
-        """The C release of every hold, once ``_live`` was claimed."""
-        hv = self.hv
-        busy = hv.busy
-        busy.append(None)
-        try:
-            rc = hv.unhold(hv.ptr, self.bufs[0], self.n)
-        except BaseException:
-            self._live = True  # nothing was given back
-            raise
-        finally:
-            busy.pop()
-        if rc:
-            self._live = True
-            _lib.check(rc)
-        self.pool.append(self.bufs)
+    def give_back(self, owner: LayerHold | None) -> None:
+        """Claim the holds and give them back in C, in one step as Python sees it.
 
-    def __del__(self) -> None:
+        Released already: a MisuseError naming ``owner``'s experts, or
+        nothing when ``owner`` is None.  The claim is here, not in the
+        caller: between it and the C call no signal handler can run (a
+        function's entry is a point where one does).
+        """
         try:
             del self._live
-        except AttributeError:  # released already
-            return
+        except AttributeError:
+            if owner is None:
+                return
+            raise misuse(f"layer {owner.layer} experts {owner.experts} were "
+                         f"released") from None
+        hv, handles = self.hv, self.bufs[0]
+        busy = hv.busy
         try:
-            self.give_back()
-        except BaseException:  # noqa: BLE001 - closed cache, fork child
-            pass
+            busy.append(None)
+            rc = hv.unhold(hv.ptr, handles, self.n)  # -1s iff given back
+        finally:  # no call before the unclaim: a signal could land there
+            if handles[0] != -1:  # C did not give them back: still ours
+                self._live = True
+            busy.pop()
+        if rc:
+            _lib.check(rc)
+        _lib.ffi().gc(self.armed, None)  # interrupted before: lost spent
+        self.pool.append(self.bufs)  # disarmed: the buffers can serve again
 
 
 class _Source:
@@ -429,10 +456,10 @@ class LayerHold:
     __slots__ = ("_grip", "_src", "layer", "experts", "views")
 
     def __init__(self, hv: HoldViews, layer: int, experts: list[int],
-                 bufs: tuple[Any, Any, np.ndarray],
+                 bufs: tuple[Any, Any, np.ndarray], armed: Any,
                  pool: list[tuple[Any, Any, np.ndarray]],
                  offsets: list[int]) -> None:
-        grip = self._grip = _Grip(hv, bufs, pool, len(offsets))
+        grip = self._grip = _Grip(hv, bufs, armed, pool, len(offsets))
         src = self._src = _Source(grip, hv.arena)
         self.layer = layer
         self.experts = experts
@@ -454,12 +481,7 @@ class LayerHold:
             if n:
                 raise _views_alive_error(
                     f"layer {self.layer} experts {self.experts}", n)
-        try:
-            del grip._live
-        except AttributeError:
-            raise misuse(f"layer {self.layer} experts {self.experts} were "
-                         f"released") from None
-        grip.give_back()
+        grip.give_back(self)
 
     def __enter__(self) -> list[Mapping[str, np.ndarray]]:
         return self.views
@@ -469,12 +491,7 @@ class LayerHold:
             if not self.released:
                 self.release()
             return
-        grip = self._grip
-        try:
-            del grip._live
-        except AttributeError:  # released inside the block: nothing to do
-            return
-        grip.give_back()
+        self._grip.give_back(None)  # released inside the block: nothing
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
@@ -502,9 +519,14 @@ def hold_layer(cache: CacheCore, layer: int, experts: Iterable[int]
         bufs = pool.pop()
     except IndexError:  # none spare
         bufs = hv.buffers(n)
+    # the owner first: armed before C fills it, so the holds are never
+    # without one (engine.cache "Holds owned before they exist")
+    armed = _lib.ffi().gc(bufs[0], hv.lose)
     busy = hv.busy
-    busy.append(None)
     try:
+        busy.append(None)
+        if cache._lost:
+            cache._sweep()
         rc = hv.hold(hv.ptr, layer, experts, n, bufs[0], bufs[1])
     except (OverflowError, TypeError) as e:  # cffi refused an argument
         raise _args.conversion_error(
@@ -513,7 +535,8 @@ def hold_layer(cache: CacheCore, layer: int, experts: Iterable[int]
         ) from None
     finally:
         busy.pop()
-    if rc:
+    if rc:  # nothing held, nothing written: the buffers can serve again
+        _lib.ffi().gc(armed, None)
         pool.append(bufs)
         _lib.check(rc)
-    return LayerHold(hv, layer, experts, bufs, pool, bufs[2].tolist())
+    return LayerHold(hv, layer, experts, bufs, armed, pool, bufs[2].tolist())

@@ -36,28 +36,32 @@ class Stream:
     experts not yet yielded go back, reads it started are finished first.
     One stream may be used from several threads: its calls take turns (a
     lock), and a ``close()`` from another thread waits for a ``next()`` in
-    progress.
+    progress.  Interrupted (Ctrl-C, an exception from a signal handler), a
+    ``next()`` loses no hold: the expert C yielded is in an armed ref made
+    before the call, given back when dropped (engine.cache, "Holds owned
+    before they exist"), and the stream itself is in an armed cell made
+    before ``xc_cache_stream_begin``.
     """
 
-    __slots__ = ("_cache", "_keys", "_st", "_ref", "_index", "_error",
+    __slots__ = ("_cache", "_keys", "_cell", "_index", "_error",
                  "_lock", "__weakref__")
 
     def __init__(self, cache: CacheCore, keys: Iterable[tuple[int, int]]
                  ) -> None:
         ffi = _lib.ffi()
-        self._st: Any = None
+        self._cell: Any = None
         self._lock = threading.Lock()
         self._cache = cache
         self._keys = _args.check_keys("keys", keys)
         layers, experts = key_arrays(self._keys)
-        out = ffi.new("xc_stream **")
-        _lib.check(cache._lib.xc_cache_stream_begin(
-            cache._ptr, layers, experts, len(self._keys), out))
-        self._st = out[0]
-        self._ref = ffi.new("xc_ref *")
         self._index = ffi.new("size_t *")
         self._error: EngineError | None = None
+        # the owner first: the cell C writes the stream into is armed (lost
+        # when dropped, ended by the cache) and ours before the call
+        self._cell = ffi.gc(ffi.new("xc_stream **"), cache._lose)
         cache._streams.add(self)
+        _lib.check(cache._lib.xc_cache_stream_begin(
+            cache._ptr, layers, experts, len(self._keys), self._cell))
 
     def __iter__(self) -> Stream:
         return self
@@ -65,8 +69,10 @@ class Stream:
     def __next__(self) -> Expert:
         cache = self._cache
         busy = cache._busy
-        busy.append(None)
-        try:
+        try:  # appended inside: a signal after the append still pops it
+            busy.append(None)
+            if cache._lost:
+                cache._sweep()
             with self._lock:
                 ex = self._next_locked()
         finally:
@@ -77,14 +83,17 @@ class Stream:
 
     def _next_locked(self) -> Expert | None:
         while True:
-            if self._st is None:
+            if self._cell is None:
                 return None
             cache = self._cache
-            rc = cache._lib.xc_cache_stream_next(self._st, self._ref,
+            ref = cache._new_ref()  # the owner first: C fills an armed ref
+            rc = cache._lib.xc_cache_stream_next(self._cell[0], ref,
                                                  self._index)
+            if rc:  # nothing written to ref: no need for the lost list
+                _lib.ffi().gc(ref, None)
             if rc == STREAM_END:
                 err, self._error = self._error, None
-                self._end_locked()
+                self._end(cache._lib)
                 if err is not None:
                     raise err
                 return None
@@ -95,22 +104,40 @@ class Stream:
                     if self._error is None:
                         self._error = e
                     continue
-            ref = self._ref
-            h = (ref.generation & 0x7FFFFFFF) << 32 | ref.slot
-            return Expert(cache, h, self._keys[self._index[0]])
+            return Expert(cache, ref, self._keys[self._index[0]])
 
     def close(self) -> None:
         """End the stream: give back the holds of experts not yet yielded."""
-        if self._st is None:
+        if self._cell is None:
             return
-        with self._lock:
-            self._end_locked()
+        cache = self._cache
+        busy = cache._busy
+        try:  # counted: the cache's close() waits for it
+            busy.append(None)
+            with self._lock:
+                self._end(cache._lib)
+        finally:
+            busy.pop()
 
-    def _end_locked(self) -> None:
-        st, self._st = self._st, None
-        if st is not None:
-            self._cache._streams.discard(self)
-            self._cache._clib.xc_cache_stream_end(st)
+    def _end(self, lib: Any) -> None:
+        """End the C stream through ``lib`` (the lock held, or closing).
+
+        Not when ``lib`` is no longer the cache's C library (closed: the
+        cache's close() ends it; a fork child: never).  The cell says
+        whether C has a stream in it; it is cleared in the same step as the
+        C call, as Python sees it.
+        """
+        cell = self._cell
+        if cell is None or lib is not self._cache._clib:
+            return
+        null = _lib.ffi().NULL  # no call between the C call and the clear
+        if cell[0] != null:
+            try:
+                lib.xc_cache_stream_end(cell[0])
+            finally:
+                cell[0] = null
+        self._cell = None
+        self._cache._streams.discard(self)
 
     def __enter__(self) -> Stream:
         return self
@@ -119,5 +146,7 @@ class Stream:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_st", None) is not None:
+        # promptly; if this is interrupted, the armed cell still reaches
+        # the cache's lost list and the next call ends the stream
+        if getattr(self, "_cell", None) is not None:
             self.close()

@@ -21,6 +21,8 @@ import functools
 import gc
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from tests.helpers import K3_LAYOUT
 from xcache import engine
 from xcache.engine import MisuseError, _lib
 from xcache.engine.stream import Stream
+from xcache.faults.io import Fault, IOFaults
 
 ENGINE_DIR = str(Path(engine.__file__).parent)
 ffi = _lib.ffi()
@@ -205,3 +208,41 @@ def test_a_signal_before_every_engine_instruction_loses_no_hold(
     print(f"{name} io_threads={io_threads}: {at - 1} instructions, "
           f"{len(points)} delivery points ({len(engine_points)} in the "
           f"engine), {len(swallowed)} swallowed by a finalizer")
+
+
+def test_six_calls_interrupted_by_sigint_while_their_reads_stall(k3_shard):
+    """SIGINT in each of 6 stalled reads (get, hold_layer, next): 0 of 6 held."""
+    main = threading.main_thread().ident
+    calls = {"get": lambda c, i: c.get(0, i),
+             "hold_layer": lambda c, i: c.hold_layer(0, [i]),
+             "next": lambda c, i: next(c.stream([(0, i)]))}
+    out = {}
+    with IOFaults() as f:
+        cont = engine.Container(str(k3_shard), io=f.io)
+        for name, call in calls.items():
+            c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=6, top_k=4)
+            interrupted = 0
+            for i in range(6):
+                f.arm(Fault("stall", persistent=True))
+
+                def poke() -> None:
+                    f.await_stalled(1, 30)
+                    signal.pthread_kill(main, signal.SIGINT)  # runs at return
+                    time.sleep(0.02)
+                    f.release()
+
+                t = threading.Thread(target=poke)
+                t.start()
+                try:
+                    call(c, i)
+                except KeyboardInterrupt:
+                    interrupted += 1
+                t.join()
+                f.disarm()
+            gc.collect()
+            out[name] = (interrupted, sum(s["holds"] for s in c.slots()))
+            c.get(0, 7).release()  # not AllPinnedError
+            c.check()
+            c.close()
+        cont.close()
+    assert out == {"get": (6, 0), "hold_layer": (6, 0), "next": (6, 0)}

@@ -53,10 +53,10 @@ from xcache.engine.layout_core import (
     folder_of,
     fused_slice,
     is_int,
-    ranges,
 )
 from xcache.engine.regular import read_regular
 from xcache.engine.weightless import explained
+from xcache.layout_rules import ranges
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -21,7 +21,7 @@ a family into bytes; everything else reads :attr:`Layout.family`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,18 +188,3 @@ def expert_pieces(layout: Layout, layer: int, expert: int,
         else:
             out.append((name, 0, info.nbytes))
     return out
-
-
-def ranges(values: Iterable[int]) -> str:
-    """Ascending integers as compact ranges: ``0, 3-5, 9``."""
-    vals = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out) or "none"
-

@@ -493,3 +493,20 @@ def sigint_mid_run(argv: list[str], started: bytes | re.Pattern[bytes]
     os.set_blocking(p.stderr.fileno(), True)
     seen += p.stderr.read()
     return rc, seen.decode(errors="replace"), p.pid
+
+
+def bad_adapter(tmp: Path, old: str, new: str, toml: tuple[str, str] = ("", "")
+                ) -> Path:
+    """tinycache's adapter copied into ``tmp`` with ``old`` replaced by ``new``
+    in shim.c (and ``toml[0]`` by ``toml[1]`` in xcs.toml)."""
+    dest = tmp / "adapter"
+    shutil.copytree(ROOT / "examples" / "tinycache", dest)
+    shim = (dest / "shim.c").read_text()
+    assert shim.count(old) == 1, old
+    (dest / "shim.c").write_text(shim.replace(old, new).replace(
+        "#include <string.h>\n", "#include <string.h>\n#include <unistd.h>\n"))
+    if toml[0]:
+        text = (dest / "xcs.toml").read_text()
+        assert text.count(toml[0]) == 1, toml[0]
+        (dest / "xcs.toml").write_text(text.replace(*toml))
+    return dest

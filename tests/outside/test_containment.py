@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import bad_adapter
+
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "examples" / "tinycache"
 
@@ -50,23 +52,6 @@ BAD = {
     "null-table": ("    return &table;", "    return NULL;", "crashed",
                    "xcs_shim() returned NULL, not its table"),
 }
-
-
-def bad_adapter(tmp: Path, old: str, new: str, toml: tuple[str, str] = ("", "")
-                ) -> Path:
-    """tinycache's adapter copied into ``tmp`` with ``old`` replaced by ``new``
-    in shim.c (and ``toml[0]`` by ``toml[1]`` in xcs.toml)."""
-    dest = tmp / "adapter"
-    shutil.copytree(ADAPTER, dest)
-    shim = (dest / "shim.c").read_text()
-    assert shim.count(old) == 1, old
-    (dest / "shim.c").write_text(shim.replace(old, new).replace(
-        "#include <string.h>\n", "#include <string.h>\n#include <unistd.h>\n"))
-    if toml[0]:
-        text = (dest / "xcs.toml").read_text()
-        assert text.count(toml[0]) == 1, toml[0]
-        (dest / "xcs.toml").write_text(text.replace(*toml))
-    return dest
 
 
 def replay(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.outside.test_containment import bad_adapter
+from tests.helpers import bad_adapter
 from xcache.gate import CannotRun
 from xcache.gate.outside import conformance
 from xcache.gate.outside.build import load_manifest

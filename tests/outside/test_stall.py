@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.outside.test_containment import bad_adapter
+from tests.helpers import bad_adapter
 from xcache.gate import CannotRun
 from xcache.gate.containers import make_target
 from xcache.gate.outside.backend import capabilities_of

@@ -32,9 +32,12 @@ it, and added to ``--json`` with ``"check": "sanitizer"``.  Exit status:
 the child's (0 every check passed, 1 a check failed, 2 could not run, 130
 interrupted), except that a sanitizer report is 1 and a child that ends
 with the sanitizer's status yet left no report, or with a status of its
-own, is 2.  Ctrl-C reaches the child (once; :func:`child_setup` makes a
-second one harmless), which removes its work folder as a plain replay
-does; the parent removes the log folder and exits 130.
+own, is 2.  Ctrl-C reaches the child once (the parent forwards the one it
+counts, :class:`_Interrupts`; the child ignores a second from its first
+instruction on, :data:`CHILD_PROGRAM`), which removes its work folder as
+a plain replay does and says nothing; the parent then removes the log
+folder and every folder it made, says "interrupted; nothing of this run
+is left" once, and exits 130.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -326,6 +330,52 @@ def _amend_json(dest: Path, checks: list[dict[str, Any]], child_wrote: bool,
         tmp.unlink(missing_ok=True)
 
 
+class _Interrupts:
+    """SIGINT while the parent works: counted, never raised in the middle of a step.
+
+    Installed only in the main thread, and only where SIGINT is not ignored
+    (a background job's); ``count`` is how many came.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._old: Any = None
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.count += 1
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            self._old = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+#: The child's program: SIGINT raises once (a second, the parent's forward of
+#: the terminal's, is ignored), from its first instruction on (the parent
+#: starts it with SIGINT blocked), and an interrupt is said by the parent.
+CHILD_PROGRAM = """\
+import signal, sys
+def once(signum, frame):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, once)
+try:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    sys.path.insert(0, {home!r})
+    from xcache.replay import main
+    rc = main(prog={prog!r}, say_interrupted=False)
+except KeyboardInterrupt:
+    rc = 130
+sys.exit(rc)
+"""
+
+
 def run_parent(argv: list[str], out_dir: str | None, keep: bool,
                prog: str = "replay.py") -> int:
     """Run the gate ``argv`` in a sanitized child; its exit status, mapped.
@@ -335,88 +385,101 @@ def run_parent(argv: list[str], out_dir: str | None, keep: bool,
     ``<dir>`` (and parents) it made goes too when the run ends without its
     verdict (interrupted, or the child could not run).  ``prog`` is the
     front door's name, the child's too.
+
+    Ctrl-C (:class:`_Interrupts`) never stops the parent between two of
+    its steps: it is forwarded to the child once, the parent waits for the
+    child's clean-up, removes all it made and says so in one line (the
+    child says nothing); exit 130.
     """
     if not out_dir:
         raise CannotRun("missing <dir>: the scratch folder to build into")
     preload = runtime_libraries()
     out = Path(out_dir).resolve()
-    made = make_folders(out)
-    try:
-        logs = Path(tempfile.mkdtemp(prefix="replay-sanitizer-", dir=out))
-    except BaseException:
-        unmake_folders(made)
-        raise
-    t0 = time.perf_counter()
-    cpu0 = os.times()
     # the child runs the front door of the same xcache the parent imported,
     # under the parent's name
     import xcache  # noqa: PLC0415
 
     home = str(Path(xcache.__file__).resolve().parents[1])
-    cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {home!r}); "
-           "from xcache.replay import main; "
-           f"sys.exit(main(prog={prog!r}))", "gate", *argv]
-    print(f"sanitizers {SANITIZERS}: replaying in a child with "
-          f"{', '.join(p.name for p in preload)} preloaded; reports go to "
-          f"{logs}", flush=True)
-    try:
-        proc = subprocess.Popen(cmd, env=child_env(logs, preload))
-    except OSError as e:
-        shutil.rmtree(logs, ignore_errors=True)
-        unmake_folders(made)
-        raise CannotRun(f"--sanitize: cannot start the child replay: {e}") from e
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        _stop(proc)
-        shutil.rmtree(logs, ignore_errors=True)
-        unmake_folders(made)
-        print(f"{prog}: interrupted; nothing of this run is left",
-              file=sys.stderr)
-        return 130
-    wall = time.perf_counter() - t0
-    cpu1 = os.times()
-    cpu = (cpu1.children_user - cpu0.children_user
-           + cpu1.children_system - cpu0.children_system)
-    try:
-        return _verdict(rc, read_reports(logs), logs, _json_path(argv),
-                        wall, cpu)
-    finally:
-        if not keep:
-            _remove_left_work(rc, logs)
-            shutil.rmtree(logs, ignore_errors=True)
-            if rc in (EXIT_CANNOT_RUN, 130):  # no verdict: nothing is left
+    cmd = [sys.executable, "-c", CHILD_PROGRAM.format(home=home, prog=prog),
+           "gate", *argv]
+    made: list[str] = []
+    logs: Path | None = None
+    rc: int | None = None
+    interrupted = False  # a Ctrl-C once the child ended is too late to count
+    with _Interrupts() as stop:
+        try:
+            made = make_folders(out)
+            logs = Path(tempfile.mkdtemp(prefix="replay-sanitizer-", dir=out))
+            t0 = time.perf_counter()
+            cpu0 = os.times()
+            print(f"sanitizers {SANITIZERS}: replaying in a child with "
+                  f"{', '.join(p.name for p in preload)} preloaded; reports "
+                  f"go to {logs}", flush=True)
+            if not stop.count:
+                rc = _wait(_start(cmd, child_env(logs, preload)), stop)
+            interrupted = stop.count > 0 or rc == 130
+            if interrupted:
+                return 130
+            assert rc is not None
+            wall = time.perf_counter() - t0
+            cpu1 = os.times()
+            cpu = (cpu1.children_user - cpu0.children_user
+                   + cpu1.children_system - cpu0.children_system)
+            return _verdict(rc, read_reports(logs), logs, _json_path(argv),
+                            wall, cpu)
+        finally:
+            gone = interrupted or rc in (None, EXIT_CANNOT_RUN)
+            if logs is not None and (gone or not keep):
+                _remove_left_work(rc, logs, gone)
+                shutil.rmtree(logs, ignore_errors=True)
+            if gone:  # no verdict: nothing is left
                 unmake_folders(made)
+            if interrupted:
+                print(f"{prog}: interrupted; nothing of this run is left",
+                      file=sys.stderr)
 
 
-def _remove_left_work(rc: int, logs: Path) -> None:
-    """Remove the work folder of a child that could not (a report, a signal)."""
+def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the child with SIGINT blocked (its program unblocks it)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return subprocess.Popen(cmd, env=env)
+    except OSError as e:
+        raise CannotRun(f"--sanitize: cannot start the child replay: {e}") from e
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _remove_left_work(rc: int | None, logs: Path, gone: bool = False) -> None:
+    """Remove the work folder of a child that could not (a report, a signal),
+    or, when the run is ``gone`` (interrupted), whatever of it is left."""
     noted = logs / "work"
-    if (rc == SANITIZER_EXIT or rc < 0) and noted.is_file():
+    if (gone or rc == SANITIZER_EXIT or (rc is not None and rc < 0)) \
+            and noted.is_file():
         work = Path(noted.read_text(encoding="utf-8").strip())
         if work.name.startswith("replay-work"):
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Interrupt the child once and wait for its clean-up; kill it if it hangs."""
-    try:
-        proc.send_signal(signal.SIGINT)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + INTERRUPT_GRACE_S
+def _wait(proc: subprocess.Popen[bytes], stop: _Interrupts) -> int:
+    """The child's status; on Ctrl-C forward it once and wait for the child's
+    clean-up, killing it on a second Ctrl-C or after the grace period."""
+    forwarded = 0.0
     while True:
         try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-            return
+            return proc.wait(0.05)
         except subprocess.TimeoutExpired:
+            pass
+        if stop.count and not forwarded:
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            forwarded = time.monotonic()
+        if stop.count > 1 or (forwarded and time.monotonic() - forwarded
+                              > INTERRUPT_GRACE_S):
             proc.kill()
-            proc.wait()
-            return
-        except KeyboardInterrupt:  # a second Ctrl-C: do not wait
-            proc.kill()
-            proc.wait()
-            return
+            return proc.wait()
 
 
 def _verdict(rc: int, reports: list[SanitizerReport], logs: Path,

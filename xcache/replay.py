@@ -76,15 +76,18 @@ def parser(prog: str = "replay.py") -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None, *,
+         say_interrupted: bool = True) -> int:
     """Run the command ``argv`` names (default: the gate); return the exit status.
 
     ``prog`` is the name the lines it prints give it; by default the one it
     was run by (:func:`xcache.prog.prog_name`: ``xcache-replay`` installed,
     ``replay.py`` otherwise).
 
-    Ctrl-C is exit 130 with one line, never a traceback; an output whose
-    reader went away (``| head``) is exit 2 with one line.  Run as a program
+    Ctrl-C is exit 130 with one line (none when ``say_interrupted`` is
+    false: ``--sanitize``'s child, whose parent says it), never a
+    traceback; an output whose reader went away (``| head``) is exit 2
+    with one line.  Run as a program
     (``argv`` None), it ends the process at once when a thread is still
     busy (a worker in a C call, a scenario the watchdog gave up on), so the
     process never waits on it.
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     try:
         rc = _dispatch(sys.argv[1:] if argv is None else list(argv), prog)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        if say_interrupted:
+            print(f"{prog}: interrupted", file=sys.stderr)
         rc = 130
     except BrokenPipeError:
         # the output's reader went away (`... | head`): the run stopped

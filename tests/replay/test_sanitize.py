@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,69 @@ def test_the_mutation_run_replays_with_sanitize_and_reads_the_check(
         "found-claim-wait-hit: sanitizer"]
     assert "--sanitize" not in calls[-1]
     assert mrun.parser().parse_args(["--sanitize"]).sanitize is True
+
+
+def _stalling_cc(tmp_path: Path) -> Path:
+    """A compiler that answers -print-file-name as gcc does, and whose compile
+    leaves its temporary file in TMPDIR and stalls (as an interrupted cc1 did)."""
+    cc = tmp_path / "bin" / "cc-stalls"
+    cc.parent.mkdir()
+    cc.write_text('#!/bin/sh\ncase "$*" in *-print-file-name*) exec gcc "$@";; '
+                  'esac\n: > "${TMPDIR:-/tmp}/ccSTALL.s"\n'
+                  f': > {tmp_path / "compiling"}\nexec sleep 60\n')
+    cc.chmod(0o755)
+    return cc
+
+
+@pytest.mark.nosan  # preloads the sanitizer runtimes into its child
+def test_ctrl_c_during_the_childs_build_leaves_nothing_and_says_so_once(
+        tmp_path: Path) -> None:
+    """SIGINT to the group while the child compiles: 130, one line, no OUT, no
+    compiler file left in TMPDIR (it left ccXXXX.s there, and two lines)."""
+    tmp, out = tmp_path / "tmp", tmp_path / "w" / "OUT"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), CC=str(_stalling_cc(tmp_path)),
+               XC_OBJ_CACHE=str(tmp_path / "objects"))
+    p = subprocess.Popen([sys.executable, "replay.py", "--sanitize", str(out)],
+                         cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True, preexec_fn=_default_sigint)
+    try:
+        for _ in range(1200):
+            if (tmp_path / "compiling").exists() or p.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (tmp_path / "compiling").exists()
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert (p.returncode, err) == (
+        130, "replay.py: interrupted; nothing of this run is left\n")
+    assert os.listdir(tmp) == []
+    assert not (tmp_path / "w").exists()
+    assert group_members(p.pid) == []
+
+
+def test_ctrl_c_as_the_parent_starts_its_child_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGINT between making OUT and the child's start (it escaped as a
+    KeyboardInterrupt, leaving OUT and the log folder): 130, nothing left."""
+    real = subprocess.Popen
+
+    def popen(cmd: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        os.kill(os.getpid(), signal.SIGINT)
+        return real([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(sanitize, "runtime_libraries", lambda: [])
+    monkeypatch.setattr(sanitize.subprocess, "Popen", popen)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc = sanitize.run_parent(["x"], str(tmp_path / "w" / "OUT"), False)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert (rc, capsys.readouterr().err) == (
+        130, "replay.py: interrupted; nothing of this run is left\n")
+    assert os.listdir(tmp_path) == []

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from xcache.fixtures.folders import make_folders, unmake_folders
+from xcache.fixtures.ownership import write_file
 from xcache.gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, CannotRun
 
 #: What ``--sanitize`` instruments the engine with (``XC_SANITIZE``).
@@ -322,12 +323,11 @@ def _amend_json(dest: Path, checks: list[dict[str, Any]], child_wrote: bool,
     doc["checks"] += checks
     doc["passed"] = False
     doc["sanitize"] = SANITIZERS
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    from xcache.gate.cli import JSON_WHAT, is_gate_report  # noqa: PLC0415
+
+    text = json.dumps(doc, indent=1, default=str) + "\n"
+    write_file(dest, lambda tmp: tmp.write_text(text), option="--json",
+               is_ours=is_gate_report, what=JSON_WHAT)
 
 
 class _Interrupts:

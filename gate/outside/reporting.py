@@ -18,12 +18,13 @@ import os
 import shutil
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from xcache.fixtures.folders import make_folders
+from xcache.fixtures.ownership import write_file as write_owned
 from xcache.gate import CannotRun
 from xcache.gate.backend_api import FAMILIES, Capabilities, Errors, Pins
 
@@ -172,12 +173,9 @@ def markdown(name: str, rows: list[dict[str, Any]],
 
 
 def _atomic(dest: Path, text: str) -> None:
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write ``text`` as the new file ``dest`` of the staged OUT (the one writer)."""
+    write_owned(dest, lambda tmp: tmp.write_text(text, encoding="utf-8"),
+                option="OUT", what="report of this run")
 
 
 def write_report(out: Path, name: str, rows: list[dict[str, Any]],
@@ -228,9 +226,18 @@ def junit(name: str, rows: list[dict[str, Any]]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_file(dest: Path, text: str) -> None:
-    """Write ``text`` to ``dest`` whole (under another name, then renamed)."""
-    _atomic(Path(dest), text)
+def write_file(dest: Path, text: str, *, option: str,
+               is_ours: Callable[[Path], bool],
+               what: str = "report the gate wrote") -> None:
+    """Write ``text`` to ``dest`` (``option``'s file) through the one writer.
+
+    ``fixtures.ownership.write_file``: ``dest`` is checked again as it is
+    written (only a file ``is_ours`` accepts is replaced; a user's file, a
+    FIFO or a folder that appeared during the run is refused with
+    ``OutputRefused``), then written whole under another name and renamed.
+    """
+    write_owned(Path(dest), lambda tmp: tmp.write_text(text, encoding="utf-8"),
+                option=option, is_ours=is_ours, what=what)
 
 
 #: what a conformance run writes in its OUT: an OUT holding anything else

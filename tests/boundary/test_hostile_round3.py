@@ -142,3 +142,17 @@ def test_time_options_are_bounded_naming_the_option(tmp_path, capsys, option,
     err = capsys.readouterr().err
     assert rc == 2
     assert err.splitlines()[-1] == f"replay.py time: error: argument {option}: {says}"
+
+
+def test_the_gates_own_junit_report_may_be_replaced(tmp_path):
+    """--junit FILE replaces the gate's own report: its mark is the <testsuite>
+    root the gate writes (the mark looked for <testsuites>, so a rerun over
+    the same file was refused)."""
+    from xcache.gate import cli
+    from xcache.gate.outside import reporting
+
+    report = tmp_path / "j.xml"
+    report.write_text(reporting.junit("tinycache", []))
+    assert cli.is_junit_report(report) is True
+    (tmp_path / "other.xml").write_text("<?xml version='1.0'?>\n<html/>\n")
+    assert cli.is_junit_report(tmp_path / "other.xml") is False

@@ -250,3 +250,81 @@ def test_a_hostile_input_is_one_line_and_exit_2_quickly(tmp_path, capsys, label,
     err = capsys.readouterr().err
     assert (rc, err.count("\n")) == (2, 1), (argv, err)
     assert not (tmp_path / "OUT").exists()
+
+
+#: What makes each command reach its write of a file output within seconds.
+QUICK = {
+    ("gate", "json_path"): ["--scenario", "reference"],
+    ("gate", "junit"): ["--cache", str(ROOT / "examples" / "tinycache"),
+                        "--scenario", "reference"],
+    ("lab", "*"): ["--policies", "lru", "--slots", "16", "--quiet",
+                   "--executor", "thread"],
+    ("predict", "*"): ["--predictors", "previous", "--quiet", "--executor",
+                       "thread"],
+    ("time", "*"): ["--tokens", "20", "--slots", "16", "--threads", "0",
+                    "--predictors", "none", "--quiet", "--executor", "thread"],
+    ("time", "calibrate"): ["--expert-bytes", "65536"],
+}
+
+
+def _quick(label: str, dest: str) -> list[str]:
+    return QUICK.get((label, dest), QUICK.get((label, "*"), []))
+
+
+def _late(monkeypatch: pytest.MonkeyPatch, plant: Callable[[], None]) -> None:
+    """``plant`` runs right after every tool's start-of-run check of its outputs."""
+    import sys
+
+    from xcache.fixtures import ownership
+
+    real = ownership.check_outputs
+
+    def checked_then_planted(parser: Any, ns: Any) -> None:
+        real(parser, ns)
+        plant()
+
+    for mod in [ownership, *list(sys.modules.values())]:
+        if getattr(mod, "check_outputs", None) is real:
+            monkeypatch.setattr(mod, "check_outputs", checked_then_planted)
+
+
+def _plant(where: Path, what: str) -> None:
+    """A user's file, a FIFO or a folder of the user's at ``where``."""
+    if what == "user":
+        where.write_text("mine\n")
+    elif what == "fifo":
+        os.mkfifo(where)
+    else:
+        where.mkdir()
+        (where / "keep.txt").write_text("kept\n")
+
+
+def _state(where: Path) -> Any:
+    return (_snapshot(where) if where.is_dir() else
+            "fifo" if where.is_fifo() else where.read_bytes())
+
+
+@pytest.mark.parametrize("target", ["user", "fifo", "folder"])
+@pytest.mark.parametrize("label,dest", [o for o in _outputs() if next(
+    a.type.kind for a in marked_options(_commands()[o[0]][0], "xcache_output")
+    if a.dest == o[1]) == "file"])
+def test_a_file_output_that_appears_during_the_run_is_refused_untouched(
+        tmp_path, capsys, monkeypatch, label, dest, target):
+    """A file output checked at the start and then taken by a user's file, a
+    FIFO or a folder while the tool runs: refused as it is written (the one
+    writer checks again), one line, exit 2, what appeared as it was."""
+    paths = _hostile(tmp_path)
+    aim = tmp_path / "late-output"
+    # the gate's base --programs-file is a trace (an input to refuse): none here
+    argv = _argv(label, {dest: str(aim), "programs_file": None},
+                 paths) + _quick(label, dest)
+    _late(monkeypatch, lambda: _plant(aim, target))
+    with _deadline(60):
+        rc = _commands()[label][2](argv)
+    err = capsys.readouterr().err
+    assert (rc, err.count("\n")) == (2, 1), (argv, err)
+    assert str(aim) in err
+    fresh = tmp_path / "fresh"
+    _plant(fresh, target)
+    assert _state(aim) == _state(fresh)
+    assert [e for e in os.listdir(tmp_path) if e.startswith(".")] == []

@@ -8,14 +8,10 @@ machine's disk and cache overheads and write the model file the lab reads
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
-import json
 import math
 import os
 import sys
 import textwrap
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from contextlib import ExitStack
@@ -23,6 +19,12 @@ from typing import Any
 
 from xcache import data
 from xcache.lab.runtimes import about, epilog
+from xcache.lab.timing.results import (
+    RESULT_FILES,
+    TIME_WHAT,
+    time_set_ours,
+    write_time_results,
+)
 from xcache.prog import REPLAY, prog_name
 
 #: One line on what the time lab does, for the front door's list of commands.
@@ -30,12 +32,6 @@ SUMMARY = ("predict ms per token of streaming decode for every cache, "
            "schedule and prefetch; write time.csv, time.json and time.png "
            "(and time_layers.csv); " + about("time"))
 PROG = f"{prog_name(REPLAY)} time"  # xcache.prog
-#: The files of one run, written as a set.
-RESULT_FILES = ("time.csv", "time_layers.csv", "time.json", "time.png")
-#: Columns of time_layers.csv: a configuration's parts at one layer, per token.
-LAYER_COLUMNS = ("config", "page_cache_share", "expert_s", "layer", "compute_s",
-                 "wait_s", "hidden_s", "wasted_s")
-
 
 def _list(text: str, option: str, kind: Callable[[str], Any],
           check: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
@@ -104,7 +100,8 @@ def parser() -> argparse.ArgumentParser:
                     type=Input(data.path_arg("trace")),
                     help="trace file, or a shipped trace's name (xcache-data)")
     ap.add_argument("outdir", metavar="OUTDIR", nargs="?",
-                    type=Output("folder", whole=False),
+                    type=Output("folder", whole=False, files=RESULT_FILES,
+                                is_ours=time_set_ours, what=TIME_WHAT),
                     help="folder for time.csv, time_layers.csv, time.json and "
                          "time.png")
     ap.add_argument("--calibrate", default=None, metavar="MODEL",
@@ -487,43 +484,3 @@ def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
                             subsequent_indent=" " * (11 if line[:2] == "  " else 4)))
     for note in lookahead_notes(rows, info["tokens"]):
         print(textwrap.fill(f"note: {note}", 100, subsequent_indent="    "))
-
-
-def write_time_results(outdir: str, info: dict[str, Any], machine: Any,
-                       rows: list[dict[str, Any]], title: str | None) -> list[str]:
-    """Write time.csv, time_layers.csv, time.json and (``title``) time.png as a set."""
-    from xcache.lab.summary import install_set  # noqa: PLC0415
-    from xcache.lab.timing.plot import plot_time  # noqa: PLC0415
-    from xcache.lab.timing.sweep import COLUMNS  # noqa: PLC0415
-
-    tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staged: dict[str, str] = {}
-    try:
-        staged["time.csv"] = os.path.join(outdir, "time.csv" + tag)
-        with open(staged["time.csv"], "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        staged["time_layers.csv"] = os.path.join(outdir, "time_layers.csv" + tag)
-        with open(staged["time_layers.csv"], "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=LAYER_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                for layer in r["per_layer"]:
-                    w.writerow({"config": r["config"],
-                                "page_cache_share": r["page_cache_share"],
-                                "expert_s": r["expert_s"], **layer})
-        staged["time.json"] = os.path.join(outdir, "time.json" + tag)
-        with open(staged["time.json"], "w", encoding="utf-8") as f:
-            json.dump({"trace": info, "model": machine.to_dict(),
-                       "notes": lookahead_notes(rows, info["tokens"]),
-                       "results": rows}, f, indent=1)
-        if title is not None:
-            staged["time.png"] = os.path.join(outdir, "time.png" + tag)
-            plot_time(rows, staged["time.png"], title)
-        install_set(outdir, staged, RESULT_FILES)
-    finally:
-        for tmp in staged.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    return [n for n in RESULT_FILES if n in staged]

@@ -328,3 +328,43 @@ def test_a_file_output_that_appears_during_the_run_is_refused_untouched(
     _plant(fresh, target)
     assert _state(aim) == _state(fresh)
     assert [e for e in os.listdir(tmp_path) if e.startswith(".")] == []
+
+
+def _sets() -> list[tuple[str, str, str]]:
+    """(command, dest, file name) of every file of every folder output's set."""
+    return [(label, a.dest, name) for label, (p, *_r) in _commands().items()
+            for a in marked_options(p, "xcache_output") for name in a.type.files]
+
+
+def test_the_walk_finds_every_result_set():
+    """Three folder outputs declare the files they write (10 names in all)."""
+    assert sorted({(c, d) for c, d, _n in _sets()}) == [
+        ("lab", "outdir"), ("predict", "outdir"), ("time", "outdir")]
+    assert len(_sets()) == 10
+
+
+@pytest.mark.parametrize("when,target", [("before", "user"), ("before", "fifo"),
+                                         ("during", "user")])
+@pytest.mark.parametrize("label,dest,name", _sets())
+def test_a_users_file_where_a_result_set_goes_is_refused_untouched(
+        tmp_path, capsys, monkeypatch, label, dest, name, target, when):
+    """OUTDIR holding a user's file or a FIFO at a name of the tool's set, there
+    before the run or put there during it: one line naming it, exit 2, the
+    folder as it was (it was replaced, exit 0)."""
+    paths = _hostile(tmp_path)
+    outdir = tmp_path / "OUTDIR"
+    outdir.mkdir()
+    argv = _argv(label, {dest: str(outdir)}, paths) + _quick(label, dest)
+    if when == "before":
+        _plant(outdir / name, target)
+    else:
+        _late(monkeypatch, lambda: _plant(outdir / name, target))
+    with _deadline(60):
+        rc = _commands()[label][2](argv)
+    err = capsys.readouterr().err
+    assert (rc, err.count("\n")) == (2, 1), (argv, err)
+    assert name in err
+    assert sorted(os.listdir(outdir)) == [name]
+    fresh = tmp_path / "fresh"
+    _plant(fresh, target)
+    assert _state(outdir / name) == _state(fresh)

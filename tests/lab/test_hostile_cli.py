@@ -118,12 +118,21 @@ def _run_lab(args: list[str], prelude: str = "") -> subprocess.CompletedProcess:
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
+def _earlier_set(out: Path) -> dict[str, str]:
+    """An earlier run's set in ``out``: its results.json a lab record (the set's
+    mark, without which the set is not the lab's to replace); the texts."""
+    texts = {name: f"earlier {name}\n" for name in summary.RESULT_FILES}
+    texts["results.json"] = '{"trace": {}, "mode": "plain", "results": []}\n'
+    for name, text in texts.items():
+        (out / name).write_text(text)
+    return texts
+
+
 def test_without_matplotlib_csv_and_json_are_written(tmp_path):
     """No matplotlib: exit 0, CSV and JSON written, a note, no stale mrc.png left."""
     out = tmp_path / "out"
     out.mkdir()
-    for name in summary.RESULT_FILES:
-        (out / name).write_text("an earlier run\n")
+    _earlier_set(out)
     p = _run_lab([MIXTRAL, str(out), "--slots", "4,8", "--policies", "lru",
                   "--quiet", "--executor", "thread"],
                  prelude="sys.modules['matplotlib'] = None")
@@ -138,8 +147,7 @@ def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the plot is drawn: exit 130, the earlier three files untouched."""
     out = tmp_path / "out"
     out.mkdir()
-    for name in summary.RESULT_FILES:
-        (out / name).write_text(f"earlier {name}\n")
+    earlier = _earlier_set(out)
 
     def interrupted(rows: object, path: str, title: str, *_: object) -> None:
         Path(path).write_bytes(b"\x89PNG half")
@@ -153,7 +161,7 @@ def test_interrupted_write_keeps_the_earlier_set(tmp_path, monkeypatch, capsys):
         f"replay.py lab: interrupted; {out} left as it was\n")
     assert sorted(x.name for x in out.iterdir()) == sorted(summary.RESULT_FILES)
     for name in summary.RESULT_FILES:
-        assert (out / name).read_text() == f"earlier {name}\n"
+        assert (out / name).read_text() == earlier[name]
 
 
 @pytest.mark.nosan

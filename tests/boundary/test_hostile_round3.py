@@ -156,3 +156,31 @@ def test_the_gates_own_junit_report_may_be_replaced(tmp_path):
     assert cli.is_junit_report(report) is True
     (tmp_path / "other.xml").write_text("<?xml version='1.0'?>\n<html/>\n")
     assert cli.is_junit_report(tmp_path / "other.xml") is False
+
+
+@pytest.mark.parametrize("target", ["user", "fifo"])
+def test_repin_writes_only_over_a_pins_file(tmp_path, capsys, target):
+    """--repin of a tree whose pins.json is a user's file or a FIFO: one line,
+    exit 2, untouched (os.replace put the pins there, exit 0); a pins file is
+    rewritten."""
+    import shutil
+
+    from xcache.gate import cli
+
+    tree = tmp_path / "engine"
+    shutil.copytree(ROOT / "engine", tree, ignore=shutil.ignore_patterns(
+        "*.so", "__pycache__", "build"))
+    pins = tree / "pins.json"
+    pins.unlink()
+    if target == "user":
+        pins.write_text("mine\n")
+    else:
+        os.mkfifo(pins)
+    assert cli.run(["--engine-src", str(tree), "--repin"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--repin {pins}: exists" in err, err
+    assert (pins.read_text() == "mine\n") if target == "user" else pins.is_fifo()
+    pins.unlink()
+    pins.write_text('{"sha256": {}}\n')
+    assert cli.run(["--engine-src", str(tree), "--repin"]) == 0
+    assert len(json.loads(pins.read_text())["sha256"]) > 10

@@ -12,7 +12,8 @@ backend lacks is reported ``N/A`` with that capability named
 
 A capability is named by a string ``"<family>:<name>"`` (:data:`FAMILIES`):
 ``op:hold``, ``option:direct``, ``policy:arc``, ``counter:short_reads``,
-``fact:pinned``, ``pins:count``, ``fault:alloc``, ``errors:typed``.
+``fact:pinned``, ``pins:count``, ``fault:alloc``, ``errors:typed``,
+``exact:victims``.
 :meth:`Capabilities.has` answers for one such name; :func:`is_capability`
 tells whether a name means anything at all.
 
@@ -65,10 +66,14 @@ class Op(enum.Enum):
     BREAK_CHECK = "break_check"
     #: a recorded trace of every access, read back record by record
     TRACE = "trace"
-    #: the cache reads the container's own format (safetensors headers, the
-    #: index) at open, so a malformed one can be refused (``corrupt``); a
-    #: cache handed every expert's file, offset and length lacks it
+    #: the cache reads the shards' safetensors headers itself at open, so a
+    #: malformed one can be refused (``corrupt``); a cache handed every
+    #: expert's file, offset and length lacks it
     READER = "reader"
+    #: the cache reads the container's index (``model.safetensors.index.json``)
+    #: at open, so a malformed one is refused (the ``index_*`` corruptions);
+    #: a cache that finds its shards by listing the folder lacks it
+    READER_INDEX = "reader_index"
     #: calls from other threads while a read is under way: a get that waits
     #: for it and counts a hit after waiting (the ``wait_hits`` value)
     CONCURRENT = "concurrent"
@@ -174,6 +179,7 @@ FAMILIES: dict[str, tuple[str, ...] | None] = {
     "pins": ("flag", "count"),
     "fault": tuple(f.value for f in Fault),
     "errors": ("typed",),
+    "exact": ("victims",),
 }
 
 
@@ -199,6 +205,10 @@ class Capabilities:
     pins: Pins = Pins.NONE
     faults: frozenset[Fault] = frozenset()
     errors: Errors = Errors.FAILED
+    #: what the oracle cannot know of this backend's choices: ``victims``
+    #: when its victims are its own (a sampled policy, a failed slot kept:
+    #: gate/outside/designs.py), so every value resting on them is N/A
+    inexact: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.counters) - set(COUNTERS))
@@ -227,6 +237,8 @@ class Capabilities:
                     (name == "flag" and self.pins is Pins.FLAG))
         if family == "fault":
             return Fault(name) in self.faults
+        if family == "exact":
+            return name not in self.inexact
         return self.errors is Errors.TYPED  # errors:typed
 
     def missing(self, needs: Iterable[str]) -> list[str]:
@@ -237,7 +249,7 @@ class Capabilities:
         """These capabilities less the named ones (a backend that lacks more)."""
         ops, options, counters = set(self.ops), set(self.options), set(self.counters)
         facts, faults, policies = set(self.facts), set(self.faults), set(self.policies)
-        pins, errors = self.pins, self.errors
+        pins, errors, inexact = self.pins, self.errors, set(self.inexact)
         for need in lacking:
             if not is_capability(need):
                 raise ValueError(f"{need!r} is not a capability name")
@@ -257,11 +269,14 @@ class Capabilities:
                         min(pins, Pins.FLAG, key=_PIN_ORDER.index))
             elif family == "fault":
                 faults.discard(Fault(name))
+            elif family == "exact":
+                inexact.add(name)
             else:
                 errors = Errors.FAILED
         return Capabilities(frozenset(ops), frozenset(options),
                             frozenset(policies), frozenset(counters),
-                            frozenset(facts), pins, frozenset(faults), errors)
+                            frozenset(facts), pins, frozenset(faults), errors,
+                            frozenset(inexact))
 
 
 _PIN_ORDER = [Pins.NONE, Pins.FLAG, Pins.COUNT]

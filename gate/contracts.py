@@ -45,7 +45,17 @@ CONTRACTS: dict[str, str] = {
     "reads-under-way": "calls racing a read under way wait and are counted",
     "trace": "the access trace records every access",
     "invariant-check": "the cache's check names each broken invariant",
+    "relations": "counters and residents agree with one another at every "
+                 "check (a request is a hit or a miss, no more residents "
+                 "than slots, no fewer bytes read than published)",
 }
+
+#: Values a backend may report that every check judges, whatever its step
+#: (an outside cache's: gate/outside/backend.py), and the contract each
+#: counts against wherever it fails: no scenario declares these contracts
+#: for them.
+VALUE_OWNERS: dict[str, str] = {"relations": "relations",
+                                "held_changed": "holds"}
 
 #: Contracts that rest on capabilities a check may be judged without: a
 #: cache lacking any of them gets N/A for the whole contract, naming them,

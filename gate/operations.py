@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xcache.gate.backend_api import COUNTERS, FAULT_KINDS, Fact
+from xcache.gate.corruptions import INDEX_KINDS
 
 Compiler = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
@@ -125,6 +126,15 @@ def _open_fault_step(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     return _counts(ctx, step)
 
 
+def _corrupt(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """A ``corrupt`` step: an index corruption needs a cache that reads
+    the index (``op:reader_index``), any other one that reads the shards'
+    headers (``op:reader``)."""
+    need = ("op:reader_index" if step.get("kind") in INDEX_KINDS
+            else "op:reader")
+    return {"needs": [*step.get("needs", []), need]}
+
+
 _GET_FIRST = {"get_first": ("op:get",)}
 
 #: Every scenario operation, by the name a step's ``op`` gives.
@@ -144,7 +154,7 @@ OPERATIONS: dict[str, Operation] = {
     "inject": Operation(_fault, ("fault:io",), {"second": ("fault:io_second",)}),
     "inject_alloc": Operation(_counts, ("fault:alloc",)),
     "clear": Operation(),
-    "corrupt": Operation(None, ("op:reader",)),
+    "corrupt": Operation(_corrupt, ()),
     "open_fault": Operation(_open_fault_step, ("fault:open",)),
     "replace": Operation(),
     "truncate": Operation(_key_at),
@@ -188,6 +198,13 @@ VALUE_NEEDS: dict[str, tuple[str, ...]] = {
 
 _FACTS = {f.value for f in Fact}
 
+#: The values that rest on which keys the cache chose to evict: a backend
+#: whose victims are its own (lacking ``exact:victims``,
+#: gate/outside/designs.py) is not judged on them.  Every counter but the
+#: demand requests, the residents, and what was served and published.
+VICTIMS = frozenset({*(c for c in COUNTERS if c != "requests"), "resident",
+                     "ready_slots", "reads", "published"})
+
 
 def value_needs(key: str) -> tuple[str, ...]:
     """The capabilities a check pinning value ``key`` needs of the backend.
@@ -196,10 +213,11 @@ def value_needs(key: str) -> tuple[str, ...]:
     what :data:`VALUE_NEEDS` says; a name that is none of these needs
     nothing (its value is simply not there: the check fails).
     """
+    victims = ("exact:victims",) if key in VICTIMS else ()
     if key in VALUE_NEEDS:
-        return VALUE_NEEDS[key]
+        return VALUE_NEEDS[key] + victims
     if key in _FACTS:
-        return (f"fact:{key}",)
+        return (f"fact:{key}", *victims)
     if key in COUNTERS:
-        return (f"counter:{key}",)
+        return (f"counter:{key}", *victims)
     return ()

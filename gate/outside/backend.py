@@ -29,8 +29,10 @@ from xcache.gate.backend_api import (
     Option,
     Pins,
 )
+from xcache.gate.backend_factory import factory
 from xcache.gate.operations import OPEN_FAULTS
 from xcache.gate.outside.build import Manifest
+from xcache.gate.outside.designs import Design, designed
 from xcache.gate.outside.host import Host, Session
 
 #: the shim's stats bits (xcs_shim.h), by counter or fact name
@@ -49,7 +51,8 @@ INJECTED = ("partial", "eof", "eio", "eintr", "delay")
 #: the shim ABI from which ``xcs_layout.options`` is given (xcs_shim.h)
 OPTIONS_ABI = 2
 
-#: the table entry each declared operation needs
+#: the table entry each declared operation needs (with ``[design] holds =
+#: "whole-set"``, release_all instead of release)
 ENTRIES = {Op.GET: ("get", "release"), Op.HOLD: ("get", "release"),
            Op.GETMANY: ("getmany",), Op.PREFETCH: ("prefetch",),
            Op.DRAIN: ("drain",), Op.RESET_STATS: ("reset",),
@@ -78,7 +81,8 @@ def capabilities_of(m: Manifest) -> Capabilities:
             facts=frozenset(Fact(f) for f in c.get("facts", [])),
             pins=Pins(c.get("pins", "none")),
             faults=frozenset(Fault(f) for f in c.get("faults", [])),
-            errors=Errors(c.get("errors", "failed")))
+            errors=Errors(c.get("errors", "failed")),
+            inexact=frozenset({"victims"} if m.design.inexact() else ()))
     except ValueError as e:
         raise CannotRun(f"{where}: {e}") from e
     if Op.CONCURRENT in caps.ops:
@@ -112,6 +116,15 @@ def check_table(table: dict[str, Any], caps: Capabilities, m: Manifest
             f"honoured: options reach a shim of ABI {OPTIONS_ABI} "
             "(xcs_layout.options); set .abi = XCS_ABI and read them")
     need = [e for op in caps.ops for e in ENTRIES.get(op, ())]
+    if m.design.holds == "whole-set":
+        if abi < 3:
+            raise CannotRun(f"{m.shim}: design.holds = \"whole-set\" needs "
+                            f"the entry release_all of ABI 3; the shim is "
+                            f"ABI {abi}")
+        need = [e for e in need if e != "release"] + ["release_all"]
+    if m.design.io == "callback" and abi < 3:
+        raise CannotRun(f"{m.shim}: design.io = \"callback\" needs "
+                        f"xcs_layout.fetch of ABI 3; the shim is ABI {abi}")
     if caps.pins is not Pins.NONE:
         need += ["pin", "unpin"]
     if Fact.RESIDENT in caps.facts:
@@ -120,6 +133,32 @@ def check_table(table: dict[str, Any], caps: Capabilities, m: Manifest
         if e in table["null"]:
             raise CannotRun(f"{m.shim}: the manifest declares what needs "
                             f"the entry {e}, which the shim leaves NULL")
+
+
+def relations(v: dict[str, Any]) -> list[str]:
+    """What must hold among a cache's values whatever its design, broken.
+
+    The demand requests are the hits and misses; no more residents than
+    slots, each published once (the ``resident`` list against
+    ``ready_slots``); no fewer bytes asked of the files than published.
+    """
+    out = []
+    if all(k in v for k in ("requests", "hits", "misses")) and \
+            v["requests"] != v["hits"] + v["misses"]:
+        out.append(f"requests {v['requests']} != hits {v['hits']} + misses "
+                   f"{v['misses']}")
+    n = v["n_slots"]
+    if v.get("ready_slots", 0) > n or len(v.get("resident", [])) > n:
+        out.append(f"more residents than the {n} slots")
+    if "resident" in v and "ready_slots" in v and \
+            len(v["resident"]) != v["ready_slots"]:
+        out.append(f"{len(v['resident'])} keys resident in "
+                   f"{v['ready_slots']} ready slots")
+    if "io_bytes" in v and "payload_bytes" in v and \
+            v["io_bytes"] < v["payload_bytes"]:
+        out.append(f"io_bytes {v['io_bytes']} < payload_bytes "
+                   f"{v['payload_bytes']} published")
+    return out
 
 
 def options_of(target: Any, opts: dict[str, Any]) -> dict[str, int]:
@@ -135,14 +174,18 @@ class OutsideBackend(Backend):
     """One outside cache over a scenario's container copy, through its shim.
 
     Every call runs in the cache's own process (:class:`Host`); what it
-    returns is bounded there before a byte is copied.
+    returns is bounded there before a byte is copied.  ``fetch``: the
+    cache is given the gate's fetch (``[design] io = "callback"``).
     """
 
     name = "cache"
 
     def __init__(self, host: Host, session: Session, caps: Capabilities,
-                 folder: Path, target: Any, opts: dict[str, Any]) -> None:
+                 folder: Path, target: Any, opts: dict[str, Any],
+                 fetch: bool = False) -> None:
         self.host, self.session, self.caps = host, session, caps
+        #: holds whose bytes had changed when they were given back
+        self.held_changed = 0
         self.typed = caps.errors is Errors.TYPED
         self.h: int | None = None
         lay = target.layout
@@ -163,7 +206,8 @@ class OutsideBackend(Backend):
                   "paths": sorted({p for ps in pieces for p, _, _ in ps}),
                   "expert_bytes": self.expert_bytes, "n_slots": self.n_slots,
                   "policy": str(opts.get("policy", "lru")),
-                  "options": options_of(target, opts)}
+                  "options": options_of(target, opts),
+                  "fetch": fetch}
         rc, hid, host.cap = self._call("open", "open", layout)
         self._rc("open", rc)
         self.h = hid
@@ -215,10 +259,17 @@ class OutsideBackend(Backend):
         self._rc("get", rc)
         return data
 
+    def _release(self, layer: int, expert: int) -> None:
+        """The shim's release of one hold of the key, its bytes checked first."""
+        rc, changed = self._call(f"release(layer {layer}, expert {expert})",
+                                 "release", self.h, self._pos(layer), expert)
+        self.held_changed += bool(changed)
+        self._rc("release", rc)
+
     def get(self, layer: int, expert: int) -> bytes:
         """A demand access, its bytes copied, then released."""
         got = self._take(layer, expert)
-        self._keyed("release", layer, expert)
+        self._release(layer, expert)
         return got
 
     def hold(self, layer: int, expert: int) -> tuple[Any, bytes]:
@@ -238,7 +289,16 @@ class OutsideBackend(Backend):
         key = self.refs.pop(ref, None)
         if key is None:
             raise ShimError("release", -2, self.typed)
-        self._keyed("release", *key)
+        self._release(*key)
+
+    def release_set(self, refs: list[Any]) -> None:
+        """The shim's release_all (``[design] holds = "whole-set"``): every
+        hold of ``refs`` -- all the cache has -- given back at once."""
+        for ref in refs:
+            self.refs.pop(ref, None)
+        rc, changed = self._call("release_all()", "release_all", self.h)
+        self.held_changed += int(changed)
+        self._rc("release_all", rc)
 
     def getmany(self, keys: list[Key]) -> int:
         """The shim's getmany: how many it published."""
@@ -300,6 +360,8 @@ class OutsideBackend(Backend):
         v["holding"] = sorted([*k, n] for k, n in counts.items())
         if verdict is not None:
             v["invariants"] = verdict
+        v["relations"] = relations(v)
+        v["held_changed"] = self.held_changed
         return v
 
     def close(self) -> None:
@@ -329,6 +391,9 @@ class OutsideFactory(BackendFactory):
     partial_checks: bool = True
     host: Any = None
     session: Any = None
+    #: a sampled policy's bound: its hits within this share of the requests
+    #: of the exact policy's (gate/scenario_run.py), else None
+    hit_bound: float | None = None
     #: [True] between inject_open and the open it is for
     _armed: list[bool] = dataclasses.field(default_factory=lambda: [False],
                                            repr=False)
@@ -368,13 +433,31 @@ class OutsideFactory(BackendFactory):
 
 
 def outside_factory(host: Host, caps: Capabilities, label: str, target: Any,
-                    opts: dict[str, Any], bound: float = 60.0
-                    ) -> OutsideFactory:
+                    opts: dict[str, Any], bound: float = 60.0,
+                    design: Any = None) -> BackendFactory:
     """The factory opening the cache over a container copy, for one run whose
-    calls must all return within ``bound`` seconds of its first."""
+    calls must all return within ``bound`` seconds of its first, seen
+    through the cache's declared ``design`` (gate/outside/designs.py)."""
+    design = design or Design()
     session = Session(bound)
-    return OutsideFactory(
+    made = OutsideFactory(
         label, caps,
         lambda folder: OutsideBackend(host, session, caps, folder, target,
-                                      opts),
-        OutsideBackend.kind_of, False, host=host, session=session)
+                                      opts, design.io == "callback"),
+        OutsideBackend.kind_of, False, host=host, session=session,
+        hit_bound=design.hit_bound if design.policy == "sampled" else None)
+    if design.declared():
+        return designed(made, design, target, judge=False)
+    return made
+
+
+def judge_factory(target: Any, opts: dict[str, Any], caps: Capabilities,
+                  design: Any = None) -> BackendFactory:
+    """The oracle's factory, playing the cache's declared ``design`` and,
+    when the cache's pins are a flag, flag pins."""
+    design = design or Design()
+    made = factory("oracle", None, target, opts)
+    flag = caps.pins is Pins.FLAG
+    if design.declared() or flag:
+        return designed(made, design, target, judge=True, flag_pins=flag)
+    return made

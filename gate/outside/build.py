@@ -49,6 +49,9 @@ class Manifest:
     #: ``[[containers]]``: the containers the cache serves
     #: (:mod:`gate.outside.served`); empty: every container
     containers: list[dict[str, Any]] = field(default_factory=list)
+    #: ``[design]``: how the cache differs by design
+    #: (:class:`gate.outside.designs.Design`)
+    design: Any = None
 
 
 def _need(cond: bool, path: Path, what: str) -> None:
@@ -138,9 +141,12 @@ def load_manifest(folder: Path) -> Manifest:
     from xcache.gate.outside.served import check_tables  # noqa: PLC0415
 
     served = check_tables(doc.get("containers", []), path)
+    from xcache.gate.outside.designs import check_design  # noqa: PLC0415
+
+    design = check_design(doc.get("design", {}), path)
     return Manifest(folder, doc["name"],
                     _inside(folder, path, doc["shim"], "shim"), sources,
-                    tuple(cflags), dict(caps), dict(notes), served)
+                    tuple(cflags), dict(caps), dict(notes), served, design)
 
 
 def digest(path: Path) -> str:
@@ -168,6 +174,8 @@ def cdef_text(faults: bool = False) -> str:
     start = text.index("*/", start) + 2
     end = text.rindex("/* XCS-CDEF-END")
     out = text[start:end]
+    lo = text.index("XCS-FETCH-BEGIN */") + len("XCS-FETCH-BEGIN */")
+    out += text[lo:text.index("/* XCS-FETCH-END")]
     if faults:
         lo = text.index("XCS-FAULTS-BEGIN */") + len("XCS-FAULTS-BEGIN */")
         out += text[lo:text.index("/* XCS-FAULTS-END")]
@@ -200,7 +208,8 @@ def compile_module(m: Manifest, out: Path, extra_cflags: tuple[str, ...] = ()
     modname = f"_xcs_{re.sub(r'[^0-9A-Za-z_]', '_', m.name)}_{tag}"
     ffi = cffi.FFI()
     ffi.cdef(cdef_text(faults))
-    c_files = [str(p) for p in m.sources if p.suffix == ".c"] + [str(m.shim)]
+    c_files = [str(p) for p in m.sources if p.suffix == ".c"] + [
+        str(m.shim), str(HERE / "xcs_fetch.c")]
     link: list[str] = []
     if faults:  # the injectors in front of the cache's own reads
         c_files.append(str(HERE / "xcs_faults.c"))

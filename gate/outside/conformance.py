@@ -18,17 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from xcache.gate import programs
-from xcache.gate.backend_factory import factory
+from xcache.gate.backend_api import Pins
 from xcache.gate.containers import make_target
 from xcache.gate.contracts import (
     CONTRACTS,
     REQUIRES,
     UNCLAIMED,
+    VALUE_OWNERS,
     check_contracts,
     declared,
 )
-from xcache.gate.outside.backend import capabilities_of, check_table, outside_factory
+from xcache.gate.outside.backend import (
+    capabilities_of,
+    check_table,
+    judge_factory,
+    outside_factory,
+)
 from xcache.gate.outside.build import compile_module, load_manifest, verify_sources
+from xcache.gate.outside.designs import alters
 from xcache.gate.outside.host import GRACE_S, CacheFailure, Host
 from xcache.gate.outside.programs import Restrict, row
 from xcache.gate.outside.reporting import (
@@ -92,14 +99,18 @@ def blame(check: dict[str, Any], claims: dict[str, Any] | None = None
     own, by_value = _claim(claims if claims is not None else _claims(None),
                            check["scenario"], check["check"])
     expected, actual = check.get("expected"), check.get("actual")
-    if not by_value or not isinstance(expected, dict) or \
-            not isinstance(actual, dict):
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
         return [own]
     bad = [k for k, v in expected.items() if actual.get(k) != v]
+    owned = list(dict.fromkeys(VALUE_OWNERS[k] for k in bad
+                               if k in VALUE_OWNERS))
+    bad = [k for k in bad if k not in VALUE_OWNERS]
+    if not bad and owned:
+        return owned
     out = [cid for cid, keys in by_value.items() if set(keys) & set(bad)]
     if any(all(k not in keys for keys in by_value.values()) for k in bad):
         out.insert(0, own)
-    return out or [own]
+    return list(dict.fromkeys([*(out or [own]), *owned]))
 
 
 def verdicts(report: Report, backend: str, caps: Any = None,
@@ -124,16 +135,27 @@ def verdicts(report: Report, backend: str, caps: Any = None,
                        "claims", "verdict": "N/A", "passed": 0, "failed": 0,
                        "na": 0, "first_failure": None, "failures": [],
                        "missing": []}
+    scenario_contracts = {cid for cid, _ in claims.values()}
     first_in: dict[str, list[str]] = {}  # scenario run -> its first failure's
     for c in report.checks:
         if c["backend"] != backend:
             continue
         if c["passed"]:
             rows[contract_of(c["scenario"], c["check"], claims)]["passed"] += 1
+            # a value every check judges passes for its own contract too,
+            # when no scenario declares that one (relations)
+            for cid in {VALUE_OWNERS[k] for k in c.get("expected") or {}
+                        if k in VALUE_OWNERS} - scenario_contracts:
+                rows[cid]["passed"] += 1
             continue
         # a failure after another in the same run is judged on a state the
         # first already broke: it counts against the first one's contracts
         blamed = first_in.setdefault(c["scenario"], blame(c, claims))
+        own = contract_of(c["scenario"], c["check"], claims)
+        if own not in blamed and set(blame(c, claims)) <= set(
+                VALUE_OWNERS.values()):
+            rows[own]["passed"] += 1  # only values every check judges were
+            # wrong: the check's own values held
         for cid in blamed:
             row = rows[cid]
             row["failed"] += 1
@@ -187,7 +209,8 @@ def _judged(detail: str) -> str:
 
 def programs_row(host: Host, caps: Any, label: str, work: Path,
                  plan: list[dict[str, Any]], shrink_s: float = 120.0,
-                 bound: float = PROGRAM_S - GRACE_S) -> dict[str, Any]:
+                 bound: float = PROGRAM_S - GRACE_S,
+                 design: Any = None) -> dict[str, Any]:
     """Run the seeded programs of ``plan`` on the oracle and the cache: one row.
 
     Each program is cut to what the cache declares
@@ -195,11 +218,13 @@ def programs_row(host: Host, caps: Any, label: str, work: Path,
     shrunk (:func:`gate.programs.shrink`, ``shrink_s`` seconds at most)
     and kept as a scenario with the oracle's values pinned.  Every call
     of a program's run returns within ``bound`` seconds of its first, or
-    the cache's process is killed and the program FAILs.
+    the cache's process is killed and the program FAILs.  ``design``: the
+    cache's declared design, which the judge plays.
     """
     def backends(target: Any, opts: dict[str, Any]) -> list[Any]:
-        return [factory("oracle", None, target, opts),
-                outside_factory(host, caps, label, target, opts, bound)]
+        return [judge_factory(target, opts, caps, design),
+                outside_factory(host, caps, label, target, opts, bound,
+                                design)]
 
     restrict = Restrict(caps)
     report = programs._Quiet()
@@ -266,14 +291,16 @@ def table_row(message: str) -> dict[str, Any]:
 
 
 def run_served(work: Path, report: Report, only: list[str], timeout: float,
-               container: str | None, backends: Any, served: list[Served]
-               ) -> list[str]:
+               container: str | None, backends: Any, served: list[Served],
+               derive: Any = None) -> list[str]:
     """Run the scenarios, each on its home container if the cache serves it,
     else on a served one (:func:`gate.outside.served.retarget`); ``container``
-    (``--container``) puts every one there.  The names of the variants run."""
+    (``--container``) puts every one there.  ``derive(scenario)``: whether
+    its values are the judge's, at home too.  The names of the variants run."""
     if container is not None or not served:
         return run_scenarios(None, work, report, only, timeout,
-                             container=container, backends=backends)
+                             container=container, backends=backends,
+                             derive=derive)
     groups: dict[str | None, list[Path]] = {}
     for path, sc in scenario_files(only):
         groups.setdefault(retarget(str(sc["container"]), served),
@@ -285,7 +312,8 @@ def run_served(work: Path, report: Report, only: list[str], timeout: float,
         for p in paths:
             shutil.copyfile(p, folder / p.name)
         names += run_scenarios(None, work, report, [], timeout, container=ref,
-                               backends=backends, folder=folder)
+                               backends=backends, folder=folder,
+                               derive=derive)
     return names
 
 
@@ -333,18 +361,24 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
 
         def backends(engine: Any, target: Any, opts: dict[str, Any]
                      ) -> list[Any]:
-            return [factory("oracle", None, target, opts),
-                    outside_factory(host, caps, label, target, opts, timeout)]
+            return [judge_factory(target, opts, caps, m.design),
+                    outside_factory(host, caps, label, target, opts, timeout,
+                                    m.design)]
 
+        # a scenario whose calls a declared design (flag pins too) makes
+        # otherwise is judged against the judge playing it: the values
+        # pinned for this project's engine do not apply there
+        derive = alters(m.design, caps.pins is Pins.FLAG)
         names = (run_served(work, report, only, timeout + GRACE_S,
-                            container, backends, served)
+                            container, backends, served, derive)
                  if scenarios else [])
         rows = verdicts(report, label, caps) if scenarios else []
         if plan:
             plan = [{**p, "container": retarget(p["container"], served)
                      or p["container"]} for p in plan]
             rows.append(programs_row(host, caps, label, work, plan,
-                                     bound=min(timeout, PROGRAM_S - GRACE_S)))
+                                     bound=min(timeout, PROGRAM_S - GRACE_S),
+                                     design=m.design))
     finally:
         host.close()
     write_report(out, m.name, rows, {"scenarios": names, **extra,

@@ -10,8 +10,9 @@ down to what the cache can take, by its declared capabilities:
   ``fault:alloc``, ``fault:scattered`` ...) is left out, with every step
   that depends on it (a release of a hold never taken, the call a fault
   left out was to meet); the steps left out are counted by capability;
-- ``pin`` and ``unpin`` need ``pins:count``: a program's pins nest, so a
-  cache whose pins are a flag would be judged against counted pins;
+- ``pin`` and ``unpin`` need ``pins:flag`` (the op table's need): the
+  judge of a cache whose pins are a flag plays flag pins
+  (gate/outside/designs.py), so a program's nested pins judge it too;
 - a fault (or a truncated shard) that may fail a read while every slot is
   taken -- the keys named so far and by the call it is for are more than
   the slots -- needs ``fault:evict_first``: whether the failed miss has
@@ -40,8 +41,7 @@ from xcache.gate.steps import NotApplicable, cache_options, compile_steps
 FAILING = ("inject", "inject_alloc", "truncate")
 
 #: Steps whose meaning in a program needs more than the op table says.
-EXTRA_NEEDS: dict[str, tuple[str, ...]] = {
-    "pin": ("pins:count",), "unpin": ("pins:count",)}
+EXTRA_NEEDS: dict[str, tuple[str, ...]] = {}
 
 
 class Restrict:

@@ -92,8 +92,15 @@ def deviations(m: Any, caps: Capabilities) -> dict[str, Any]:
             lacks = [n for n in every if n not in have[family]]
             if lacks:
                 out[family] = lacks
-    if caps.pins is not Pins.COUNT:
-        out["pins"] = f"{caps.pins.value}: nested pins not judged"
+    if caps.pins is Pins.NONE:
+        out["pins"] = "none: pins not judged"
+    elif caps.pins is Pins.FLAG:
+        out["pins"] = "flag: pin counts not judged (the judge plays flag pins)"
+    if m.design is not None and m.design.inexact():
+        out["exact"] = (f"victims: {', '.join(m.design.inexact())} -- "
+                        "residents, hits, misses and bytes read are not "
+                        "compared; bytes served, holds, relations and "
+                        "misuse are")
     if caps.errors is not Errors.TYPED:
         out["errors"] = f"{caps.errors.value}: error kinds not compared"
     if m.deviations:

@@ -63,7 +63,13 @@ class Worker:
     def __init__(self, ffi: Any, lib: Any) -> None:
         self.ffi, self.lib, self.vt = ffi, lib, ffi.NULL
         self.handles: dict[int, Any] = {}
+        #: each handle's fetch context (xcs_fetch.c), freed after its close
+        self.fetch: dict[int, Any] = {}
+        #: each handle's holds not given back: (position, expert) -> the
+        #: (pointer, bytes served) of each, checked when it is given back
+        self.held: dict[int, dict[tuple[int, int], list[tuple[Any, bytes]]]] = {}
         self.serial = 0
+        self.abi = 0
 
     def table(self) -> dict[str, Any]:
         """The shim's table: its ABI, its name and the entries it leaves NULL."""
@@ -73,9 +79,12 @@ class Worker:
         self.vt = vt
         name = ("" if vt.name == self.ffi.NULL else
                 self.ffi.string(vt.name, MSG_CAP).decode(errors="replace"))
-        entries = ("open", "close", "get", "release", "getmany", "prefetch",
+        entries = ["open", "close", "get", "release", "getmany", "prefetch",
                    "drain", "pin", "unpin", "reset", "stats", "resident",
-                   "check")
+                   "check"]
+        self.abi = int(vt.abi)
+        if self.abi >= 3:  # entries past an older table's end are not read
+            entries.append("release_all")
         return {"abi": int(vt.abi), "gate_abi": int(self.lib.XCS_ABI),
                 "oldest_abi": int(self.lib.XCS_ABI_OLDEST), "name": name,
                 "null": [e for e in entries if getattr(vt, e) == self.ffi.NULL]}
@@ -107,19 +116,32 @@ class Worker:
             "size": ffi.sizeof("xcs_options"),
             **{k: int(o.get(k) or 0) for k in OPTION_FIELDS}})
         layout.options = options
+        ctx = ffi.NULL
+        if self.abi >= 3 and lay.get("fetch"):
+            ctx = self.lib.xcs_fetch_new(layout)
+            if ctx == ffi.NULL:
+                return -3, None, cap  # XCS_EIO: a file the gate cannot open
+            layout.fetch = ffi.cast("xcs_fetch_fn",
+                                    ffi.addressof(self.lib, "xcs_fetch"))
+            layout.fetch_ctx = ctx
         out = ffi.new("void **")
         rc = int(self.vt.open(layout, out))
         if rc < 0:
+            self.lib.xcs_fetch_free(ctx)
             return rc, None, cap
         self.serial += 1
         self.handles[self.serial] = out[0]
+        self.fetch[self.serial] = ctx
+        self.held[self.serial] = {}
         return rc, self.serial, cap
 
     def close(self, hid: int) -> None:
         """``close`` of a handle (an unknown one: nothing)."""
         h = self.handles.pop(hid, None)
+        self.held.pop(hid, None)
         if h is not None:
             self.vt.close(h)
+            self.lib.xcs_fetch_free(self.fetch.pop(hid, self.ffi.NULL))
 
     def get(self, hid: int, pos: int, expert: int, most: int
             ) -> tuple[int, bytes | None]:
@@ -134,7 +156,33 @@ class Worker:
         if int(n[0]) > most:
             raise Violation(f"get returned a length of {int(n[0])} bytes for "
                             f"an expert of {most} bytes (nothing read)")
-        return rc, bytes(self.ffi.buffer(data[0], int(n[0])))
+        got = bytes(self.ffi.buffer(data[0], int(n[0])))
+        self.held[hid].setdefault((pos, expert), []).append((data[0], got))
+        return rc, got
+
+    def _changed(self, ptr: Any, served: bytes) -> bool:
+        """Whether the bytes at a held payload differ from those served."""
+        return bytes(self.ffi.buffer(ptr, len(served))) != served
+
+    def release(self, hid: int, pos: int, expert: int) -> tuple[int, bool]:
+        """``release`` of one hold of the key: (its code, whether the
+        bytes of the hold it gives back changed while held)."""
+        holds = self.held[hid].get((pos, expert), [])
+        changed = bool(holds) and self._changed(*holds[-1])
+        rc = int(self.vt.release(self.handles[hid], pos, expert))
+        if rc >= 0 and holds:
+            holds.pop()
+        return rc, changed
+
+    def release_all(self, hid: int) -> tuple[int, int]:
+        """``release_all`` (ABI 3): (its code, how many of the holds it
+        gives back had their bytes changed while held)."""
+        changed = sum(self._changed(*h) for holds in self.held[hid].values()
+                      for h in holds)
+        rc = int(self.vt.release_all(self.handles[hid]))
+        if rc >= 0:
+            self.held[hid].clear()
+        return rc, changed
 
     def call(self, entry: str, hid: int, *args: int) -> int:
         """An entry taking the handle and integers: its code."""

@@ -31,7 +31,7 @@
 /* XCS-CDEF-BEGIN (the gate hands this part to cffi: no preprocessor here) */
 
 enum {
-    XCS_ABI = 2,         /* xcs_vtable.abi of this header */
+    XCS_ABI = 3,         /* xcs_vtable.abi of this header */
     XCS_ABI_OLDEST = 1,  /* the oldest abi the gate still runs (no options) */
     XCS_OK = 0,
     XCS_EFAILED = -1,    /* a failure of no particular kind */
@@ -69,7 +69,20 @@ typedef struct xcs_options {
                             * opened (stat), and fails if not */
 } xcs_options;
 
-/* Everything open() is given; valid only during the call (copy it). */
+/* ABI 3: the gate's fetch function, for a cache with no I/O of its own
+ * (the manifest's [design] io = "callback"): reads the expert's payload
+ * (its pieces, in order) into dst[0..len) and returns XCS_OK, or
+ * XCS_ESHORT (a file ended before the expert's last byte), XCS_EIO (a read
+ * failed), XCS_EMISUSE (a key outside the layout, len below the expert's
+ * size, a NULL dst); dst's contents are then unspecified.  Its reads are
+ * the ones the gate's injectors break, so the fault contracts judge how
+ * the cache handles a failed fetch.  Safe to call from any thread at any
+ * time between open() and close(); `ctx` is xcs_layout.fetch_ctx. */
+typedef int (*xcs_fetch_fn)(void *ctx, int layer, int expert, void *dst,
+                            uint64_t len);
+
+/* Everything open() is given; valid only during the call (copy it), except
+ * fetch and fetch_ctx, which stay valid until close() returns. */
 typedef struct xcs_layout {
     const char *folder;      /* the container folder (safetensors shards) */
     int n_layers;            /* layers of experts */
@@ -85,6 +98,10 @@ typedef struct xcs_layout {
     const char *policy;      /* the policy name the scenario asks for */
     const xcs_options *options;  /* ABI 2: the scenario's options, never
                                   * NULL (a shim of ABI 1 ignores them) */
+    xcs_fetch_fn fetch;          /* ABI 3: the gate's fetch when the
+                                  * manifest declares [design] io =
+                                  * "callback", else NULL */
+    void *fetch_ctx;             /* ABI 3: its first argument */
 } xcs_layout;
 
 /* Counters and slot facts stats() may report, by bit of xcs_stats.present. */
@@ -128,8 +145,10 @@ typedef struct xcs_vtable {
      * held.  On failure nothing is published and *data is untouched. */
     int (*get)(void *h, int layer, int expert, const void **data,
                size_t *len);
-    /* Required with get.  Gives back one hold get() took of the key;
-     * a key with no hold: a negative code, nothing changed. */
+    /* Required with get, unless [design] holds = "whole-set" (then NULL
+     * is allowed: release_all gives holds back).  Gives back one hold get()
+     * took of the key; a key with no hold: a negative code, nothing
+     * changed. */
     int (*release)(void *h, int layer, int expert);
 
     /* op:getmany.  Reads and publishes the batch without holding it; a
@@ -145,9 +164,12 @@ typedef struct xcs_vtable {
     int (*drain)(void *h);
 
     /* pins:flag (or pins:count when pins nest).  Pins a resident expert:
-     * never a victim while pinned.  A key not resident: a negative code. */
+     * never a victim while pinned.  A key not resident: a negative code.
+     * pins:flag: pinning a pinned expert succeeds and changes nothing. */
     int (*pin)(void *h, int layer, int expert);
-    /* Undoes a pin (one of them when pins nest). */
+    /* Undoes a pin (one of them when pins nest).  pins:flag: clears the
+     * flag; unpinning a resident expert not pinned succeeds and changes
+     * nothing; a key not resident: a negative code. */
     int (*unpin)(void *h, int layer, int expert);
 
     /* op:reset_stats.  Starts a new counter window: every counter 0. */
@@ -161,12 +183,26 @@ typedef struct xcs_vtable {
      * one-line reason in msg[0..cap) (no slot handed out twice, nothing
      * left in flight, no more residents than slots, ...). */
     int (*check)(void *h, char *msg, size_t cap);
+
+    /* ABI 3, [design] holds = "whole-set" (else NULL).  Gives back every
+     * hold get() took since the last release_all (the gate then never
+     * calls release).  Returns 0, or a negative code (none held: it may
+     * return 0 or XCS_EMISUSE; the gate only calls it with holds). */
+    int (*release_all)(void *h);
 } xcs_vtable;
 
 /* Defined by the shim: its table (static storage, never freed). */
 const xcs_vtable *xcs_shim(void);
 
 /* XCS-CDEF-END */
+
+/* The gate's fetch (gate/outside/xcs_fetch.c), linked into every module;
+ * a shim uses it only through xcs_layout.fetch.
+ * XCS-FETCH-BEGIN */
+void *xcs_fetch_new(const xcs_layout *lay);
+void xcs_fetch_free(void *ctx);
+int xcs_fetch(void *ctx, int layer, int expert, void *dst, uint64_t len);
+/* XCS-FETCH-END */
 
 /* The gate's fault injectors (gate/outside/xcs_faults.c), linked in front
  * of the cache's reads and opens when the manifest declares fault:io or

@@ -234,7 +234,7 @@ def test_aligned_window_cache_meets_faults_where_the_engine_does(
     got = {r["contract"]: (r["verdict"], r["passed"], r["failed"])
            for r in rows if r["passed"] or r["failed"]}
     assert got == {"short-read": ("PASS", 6, 0), "eintr": ("PASS", 1, 0),
-                   "io-errors": ("PASS", 2, 0)}
+                   "io-errors": ("PASS", 2, 0), "relations": ("PASS", 9, 0)}
 
 
 def test_eio_after_a_read_at_end_of_file_lands_on_the_next_expert(

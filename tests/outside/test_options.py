@@ -113,7 +113,7 @@ def test_a_shim_of_abi_1_runs_without_options(tmp_path: Path) -> None:
     ("1", "shim ABI 1 is given no options, yet the manifest declares "
             "options ['batch_threads'] honoured: options reach a shim of "
             "ABI 2 (xcs_layout.options)"),
-    ("7", "shim ABI 7; the gate runs ABI 1 to 2 (set .abi = XCS_ABI"),
+    ("7", "shim ABI 7; the gate runs ABI 1 to 3 (set .abi = XCS_ABI"),
 ])
 def test_a_shim_of_another_abi_is_refused_saying_why(
         tmp_path: Path, abi: str, text: str) -> None:

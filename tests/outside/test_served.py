@@ -90,7 +90,7 @@ def test_undeclared_the_naming_bound_cache_fails_at_open(tmp_path: Path
                                                           ) -> None:
     """Without [[containers]] every scenario it can run fails at open."""
     rows = _rows(tmp_path, False)
-    assert _count(rows) == {"PASS": 0, "FAIL": 15, "N/A": 9}
+    assert _count(rows) == {"PASS": 0, "FAIL": 15, "N/A": 10}
     assert rows["serial-reads"]["first_failure"] == (
         "reference: scenario ran to completion: ShimError: open: shim code "
         "-7 (failed)")
@@ -101,7 +101,7 @@ def test_declared_every_scenario_runs_on_the_served_container(tmp_path: Path
     """With its container declared: 0 FAIL; open faults, which the judge
     cannot model off their home container, N/A naming the judge."""
     rows = _rows(tmp_path, True)
-    assert _count(rows) == {"PASS": 10, "FAIL": 0, "N/A": 14}
+    assert _count(rows) == {"PASS": 12, "FAIL": 0, "N/A": 13}
     assert rows["serial-reads"]["verdict"] == "PASS"
     assert rows["open-failures"]["missing"] == [
         "fault:open (of oracle, the judge)"]

@@ -23,7 +23,7 @@ def test_skeleton_compiles_runs_and_is_all_na(tmp_path: Path) -> None:
     assert got.returncode == 0, got.stdout[-2000:] + got.stderr
     assert "warning" not in got.stderr
     assert got.stdout.splitlines()[-1].startswith(
-        "PASS: 25 contracts, 0 PASS, 0 FAIL, 25 N/A; report in ")
+        "PASS: 26 contracts, 0 PASS, 0 FAIL, 26 N/A; report in ")
     rows = json.loads((tmp_path / "out" / "conformance.json").read_text())[
         "contracts"]
     assert {r["verdict"] for r in rows} == {"N/A"}
@@ -54,9 +54,9 @@ def test_ci_recipe_runs_as_written(tmp_path: Path) -> None:
         assert got.returncode == 0, (line, got.stdout[-2000:], got.stderr)
     suite = ET.parse(tmp_path / "conformance-junit.xml").getroot()
     cases = suite.findall("testcase")
-    assert len(cases) == 25 and suite.get("tests") == "25"
+    assert len(cases) == 26 and suite.get("tests") == "26"
     assert suite.findall("testcase/failure") == []
-    assert len(suite.findall("testcase/skipped")) == 10
+    assert len(suite.findall("testcase/skipped")) == 9
     names = [c.get("name") for c in cases]
     data = json.loads((tmp_path / "conformance.json").read_text())
     assert names == [r["contract"] for r in data["contracts"]]

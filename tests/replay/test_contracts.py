@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from xcache.gate import SCENARIO_DIR, CannotRun
-from xcache.gate.contracts import CONTRACTS, REQUIRES, check_contracts, declared
+from xcache.gate.contracts import (
+    CONTRACTS,
+    REQUIRES,
+    VALUE_OWNERS,
+    check_contracts,
+    declared,
+)
 from xcache.gate.outside.conformance import blame, contract_of
 from xcache.gate.schema import check_scenario
 
@@ -52,11 +58,13 @@ def test_a_scenario_without_contracts_is_found():
 
 
 def test_every_contract_is_declared_by_some_scenario():
-    """The registry names no contract no scenario judges."""
+    """The registry names no contract no scenario judges, but those of the
+    values every check judges (VALUE_OWNERS)."""
     used = {c for doc in _shipped().values()
             for c, _ in check_contracts(doc).values()}
-    assert sorted(set(CONTRACTS) - used) == []
-    assert len(CONTRACTS) == 24
+    assert sorted(set(CONTRACTS) - used) == ["relations"]
+    assert set(VALUE_OWNERS.values()) <= set(CONTRACTS)
+    assert len(CONTRACTS) == 25
     assert set(REQUIRES) <= set(CONTRACTS)
 
 
@@ -108,3 +116,18 @@ def test_the_documented_contracts_are_the_registry():
     section = text.split("## The contracts\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z-]+)` \| (.*) \|$", section, re.M)
     assert rows == list(CONTRACTS.items())
+
+
+def test_values_every_check_judges_count_against_their_own_contract():
+    """A broken relation or a held expert changed counts against relations or
+    holds, wherever the check is; with another value wrong, against both."""
+    check = {"scenario": "faults-io", "check": "F6 persistent eof publishes "
+             "none; afterwards all is well",
+             "expected": {"published": 0, "relations": [], "held_changed": 0},
+             "actual": {"published": 0, "held_changed": 0,
+                        "relations": ["requests 3 != hits 1 + misses 1"]}}
+    assert blame(check) == ["relations"]
+    check["actual"]["held_changed"] = 1
+    assert blame(check) == ["relations", "holds"]
+    check["actual"]["published"] = 1
+    assert blame(check) == ["short-read", "relations", "holds"]

@@ -61,6 +61,7 @@ from typing import Any
 from xcache.fixtures.folders import make_folders, unmake_folders
 from xcache.fixtures.ownership import write_file
 from xcache.gate import EXIT_CANNOT_RUN, EXIT_FAIL, EXIT_PASS, CannotRun
+from xcache.gate.report import JSON_WHAT, is_gate_report
 
 #: What ``--sanitize`` instruments the engine with (``XC_SANITIZE``).
 SANITIZERS = "address,undefined"
@@ -323,8 +324,6 @@ def _amend_json(dest: Path, checks: list[dict[str, Any]], child_wrote: bool,
     doc["checks"] += checks
     doc["passed"] = False
     doc["sanitize"] = SANITIZERS
-    from xcache.gate.cli import JSON_WHAT, is_gate_report  # noqa: PLC0415
-
     text = json.dumps(doc, indent=1, default=str) + "\n"
     write_file(dest, lambda tmp: tmp.write_text(text), option="--json",
                is_ours=is_gate_report, what=JSON_WHAT)

@@ -22,6 +22,7 @@ from xcache.lab.runtimes import about, epilog
 from xcache.lab.timing.results import (
     RESULT_FILES,
     TIME_WHAT,
+    lookahead_notes,
     time_set_ours,
     write_time_results,
 )
@@ -407,59 +408,6 @@ LEGEND = (
     "split path from n keys not ready) [D=n queue depth] [+P: lookahead "
     "prefetch by predictor P] [pc=F: page-cache share]",
 )
-
-
-def _base_of(rows: list[dict[str, Any]], r: dict[str, Any]) -> dict[str, Any] | None:
-    """The row that differs from lookahead row ``r`` only in having no lookahead."""
-    same = ("policy", "slots", "threads", "depth", "split", "expert_s",
-            "page_cache_share", "expert_bytes")
-    return next((b for b in rows if b["predictor"] == "none"
-                 and all(b[k] == r[k] for k in same)), None)
-
-
-def lookahead_notes(rows: list[dict[str, Any]], n_tokens: int) -> list[str]:
-    """Why a lookahead's rows are no faster than the same schedule without one.
-
-    Per predictor: none issued (its rows equal the plain ones), or slower in
-    some configurations -- its prefetch calls cost the consumer more compute
-    than the I/O wait they remove, named with the numbers of the row where
-    it lost most.  Empty when every lookahead row is faster.
-    """
-    notes = []
-    for pred in dict.fromkeys(r["predictor"] for r in rows):
-        if pred == "none":
-            continue
-        pairs = [(r, b) for r in rows if r["predictor"] == pred
-                 for b in [_base_of(rows, r)] if b is not None]
-        if not pairs:
-            continue
-        if all(r["spec_issued"] == 0 for r, _ in pairs):
-            notes.append(f"+{pred} issued no speculative read (it guessed only "
-                         "experts already resident), so its rows equal those "
-                         "without a lookahead.")
-            continue
-        slower = [(r, b) for r, b in pairs if r["s_per_token"] > b["s_per_token"]]
-        if not slower:
-            continue
-        r, b = max(slower, key=lambda rb: rb[0]["s_per_token"] - rb[1]["s_per_token"])
-        ms = 1e3
-        d_total = (r["s_per_token"] - b["s_per_token"]) * ms
-        d_compute = (r["compute_s"] - b["compute_s"]) * ms
-        d_wait = (b["wait_s"] - r["wait_s"]) * ms
-        per_read = ((r["compute_s"] - b["compute_s"]) * n_tokens
-                    / r["spec_issued"] * 1e6)
-        notes.append(
-            f"+{pred} is slower than no lookahead in {len(slower)} of "
-            f"{len(pairs)} configurations, most in {b['config']}: "
-            f"{r['s_per_token'] * ms:.3f} against {b['s_per_token'] * ms:.3f} "
-            f"ms/tok (+{d_total:.3f}). Its {r['spec_issued']:,} prefetches cost "
-            f"{d_compute:.3f} ms/tok more compute ({per_read:.1f} us each), "
-            f"while the wait they removed was {d_wait:.3f} ms/tok: the "
-            "read-ahead had already hidden those misses under compute "
-            f"({b['hidden_s'] * ms:.3f} ms/tok hidden). "
-            "A lookahead pays where wait is left to remove (a higher T, a "
-            "slower disk), not where read-ahead leaves none.")
-    return notes
 
 
 def print_table(info: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -110,3 +110,42 @@ def test_calibrate_refuses_scratch_files_past_the_free_space(
                           "scratch files: "), err
     _free_line(err, tmp_path)
     _nothing_but(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--export-csv", "--export-jsonl",
+                                    "--export-oracle-general"])
+def test_a_lab_export_is_stated_and_refused_past_the_limit(
+        tmp_path, capsys, monkeypatch, option):
+    """A lab export past XC_MAX_WRITE_BYTES: said first, one line, exit 2,
+    before the sweep, nothing written (it was written whatever its size)."""
+    from xcache.lab import cli as lab
+
+    monkeypatch.setenv("XC_MAX_WRITE_BYTES", "1000")
+    monkeypatch.setattr(lab, "STATE_FROM", 0)
+    export = tmp_path / "export"
+    rc = lab.run([str(ROOT / "fixtures" / "traces" / "mixtral8x7b_humaneval.jsonl"),
+                  str(tmp_path / "OUT"), option, str(export), "--quiet"])
+    got = capsys.readouterr()
+    what = f"{option} {export} (at most)"
+    said = re.fullmatch(rf"{re.escape(what)}: ([0-9,]+ bytes \([0-9.]+ [KM]iB\)) "
+                        f"in {re.escape(str(tmp_path))}\n", got.out)
+    assert (rc, bool(said)) == (2, True), got
+    assert got.err == (f"replay.py lab: {what}: {said.group(1)} is past the "
+                       "limit of 1,000 bytes (1000 bytes; raise "
+                       "$XC_MAX_WRITE_BYTES)\n")
+    _nothing_but(tmp_path)
+
+
+def test_a_lab_export_is_refused_past_the_free_space(tmp_path, capsys,
+                                                     full_disk):
+    """--export-csv on a disk with 4 KiB free: one line, exit 2, nothing written."""
+    from xcache.lab import cli as lab
+
+    export = tmp_path / "export.csv"
+    assert lab.run([str(ROOT / "fixtures" / "traces" / "mixtral8x7b_humaneval.jsonl"),
+                    str(tmp_path / "OUT"), "--export-csv", str(export),
+                    "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"replay.py lab: --export-csv {export} (at most): "), err
+    _free_line(err, tmp_path)
+    _nothing_but(tmp_path)

@@ -52,18 +52,22 @@ no shard and no index :class:`~oracle.errors.NotFound`.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from xcache.oracle.bounds import HEADER_MAX_BYTES, MAX_DIMS
 from xcache.oracle.errors import NotFound, OracleFormatError
+from xcache.oracle.kept import Kept
 from xcache.oracle.regular import open_regular, read_regular
+from xcache.oracle.strict_json import (  # noqa: F401 - re-exported for tests and hunt
+    MAX_LEVEL,
+    _JsonError,
+    _number_in_range,
+    _strict_json,
+    _too_deep,
+)
 
 __all__ = [
     "DTYPE_BITS", "MAX_HEADER_BYTES", "INDEX_NAME", "TensorInfo", "Container",
@@ -100,175 +104,6 @@ class TensorInfo:
     nbytes: int
 
 
-class _JsonError(Exception):
-    """Raised inside the JSON hooks: a construct JSON does not allow."""
-
-
-def _reject_constant(token: str) -> object:
-    raise _JsonError(f"{token} is not JSON")
-
-
-#: a lone surrogate code point (only a ``\\uD8xx``-style escape makes one:
-#: text decoded from UTF-8 never holds one)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _has_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a code point U+D800..U+DFFF (a lone surrogate)."""
-    # one regular-expression scan, not a Python step per character: a
-    # DeepSeek-V3-sized header (21,504 tensors) spent 5 s here
-    return _SURROGATE.search(text) is not None
-
-
-def _pairs(pairs: list[tuple[str, object]]) -> dict:
-    """Keep every pair: duplicates are judged later, in document order."""
-    for key, value in pairs:
-        if _has_surrogate(key) or (isinstance(value, str) and _has_surrogate(value)):
-            raise _JsonError("lone surrogate escape")
-    result: dict = {"\0pairs": pairs}
-    return result
-
-
-_I32_MAX = 2**31 - 1
-_NUMBER = re.compile(r"-?([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?")
-
-
-def _finite_from_parts(sig: int, exp: int) -> bool:
-    """Whether ``sig * 10**exp`` stays finite as the official reader computes it.
-
-    Its default float path is not correctly rounded near the top of the range
-    (it takes 1.7976931348623158e308 as out of range): a double significand
-    times (or divided by) table powers of ten, at most 1e308 at a time.
-    """
-    f = float(sig)
-    while True:
-        a = abs(exp)
-        if a <= 308 and exp != -(2**31):
-            if exp >= 0:
-                return f * float(f"1e{a}") != float("inf")
-            return True  # a division stays finite
-        if f == 0.0:
-            return True
-        if exp >= 0:
-            return False
-        f /= 1e308
-        exp += 308
-
-
-def _number_in_range(text: str) -> bool:
-    """Whether a JSON number's value is a finite double by that same rule.
-
-    The significand keeps the leading digits that fit 64 bits (later digits
-    before the point only raise the exponent, after it they are dropped);
-    the exponent saturates at 32 bits; integers that fit 64 bits pass.
-    """
-    m = _NUMBER.fullmatch(text)
-    if m is None:  # json.loads hands over numbers of the JSON grammar only
-        raise _JsonError(f"malformed number {text!r}")
-    whole, frac, rest = m.group(1), m.group(2) or "", m.group(3) or ""
-    is_float = m.group(2) is not None or m.group(3) is not None
-    sig = exp = 0
-    for i, ch in enumerate(whole):
-        if sig * 10 + int(ch) > _U64_MAX:
-            is_float = True
-            exp += len(whole) - i
-            break
-        sig = sig * 10 + int(ch)
-    else:
-        for ch in frac:
-            if sig * 10 + int(ch) > _U64_MAX:
-                break
-            sig = sig * 10 + int(ch)
-            exp -= 1
-    if rest:
-        positive = not rest.startswith("-")
-        e = 0
-        for ch in rest.lstrip("+-"):
-            if e * 10 + int(ch) > _I32_MAX:
-                return not (sig != 0 and positive)
-            e = e * 10 + int(ch)
-        exp = max(-(2**31), min(_I32_MAX, exp + e if positive else exp - e))
-    return not is_float or _finite_from_parts(sig, exp)
-
-
-def _checked_number(text: str) -> object:
-    """The value of a JSON number, or ``_JsonError`` when it overflows a double."""
-    if len(text) <= 19 and text.isdigit():  # below 10**19: fits 64 bits
-        return int(text)  # (the shapes and offsets of a header, at C speed)
-    if not _number_in_range(text):
-        raise _JsonError(f"number {text} is out of range (a double overflows)")
-    return float(text) if any(c in text for c in ".eE") else int(text)
-
-
-#: The deepest nesting level the official reader accepts: serde_json's
-#: recursion limit, 128, refuses the 128th level (the top-level value's
-#: bracket is level 1).
-MAX_LEVEL = 127
-
-
-def _backslashes_before(raw: np.ndarray, q: int) -> int:
-    """How many backslashes end ``raw[:q]``."""
-    k = q - 1
-    while k >= 0 and raw[k] == ord("\\"):
-        k -= 1
-    return q - 1 - k
-
-
-def _too_deep(text: str) -> int:
-    """The character position of the first bracket at a level past MAX_LEVEL, or -1.
-
-    Brackets inside strings do not count (a quote ends a string unless an
-    odd run of backslashes precedes it).  One numpy pass over the bytes: a
-    header of 21,504 entries costs milliseconds.
-    """
-    if text.count("[") + text.count("{") <= MAX_LEVEL:
-        return -1
-    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-    quotes = np.flatnonzero(raw == ord('"'))
-    escaped = [q for q in quotes[(quotes > 0) & (raw[quotes - 1] == ord("\\"))]
-               .tolist() if _backslashes_before(raw, q) % 2]
-    if escaped:
-        quotes = np.setdiff1d(quotes, np.array(escaped, dtype=quotes.dtype))
-    opens = (raw == ord("[")) | (raw == ord("{"))
-    closes = (raw == ord("]")) | (raw == ord("}"))
-    at = np.flatnonzero(opens | closes)
-    outside = np.searchsorted(quotes, at) % 2 == 0  # an even count of quotes before
-    at = at[outside]
-    level = np.cumsum(np.where(opens[at], 1, -1))
-    deep = np.flatnonzero(level > MAX_LEVEL)
-    if deep.size == 0:
-        return -1
-    return len(bytes(raw[:at[deep[0]]]).decode("utf-8"))
-
-
-def _strict_json(text: str) -> object:
-    """Parse strict JSON; objects come back as ``{"\\0pairs": [(k, v), ...]}``.
-
-    Raises ``_JsonError`` with a character position (or -1) on failure: the
-    first of a syntax error and a bracket past :data:`MAX_LEVEL`.
-    """
-    deep = _too_deep(text)
-    try:
-        doc = json.loads(text, object_pairs_hook=_pairs,
-                         parse_constant=_reject_constant,
-                         parse_float=_checked_number, parse_int=_checked_number)
-    except json.JSONDecodeError as exc:
-        if 0 <= deep < exc.pos:
-            raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep) from None
-        raise _JsonError(exc.msg, exc.pos) from None
-    except _JsonError as exc:
-        if deep >= 0:
-            raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep) from None
-        raise exc from None
-    except RecursionError:
-        if deep >= 0:
-            raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep) from None
-        raise _JsonError("nesting too deep", -1) from None
-    if deep >= 0:
-        raise _JsonError(f"nesting deeper than {MAX_LEVEL} levels", deep)
-    return doc
-
-
 def _is_uint(value: object) -> bool:
     return type(value) is int and 0 <= value <= _U64_MAX
 
@@ -291,6 +126,13 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
     it); ``file_bytes`` is the file's length. Returns the tensors in header
     order and the ``__metadata__`` map; raises ``OracleFormatError``.
     """
+    tensors, metadata, _ = _judged(prefix, file_bytes, path)
+    return list(tensors), dict(metadata)
+
+
+def _judged(prefix: bytes, file_bytes: int, path: str
+            ) -> tuple[tuple[TensorInfo, ...], dict[str, str], tuple]:
+    """:func:`parse_buffer`'s verdict as kept (not to be changed), and its key."""
     # 1-3: the length prefix and the header's extent.
     if file_bytes < 8 or len(prefix) < 8:
         raise OracleFormatError("too_short", file_bytes, path)
@@ -302,29 +144,31 @@ def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
         raise OracleFormatError("header_past_end", 0, path,
                                 f"8 + N = {data_start} > {file_bytes} bytes")
     raw = bytes(prefix[_HEADER_START:data_start])
-    memo = (raw, file_bytes)
-    if memo in _PARSED:  # the same header bytes judged before: the same verdict
-        entries, metadata = _PARSED[memo]
-    else:
+    key = (raw, file_bytes)
+    kept = _PARSED.get(key)
+    if kept is None:  # the same header bytes judged before: the same verdict
         tensors, metadata = _parse_header(raw, data_start, file_bytes, path)
-        entries = tuple((ti.name, ti.dtype, ti.shape, ti.offset, ti.nbytes)
-                        for ti in tensors)
-        if len(_PARSED) >= _PARSED_MAX:
-            del _PARSED[next(iter(_PARSED))]
-        _PARSED[memo] = (entries, dict(metadata))
-    return ([TensorInfo(name, dtype, shape, path, offset, nbytes)
-             for name, dtype, shape, offset, nbytes in entries], dict(metadata))
+        kept = (tuple((ti.name, ti.dtype, ti.shape, ti.offset, ti.nbytes)
+                      for ti in tensors), metadata, Kept(4), key)
+        kept[2].put(path, tuple(tensors))
+        _PARSED.put(key, kept, len(raw))
+    entries, metadata, built, key = kept
+    shared = built.get(path)
+    if shared is None:
+        shared = tuple(TensorInfo(name, dtype, shape, path, offset, nbytes)
+                       for name, dtype, shape, offset, nbytes in entries)
+        built.put(path, shared)
+    return shared, metadata, (path, *key)
 
 
 #: Valid headers parsed so far, by (header bytes, file length): a replay
 #: opens copies of the same containers hundreds of times.  The verdict does
 #: not depend on the path, which only names the shard in the result (and in
-#: errors: only successes are kept, a refusal is judged again); the oldest
-#: is dropped past the bound.
-_PARSED: dict[tuple[bytes, int],
-              tuple[tuple[tuple[str, str, tuple[int, ...], int, int], ...],
-                    dict[str, str]]] = {}
-_PARSED_MAX = 64
+#: errors: only successes are kept, a refusal is judged again); the tensors
+#: of the last few paths are kept too (a frozen TensorInfo costs 3 us to
+#: make: 0.3 s a DeepSeek-V3 twin).  Each value holds its own key, so that
+#: the keys of :data:`_FOLDERS` share its bytes.
+_PARSED = Kept(256, 256 << 20)
 
 
 def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
@@ -416,8 +260,8 @@ def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
     return tensors, metadata
 
 
-def _parse_file(path: Path) -> tuple[list[TensorInfo], dict[str, str]]:
-    """Validate one safetensors file, reading only its header."""
+def _parse_file(path: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str], tuple]:
+    """Validate one safetensors file, reading only its header (:func:`_judged`)."""
     with open_regular(path) as f:
         file_bytes = os.fstat(f.fileno()).st_size
         prefix = f.read(8)
@@ -425,25 +269,15 @@ def _parse_file(path: Path) -> tuple[list[TensorInfo], dict[str, str]]:
             (n_header,) = struct.unpack("<Q", prefix)
             if n_header <= MAX_HEADER_BYTES and 8 + n_header <= file_bytes:
                 prefix += f.read(n_header)
-    return parse_buffer(prefix, file_bytes, str(path))
+    return _judged(prefix, file_bytes, str(path))
 
 
 def _index_error(path: Path, detail: str) -> OracleFormatError:
     return OracleFormatError("index", None, str(path), detail)
 
 
-def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
-    """Validate an index and its shards: tensors, shard and index metadata."""
-    size = os.stat(index).st_size
-    if size > MAX_HEADER_BYTES:  # before a byte is read (docs/DESIGN.md §3)
-        raise OracleFormatError("index", 0, str(index), f"the index is {size} "
-                                f"bytes, above the limit of {MAX_HEADER_BYTES}")
-    raw = read_regular(index)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise OracleFormatError("not_utf8", exc.start, str(index),
-                                "the index is not UTF-8") from None
+def _index_fields(index: Path, text: str) -> tuple[list, dict, list[str], str]:
+    """An index's weight_map pairs, metadata fields and shard names, checked."""
     try:
         doc = _strict_json(text)
     except _JsonError as exc:
@@ -462,8 +296,29 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     meta_fields = dict(meta["\0pairs"]) if isinstance(meta, dict) else {}
     if "total_size" in meta_fields and not _is_uint(meta_fields["total_size"]):
         raise _index_error(index, "metadata.total_size is not an unsigned integer")
+    return pairs, meta_fields, sorted({shard for _, shard in pairs}), text
+
+
+def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
+                                       dict, dict[str, TensorInfo]]:
+    """Validate an index and its shards: tensors, shard and index metadata, and
+    the tensors by name, as kept (not to be changed)."""
+    size = os.stat(index).st_size
+    if size > MAX_HEADER_BYTES:  # before a byte is read (docs/DESIGN.md §3)
+        raise OracleFormatError("index", 0, str(index), f"the index is {size} "
+                                f"bytes, above the limit of {MAX_HEADER_BYTES}")
+    raw = read_regular(index)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OracleFormatError("not_utf8", exc.start, str(index),
+                                "the index is not UTF-8") from None
+    fields = _INDEXES.get(text)
+    if fields is None:
+        fields = _index_fields(index, text)
+        _INDEXES.put(text, fields, len(text))
+    pairs, meta_fields, shard_names, text = fields
     folder = index.parent
-    shard_names = sorted({shard for _, shard in pairs})
     for shard in shard_names:
         if shard in ("", ".", "..") or "/" in shard or "\\" in shard:
             raise _index_error(index, f"shard {shard!r} is not a file name")
@@ -477,11 +332,30 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
                                f"{exc.strerror}") from None
         if not exists:
             raise _index_error(index, f"shard {shard!r} does not exist")
+    parsed = [(shard, *_parse_file(folder / shard)) for shard in shard_names]
+    key = (str(index), text, tuple(k for *_, k in parsed))
+    whole = _FOLDERS.get(key)
+    if whole is None:
+        whole = _cross_check(index, pairs, meta_fields, parsed)
+        _FOLDERS.put(key, whole)
+    return whole
+
+
+#: Index texts checked so far (:func:`_index_fields`), and whole folders
+#: read through their index, by (index path, text, every shard's key in
+#: :data:`_PARSED`): successes only, as there.
+_INDEXES = Kept(4, 256 << 20)
+_FOLDERS = Kept(8)
+
+
+def _cross_check(index: Path, pairs: list, meta_fields: dict, parsed: list
+                 ) -> tuple[tuple[TensorInfo, ...], dict[str, str], dict,
+                            dict[str, TensorInfo]]:
+    """The index's map against its shards' tensors, ``parsed`` in name order."""
     tensors: list[TensorInfo] = []
     metadata: dict[str, str] = {}
     found: dict[str, str] = {}
-    for shard in shard_names:
-        shard_tensors, shard_meta = _parse_file(folder / shard)
+    for shard, shard_tensors, shard_meta, _ in parsed:
         for key, value in shard_meta.items():
             metadata.setdefault(key, value)
         for t in shard_tensors:
@@ -501,7 +375,7 @@ def _parse_index(index: Path) -> tuple[list[TensorInfo], dict[str, str], dict]:
     if "total_size" in meta_fields and meta_fields["total_size"] != total:
         raise _index_error(index, f"total_size {meta_fields['total_size']} != {total}")
     index_meta = {k: v for k, v in meta_fields.items()}
-    return tensors, metadata, index_meta
+    return tuple(tensors), metadata, index_meta, {t.name: t for t in tensors}
 
 
 class Container:
@@ -529,11 +403,14 @@ class Container:
                     raise _index_error(p, f"{len(files)} safetensors files and no "
                                        f"{INDEX_NAME}")
                 p = files[0]
+        # the tables are shared with other Containers of the same bytes
         if p.name.endswith(".json"):
-            self._tensors, self.metadata, self.index_metadata = _parse_index(p)
+            self._tensors, meta, index_meta, self._by_name = _parse_index(p)
+            self.index_metadata = dict(index_meta)
         else:
-            self._tensors, self.metadata = _parse_file(p)
-        self._by_name = {t.name: t for t in self._tensors}
+            self._tensors, meta, _ = _parse_file(p)
+            self._by_name = {t.name: t for t in self._tensors}
+        self.metadata = dict(meta)
 
     def tensors(self) -> list[TensorInfo]:
         """Every tensor: header order within a shard, shards in name order."""

@@ -127,12 +127,11 @@ def _open_fault_step(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
 
 
 def _corrupt(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
-    """A ``corrupt`` step: an index corruption needs a cache that reads
-    the index (``op:reader_index``), any other one that reads the shards'
-    headers (``op:reader``)."""
-    need = ("op:reader_index" if step.get("kind") in INDEX_KINDS
-            else "op:reader")
-    return {"needs": [*step.get("needs", []), need]}
+    """A ``corrupt`` step: an index corruption needs a cache that reads the
+    index too (``op:reader_index``), beside the shards' headers."""
+    if step.get("kind") not in INDEX_KINDS:
+        return {}
+    return {"needs": [*step.get("needs", []), "op:reader_index"]}
 
 
 _GET_FIRST = {"get_first": ("op:get",)}
@@ -154,7 +153,7 @@ OPERATIONS: dict[str, Operation] = {
     "inject": Operation(_fault, ("fault:io",), {"second": ("fault:io_second",)}),
     "inject_alloc": Operation(_counts, ("fault:alloc",)),
     "clear": Operation(),
-    "corrupt": Operation(_corrupt, ()),
+    "corrupt": Operation(_corrupt, ("op:reader",)),
     "open_fault": Operation(_open_fault_step, ("fault:open",)),
     "replace": Operation(),
     "truncate": Operation(_key_at),

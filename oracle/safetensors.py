@@ -145,13 +145,16 @@ def _judged(prefix: bytes, file_bytes: int, path: str
                                 f"8 + N = {data_start} > {file_bytes} bytes")
     raw = bytes(prefix[_HEADER_START:data_start])
     key = (raw, file_bytes)
-    kept = _PARSED.get(key)
+    kept = _AT_PATH.get(path)  # the bytes last judged there: compared, not hashed
+    if kept is None or kept[3] != key:
+        kept = _PARSED.get(key)
     if kept is None:  # the same header bytes judged before: the same verdict
         tensors, metadata = _parse_header(raw, data_start, file_bytes, path)
         kept = (tuple((ti.name, ti.dtype, ti.shape, ti.offset, ti.nbytes)
                       for ti in tensors), metadata, Kept(4), key)
         kept[2].put(path, tuple(tensors))
         _PARSED.put(key, kept, len(raw))
+    _AT_PATH.put(path, kept, len(key[0]))
     entries, metadata, built, key = kept
     shared = built.get(path)
     if shared is None:
@@ -167,8 +170,11 @@ def _judged(prefix: bytes, file_bytes: int, path: str
 #: errors: only successes are kept, a refusal is judged again); the tensors
 #: of the last few paths are kept too (a frozen TensorInfo costs 3 us to
 #: make: 0.3 s a DeepSeek-V3 twin).  Each value holds its own key, so that
-#: the keys of :data:`_FOLDERS` share its bytes.
+#: the keys of :data:`_FOLDERS` share its bytes.  :data:`_AT_PATH` holds the
+#: value last found for each path: comparing a header with the one kept
+#: there costs less than hashing it (an 18 MB twin's headers, 100 times).
 _PARSED = Kept(256, 256 << 20)
+_AT_PATH = Kept(1024, 512 << 20)  # weighed as if no bytes were shared
 
 
 def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
@@ -276,7 +282,7 @@ def _index_error(path: Path, detail: str) -> OracleFormatError:
     return OracleFormatError("index", None, str(path), detail)
 
 
-def _index_fields(index: Path, text: str) -> tuple[list, dict, list[str], str]:
+def _index_fields(index: Path, text: str) -> tuple[list, dict, list[str]]:
     """An index's weight_map pairs, metadata fields and shard names, checked."""
     try:
         doc = _strict_json(text)
@@ -296,7 +302,7 @@ def _index_fields(index: Path, text: str) -> tuple[list, dict, list[str], str]:
     meta_fields = dict(meta["\0pairs"]) if isinstance(meta, dict) else {}
     if "total_size" in meta_fields and not _is_uint(meta_fields["total_size"]):
         raise _index_error(index, "metadata.total_size is not an unsigned integer")
-    return pairs, meta_fields, sorted({shard for _, shard in pairs}), text
+    return pairs, meta_fields, sorted({shard for _, shard in pairs})
 
 
 def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
@@ -308,16 +314,19 @@ def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
         raise OracleFormatError("index", 0, str(index), f"the index is {size} "
                                 f"bytes, above the limit of {MAX_HEADER_BYTES}")
     raw = read_regular(index)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise OracleFormatError("not_utf8", exc.start, str(index),
-                                "the index is not UTF-8") from None
-    fields = _INDEXES.get(text)
+    fields = _INDEX_AT.get(str(index))  # as _AT_PATH: compared, not hashed
+    if fields is None or fields[3] != raw:
+        fields = _INDEXES.get(raw)
     if fields is None:
-        fields = _index_fields(index, text)
-        _INDEXES.put(text, fields, len(text))
-    pairs, meta_fields, shard_names, text = fields
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise OracleFormatError("not_utf8", exc.start, str(index),
+                                    "the index is not UTF-8") from None
+        fields = (*_index_fields(index, text), raw)
+        _INDEXES.put(raw, fields, len(raw))
+    _INDEX_AT.put(str(index), fields, len(fields[3]))
+    pairs, meta_fields, shard_names, raw = fields
     folder = index.parent
     for shard in shard_names:
         if shard in ("", ".", "..") or "/" in shard or "\\" in shard:
@@ -333,7 +342,7 @@ def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
         if not exists:
             raise _index_error(index, f"shard {shard!r} does not exist")
     parsed = [(shard, *_parse_file(folder / shard)) for shard in shard_names]
-    key = (str(index), text, tuple(k for *_, k in parsed))
+    key = (str(index), raw, tuple(k for *_, k in parsed))
     whole = _FOLDERS.get(key)
     if whole is None:
         whole = _cross_check(index, pairs, meta_fields, parsed)
@@ -341,10 +350,12 @@ def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
     return whole
 
 
-#: Index texts checked so far (:func:`_index_fields`), and whole folders
-#: read through their index, by (index path, text, every shard's key in
+#: Indexes checked so far (:func:`_index_fields`, and their bytes), by their
+#: bytes and by the path they were last found at; whole folders read
+#: through their index, by (index path, bytes, every shard's key in
 #: :data:`_PARSED`): successes only, as there.
 _INDEXES = Kept(4, 256 << 20)
+_INDEX_AT = Kept(64, 512 << 20)
 _FOLDERS = Kept(8)
 
 

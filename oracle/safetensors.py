@@ -52,6 +52,7 @@ no shard and no index :class:`~oracle.errors.NotFound`.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from dataclasses import dataclass
@@ -335,12 +336,15 @@ def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
             raise _index_error(index, f"shard {shard[:40]!r}... does not exist: its "
                                f"name is longer than a file name can be")
         try:  # anything there: a FIFO or a folder is refused when opened
-            exists = (folder / shard).exists()
+            os.stat(folder / shard)
+        except (FileNotFoundError, NotADirectoryError):  # a dangling link too
+            raise _index_error(index, f"shard {shard!r} does not exist") from None
         except OSError as exc:  # e.g. a name too long for the file system
-            raise _index_error(index, f"shard {shard!r} cannot be looked up: "
-                               f"{exc.strerror}") from None
-        if not exists:
-            raise _index_error(index, f"shard {shard!r} does not exist")
+            # Path.exists() says False for a loop: it is there, name it
+            raise _index_error(index, f"shard {shard!r} " + (
+                f"is a symlink loop: {exc.strerror} (errno {exc.errno})"
+                if exc.errno == errno.ELOOP
+                else f"cannot be looked up: {exc.strerror}")) from None
     parsed = [(shard, *_parse_file(folder / shard)) for shard in shard_names]
     key = (str(index), raw, tuple(k for *_, k in parsed))
     whole = _FOLDERS.get(key)

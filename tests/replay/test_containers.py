@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -292,6 +295,28 @@ def test_bad_container_arguments_exit_2_before_the_build(tmp_path):
     assert p.returncode == 2
     assert "a container file; name its folder" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_a_shard_that_is_a_symlink_loop_is_named_as_one(tmp_path, folders):
+    """--container DIR with a shard linked to itself: exit 2 naming the loop
+    (ELOOP), not "does not exist"; through an index and as the one shard."""
+    shard = "model-00002-of-00004.safetensors"
+    looped = tmp_path / "looped"
+    shutil.copytree(folders["deepseek-mini"], looped)
+    (looped / shard).unlink()
+    (looped / shard).symlink_to(shard)
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "x.safetensors").symlink_to("x.safetensors")
+    loop = f"a symlink loop: {os.strerror(errno.ELOOP)} (errno {errno.ELOOP})"
+    index = looped / "model.safetensors.index.json"
+    for folder, line in (
+            (looped, f"{index}: index: shard {shard!r} is {loop}"),
+            (single, f"{single / 'x.safetensors'}: {loop}")):
+        p = _replay("--container", str(folder), str(tmp_path / "out"))
+        assert p.returncode == 2 and "Built" not in p.stdout
+        assert p.stderr == (f"CANNOT RUN: container {folder}: not a safetensors "
+                            f"container: {line}\n")
 
 
 def test_a_container_without_a_layout_cannot_run(tmp_path):

@@ -179,7 +179,7 @@ FAMILIES: dict[str, tuple[str, ...] | None] = {
     "pins": ("flag", "count"),
     "fault": tuple(f.value for f in Fault),
     "errors": ("typed",),
-    "exact": ("victims",),
+    "exact": ("victims", "io_bytes"),
 }
 
 
@@ -207,7 +207,9 @@ class Capabilities:
     errors: Errors = Errors.FAILED
     #: what the oracle cannot know of this backend's choices: ``victims``
     #: when its victims are its own (a sampled policy, a failed slot kept:
-    #: gate/outside/designs.py), so every value resting on them is N/A
+    #: gate/outside/designs.py), so every value resting on them is N/A;
+    #: ``io_bytes`` when it reads more than the engine would (aligned
+    #: windows whatever the options)
     inexact: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -225,7 +227,11 @@ class Capabilities:
         if family == "op":
             return Op(name) in self.ops
         if family == "option":
-            return Option(name) in self.options
+            # an option sizing only an operation the backend lacks is
+            # honoured by any value: the batch pool without getmany
+            return Option(name) in self.options or (
+                name == Option.BATCH_THREADS.value
+                and Op.GETMANY not in self.ops)
         if family == "policy":
             return name in self.policies
         if family == "counter":
@@ -309,6 +315,16 @@ FAULT_KINDS = ("eof", "eio", "eintr", "partial", "delay", "stall")
 def holding(slots: list[tuple[Any, int]]) -> list[list[int]]:
     """The ``holding`` fact: sorted ``[layer, expert, holds]`` of slots with holds."""
     return sorted([[*key, holds] for key, holds in slots if holds])
+
+
+class Declined(Exception):
+    """A backend refused at open the options of a run, which it may (an
+    outside cache offered values it cannot honour: xcs_shim.h
+    ``xcs_options``): the run is N/A, naming ``needs``, never a FAIL."""
+
+    def __init__(self, needs: list[str]) -> None:
+        super().__init__(", ".join(needs))
+        self.needs = needs
 
 
 class Stuck(Exception):

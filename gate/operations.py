@@ -213,6 +213,8 @@ def value_needs(key: str) -> tuple[str, ...]:
     nothing (its value is simply not there: the check fails).
     """
     victims = ("exact:victims",) if key in VICTIMS else ()
+    if key == "io_bytes":
+        victims += ("exact:io_bytes",)
     if key in VALUE_NEEDS:
         return VALUE_NEEDS[key] + victims
     if key in _FACTS:

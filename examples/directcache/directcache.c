@@ -732,6 +732,15 @@ static int parse_json(dc_cache *c, int fi, const unsigned char *h, size_t n, str
         if (P->t[i].begin < P->t[i - 1].end)
             return fail(c, DC_EFORMAT, "%s: tensors '%s' and '%s' overlap at byte offset %llu",
                         f->path, P->t[i - 1].name, P->t[i].name, ULL(P->t[i].begin));
+#ifndef DIRECTCACHE_DEFECT_TRAILING_OK
+    /* the data buffer ends the file: bytes after it are indexed by no tensor */
+    uint64_t last = base;
+    for (size_t i = first; i < P->n; i++)
+        last = P->t[i].end > last ? P->t[i].end : last;
+    if (last != f->size)
+        return fail(c, DC_EFORMAT, "%s: %llu bytes after the data buffer's end at byte "
+                    "offset %llu", f->path, ULL(f->size - last), ULL(last));
+#endif
     return DC_OK;
 syntax:
     if (j.nomem)
@@ -908,10 +917,23 @@ static int open_files(dc_cache *c, const char *folder) {
         }
         snprintf(f->path, len, "%s/%s", folder, names[i]);
         f->direct = 1;
+#ifdef DIRECTCACHE_DEFECT_OPEN_NO_EINTR
+        /* as first written: an open interrupted by a signal fails the cache */
         if ((f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_DIRECT)) < 0 && errno == EINVAL) {
             f->direct = 0; /* e.g. tmpfs: the same aligned windows, through the page cache */
             f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         }
+#else
+        do
+            f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_DIRECT);
+        while (f->fd < 0 && errno == EINTR);
+        if (f->fd < 0 && errno == EINVAL) {
+            f->direct = 0; /* e.g. tmpfs: the same aligned windows, through the page cache */
+            do
+                f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+            while (f->fd < 0 && errno == EINTR);
+        }
+#endif
         if (f->fd < 0 || fstat(f->fd, &sb))
             rc = fail(c, DC_EIO, "%s: cannot open: %s", f->path, strerror(errno));
         else if (S_ISREG(sb.st_mode)) {

@@ -33,11 +33,11 @@ typedef struct dshim {
 
 /* A dc_status as an XCS_E* code; a count passes through.  DC_ESTATE (a
  * call the key's state refuses: release without a hold, pin of a key not
- * resident) has no XCS kind: XCS_EFAILED. */
+ * resident) is XCS_ENOTFOUND. */
 static int xcs_code(int rc)
 {
     static const int map[] = {XCS_OK, XCS_EMISUSE, XCS_EFORMAT, XCS_EIO,
-                              XCS_ESHORT, XCS_ENOMEM, XCS_EFULL, XCS_EFAILED};
+                              XCS_ESHORT, XCS_ENOMEM, XCS_EFULL, XCS_ENOTFOUND};
     return rc >= 0 ? rc : rc >= DC_ESTATE ? map[-rc] : XCS_EFAILED;
 }
 

@@ -21,6 +21,7 @@ from xcache.gate.backend_api import (
     Backend,
     BackendFactory,
     Capabilities,
+    Declined,
     Errors,
     Fact,
     Fault,
@@ -42,7 +43,7 @@ STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
 
 #: the failure kind of each typed shim code (faults/kinds.py words)
 KINDS = {-1: "failed", -2: "misuse", -3: "io", -4: "short_read", -5: "nomem",
-         -6: "all_pinned", -7: "format"}
+         -6: "all_pinned", -7: "format", -8: "not_found", -9: "changed"}
 
 #: the read faults of the outside injectors, by their kind number - 1
 #: (xcs_faults.c)
@@ -82,7 +83,7 @@ def capabilities_of(m: Manifest) -> Capabilities:
             pins=Pins(c.get("pins", "none")),
             faults=frozenset(Fault(f) for f in c.get("faults", [])),
             errors=Errors(c.get("errors", "failed")),
-            inexact=frozenset({"victims"} if m.design.inexact() else ()))
+            inexact=m.design.inexact_names())
     except ValueError as e:
         raise CannotRun(f"{where}: {e}") from e
     if Op.CONCURRENT in caps.ops:
@@ -209,6 +210,11 @@ class OutsideBackend(Backend):
                   "options": options_of(target, opts),
                   "fetch": fetch}
         rc, hid, host.cap = self._call("open", "open", layout)
+        given = {k: v for k, v in layout["options"].items()
+                 if k != "top_k" and v}
+        if rc == -2 and given:  # XCS_EMISUSE: options it cannot honour
+            raise Declined([f"option:{k} ({v} refused at open)"
+                            for k, v in given.items()])
         self._rc("open", rc)
         self.h = hid
         session.open.add(hid)
@@ -389,6 +395,10 @@ class OutsideFactory(BackendFactory):
     """
 
     partial_checks: bool = True
+    #: the failure kinds a typed shim can name: an expected kind of the
+    #: format checks (``offsets``, ``too_short`` ...) is compared as
+    #: ``format`` (gate/scenario_run.py)
+    kinds: frozenset[str] = frozenset(KINDS.values())
     host: Any = None
     session: Any = None
     #: a sampled policy's bound: its hits within this share of the requests

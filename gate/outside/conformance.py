@@ -290,9 +290,33 @@ def table_row(message: str) -> dict[str, Any]:
             "missing": []}
 
 
+def own_policy(caps: Any) -> tuple[Any, Any]:
+    """(``options(opts)``, ``moved(scenario)``): a variant's options with the
+    cache's own policy where the scenario names one it lacks, and whether a
+    scenario names one.  A cache of one policy is judged by every scenario,
+    the judge running its policy, not only by those written for it."""
+    have = sorted(p for p in caps.policies if p in POLICIES)
+
+    def base(p: Any) -> str:
+        return str(p or "lru").split(":")[0]
+
+    def options(opts: dict[str, Any]) -> dict[str, Any]:
+        if not have or base(opts.get("policy")) in caps.policies:
+            return opts
+        return {**opts, "policy": have[0]}
+
+    def moved(sc: dict[str, Any]) -> bool:
+        named = [sc["cache"].get("policy"),
+                 *(v.get("cache", {}).get("policy", sc["cache"].get("policy"))
+                   for v in sc.get("variants") or [])]
+        return bool(have) and (bool(sc.get("every_policy")) or any(
+            base(p) not in caps.policies for p in named))
+    return options, moved
+
+
 def run_served(work: Path, report: Report, only: list[str], timeout: float,
                container: str | None, backends: Any, served: list[Served],
-               derive: Any = None) -> list[str]:
+               derive: Any = None, options: Any = None) -> list[str]:
     """Run the scenarios, each on its home container if the cache serves it,
     else on a served one (:func:`gate.outside.served.retarget`); ``container``
     (``--container``) puts every one there.  ``derive(scenario)``: whether
@@ -300,7 +324,7 @@ def run_served(work: Path, report: Report, only: list[str], timeout: float,
     if container is not None or not served:
         return run_scenarios(None, work, report, only, timeout,
                              container=container, backends=backends,
-                             derive=derive)
+                             derive=derive, options=options)
     groups: dict[str | None, list[Path]] = {}
     for path, sc in scenario_files(only):
         groups.setdefault(retarget(str(sc["container"]), served),
@@ -313,7 +337,7 @@ def run_served(work: Path, report: Report, only: list[str], timeout: float,
             shutil.copyfile(p, folder / p.name)
         names += run_scenarios(None, work, report, [], timeout, container=ref,
                                backends=backends, folder=folder,
-                               derive=derive)
+                               derive=derive, options=options)
     return names
 
 
@@ -368,9 +392,13 @@ def run(adapter: Path, out: Path, work: Path, only: list[str], timeout: float,
         # a scenario whose calls a declared design (flag pins too) makes
         # otherwise is judged against the judge playing it: the values
         # pinned for this project's engine do not apply there
-        derive = alters(m.design, caps.pins is Pins.FLAG)
+        altered = alters(m.design, caps.pins is Pins.FLAG)
+        options, moved = own_policy(caps)
+
+        def derive(sc: dict[str, Any]) -> bool:
+            return moved(sc) or bool(altered and altered(sc))
         names = (run_served(work, report, only, timeout + GRACE_S,
-                            container, backends, served, derive)
+                            container, backends, served, derive, options)
                  if scenarios else [])
         rows = verdicts(report, label, caps) if scenarios else []
         if plan:

@@ -48,6 +48,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "batch_layers": ("any", "one"),
     "policy": ("exact", "sampled"),
     "io": ("own", "callback"),
+    "reads": ("exact", "aligned"),
+    "batch_room": ("partial", "whole"),
+    "refused_gets": ("uncounted", "counted"),
 }
 
 #: the hit bound a sampled policy is held to when the manifest names none:
@@ -67,6 +70,9 @@ class Design:
     batch_layers: str = "any"
     policy: str = "exact"
     io: str = "own"
+    reads: str = "exact"
+    batch_room: str = "partial"
+    refused_gets: str = "uncounted"
     hit_bound: float = HIT_BOUND
 
     def inexact(self) -> list[str]:
@@ -79,6 +85,13 @@ class Design:
         if self.batch == "unprotected":
             why.append("batch = unprotected")
         return why
+
+    def inexact_names(self) -> frozenset[str]:
+        """The ``exact:`` capabilities the cache lacks by this design."""
+        out = {"victims"} if self.inexact() else set()
+        if self.reads == "aligned":
+            out.add("io_bytes")
+        return frozenset(out)
 
     def declared(self) -> dict[str, str]:
         """The fields that differ from the default, by name."""
@@ -126,6 +139,8 @@ def alters(design: Design, flag_pins: bool) -> Any:
         ops.add("prefetch")
     if design.batch_layers == "one" or design.batch_order == "offset":
         ops |= {"getmany", "prefetch"}
+    if design.batch_room == "whole":
+        ops.add("getmany")
     if flag_pins:
         ops |= {"pin", "unpin"}
     if not ops:
@@ -135,6 +150,10 @@ def alters(design: Design, flag_pins: bool) -> Any:
 
 class DesignMisuse(Exception):
     """A release of a reference the view has no hold of (misuse)."""
+
+
+class DesignFull(Exception):
+    """A whole-room batch that cannot place every key (all_pinned)."""
 
 
 class DesignView(Backend):
@@ -150,8 +169,14 @@ class DesignView(Backend):
 
     def __init__(self, inner: Backend, design: Design, judge: bool,
                  flag_pins: bool, order: Callable[[Key], Any],
-                 inside: Callable[[Key], bool]) -> None:
+                 inside: Callable[[Key], bool],
+                 kind_of: Callable[[BaseException], str] = Backend.kind_of
+                 ) -> None:
         self.inner, self.design, self.judge = inner, design, judge
+        self.kind_of_inner = kind_of
+        #: the judge's gets refused for want of a slot in this counter
+        #: window (``refused_gets = counted``)
+        self.refused = 0
         self.flag_pins = flag_pins and judge
         self.order, self.inside = order, inside
         self.capabilities = inner.capabilities
@@ -161,10 +186,21 @@ class DesignView(Backend):
         self.given: list[Any] = []
         self.pinned: set[Key] = set()
 
+    def _counted(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``; on the judge of a cache counting refused gets, a
+        refusal for want of a slot is counted (:meth:`values`)."""
+        try:
+            return call(*args)
+        except Exception as e:
+            if self.judge and self.design.refused_gets == "counted" and \
+                    self.kind_of_inner(e) == "all_pinned":
+                self.refused += 1
+            raise
+
     # -- holds ---------------------------------------------------------------
     def hold(self, layer: int, expert: int) -> tuple[Any, bytes]:
         """The inner hold, its reference kept for the set."""
-        ref, data = self.inner.hold(layer, expert)
+        ref, data = self._counted(self.inner.hold, layer, expert)
         if self.design.holds == "whole-set":
             self.open_refs.add(ref)
         return ref, data
@@ -191,7 +227,7 @@ class DesignView(Backend):
     def get(self, layer: int, expert: int) -> bytes:
         """A demand access: with whole-set holds a hold given back at once."""
         if self.design.holds != "whole-set":
-            return self.inner.get(layer, expert)
+            return self._counted(self.inner.get, layer, expert)
         ref, data = self.hold(layer, expert)
         self.release(ref)
         return data
@@ -217,8 +253,36 @@ class DesignView(Backend):
         return groups
 
     def getmany(self, keys: list[Key]) -> int:
-        """The batch as the design makes it: the published counts summed."""
-        return sum(self.inner.getmany(g) for g in self._groups(keys))
+        """The batch as the design makes it: the published counts summed.
+
+        ``batch_room = whole``: on the judge, a batch (each call of it) that
+        cannot place every key it names refuses before it reads anything,
+        as ``all_pinned`` (:meth:`_room`).
+        """
+        total = 0
+        for g in self._groups(keys):
+            if self.judge and self.design.batch_room == "whole":
+                self._room(g)
+            total += self.inner.getmany(g)
+        return total
+
+    def _room(self, keys: list[Key]) -> None:
+        """Raise :class:`DesignFull` unless the slots can take every key of
+        a batch: free ones, and residents it does not name that are neither
+        held nor pinned."""
+        if not all(self.inside(k) for k in keys):
+            return  # refused as misuse by the call itself
+        v = self.inner.values()
+        resident = {tuple(k) for k in v.get("resident", [])}
+        kept = {tuple(k[:2]) for k in [*v.get("holding", []),
+                                       *v.get("pinned", [])]}
+        named = set(keys)
+        needed = len(named - resident)
+        free = int(v["n_slots"]) - len(resident)
+        evictable = len(resident - named - kept)
+        if needed > free + evictable:
+            raise DesignFull(f"a batch of {len(named)} keys needs {needed} "
+                             f"slots; {free} free and {evictable} evictable")
 
     def prefetch(self, keys: list[Key]) -> int:
         """Read-ahead; a silent one takes keys inside the layout only and
@@ -259,8 +323,21 @@ class DesignView(Backend):
 
     # -- the rest as the inner backend has it ---------------------------------
     def values(self) -> dict[str, Any]:
-        """The inner backend's values."""
-        return self.inner.values()
+        """The inner backend's values; on the judge of a cache counting
+        refused gets, each one a request and a miss."""
+        v = self.inner.values()
+        if self.refused:
+            for k in ("requests", "misses"):
+                if k in v:
+                    v[k] += self.refused
+            if "hit_rate" in v and v.get("requests"):
+                v["hit_rate"] = v["hits"] / v["requests"]
+        return v
+
+    def reset(self) -> None:
+        """The inner reset: a new counter window (refused gets too)."""
+        self.inner.reset()
+        self.refused = 0
 
     def close(self) -> None:
         """Close the inner backend."""
@@ -276,7 +353,7 @@ def _delegate(name: str) -> Callable[..., Any]:
 
 
 for _name in ("prefetch_speculative", "hold_layer", "unhold_many", "drain",
-              "stream_open", "copy_ref", "release_copy", "reset", "start_get",
+              "stream_open", "copy_ref", "release_copy", "start_get",
               "waiting_get", "await_reads", "start_call", "unstall",
               "reads_held", "await_waiting", "wait_hits", "trace_records",
               "break_check", "inject", "inject_alloc", "clear"):
@@ -302,10 +379,14 @@ def designed(make: BackendFactory, design: Design, target: Any, judge: bool,
     inner_kind = make.kind_of
 
     def kind_of(exc: BaseException) -> str:
-        return "misuse" if isinstance(exc, DesignMisuse) else inner_kind(exc)
+        if isinstance(exc, DesignMisuse):
+            return "misuse"
+        if isinstance(exc, DesignFull):
+            return "all_pinned"
+        return inner_kind(exc)
 
     opener = make.open
     return dataclasses.replace(
         make, kind_of=kind_of,
         open=lambda folder: DesignView(opener(folder), design, judge, flag,
-                                       order, inside))
+                                       order, inside, inner_kind))

@@ -13,10 +13,16 @@
  * The context is made before the cache's open from the layout open() is
  * given (xcs_fetch_new copies what it needs and opens each file once) and
  * freed after its close (xcs_fetch_free).  xcs_fetch only reads the
- * context, so any number of threads may call it at once.  A read
- * interrupted (EINTR) is made again, a read returning fewer bytes is
- * continued from where it stopped; a read returning nothing before the
- * piece's end is XCS_ESHORT and one failing is XCS_EIO.
+ * context, so any number of threads may call it at once.
+ *
+ * It reads as the engine does (docs/CACHE.md), so that a fault armed for
+ * "the nth read" lands on the same expert under either: the pieces of an
+ * expert that follow one another in one file are one run, read by one
+ * pread; a read interrupted (EINTR, EAGAIN) is made again, up to
+ * XCS_FETCH_MAX_RETRIES times in a row without a byte of progress (the
+ * engine's XC_IO_MAX_RETRIES), then it is XCS_EIO; a read returning fewer
+ * bytes is continued from where it stopped; a read returning nothing
+ * before the run's end is XCS_ESHORT and one failing is XCS_EIO.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -30,6 +36,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Consecutive interrupted reads without progress before a fetch fails
+ * (engine/csrc/xc.h XC_IO_MAX_RETRIES). */
+#define XCS_FETCH_MAX_RETRIES 1000
+
 typedef struct fetch_piece {
     int file;           /* index into fetch_ctx.fds */
     uint64_t offset, length;
@@ -39,7 +49,9 @@ typedef struct fetch_ctx {
     int n_layers, n_experts, n_pieces, n_files;
     uint64_t expert_bytes;
     int *fds;               /* n_files descriptors, each opened once */
-    fetch_piece *pieces;    /* n_layers * n_experts * n_pieces */
+    fetch_piece *pieces;    /* n_layers * n_experts * n_pieces: each key's
+                             * runs first, the rest of its row unused */
+    int *n_runs;            /* n_layers * n_experts: runs of each key */
 } fetch_ctx;
 
 void xcs_fetch_free(void *ctx)
@@ -52,6 +64,7 @@ void xcs_fetch_free(void *ctx)
             close(c->fds[i]);
     free(c->fds);
     free(c->pieces);
+    free(c->n_runs);
     free(c);
 }
 
@@ -83,21 +96,33 @@ void *xcs_fetch_new(const xcs_layout *lay)
     c->n_experts = lay->n_experts;
     c->n_pieces = lay->n_pieces;
     c->expert_bytes = lay->expert_bytes;
+    size_t n_keys = (size_t)lay->n_layers * (size_t)lay->n_experts;
     c->pieces = calloc(total, sizeof *c->pieces);
-    if (c->pieces == NULL)
+    c->n_runs = calloc(n_keys, sizeof *c->n_runs);
+    if (c->pieces == NULL || c->n_runs == NULL)
         goto fail;
     int last = -1;
-    for (size_t i = 0; i < total; i++) {
-        const xcs_piece *p = &lay->pieces[i];
-        if (p->path == NULL)
-            goto fail;
-        int f = find_path(paths, c->n_files, p->path, last);
-        if (f < 0) {
-            f = c->n_files;
-            paths[c->n_files++] = p->path;
+    for (size_t k = 0; k < n_keys; k++) {
+        fetch_piece *row = &c->pieces[k * (size_t)lay->n_pieces];
+        int n = 0;
+        for (int j = 0; j < lay->n_pieces; j++) {
+            const xcs_piece *p = &lay->pieces[k * (size_t)lay->n_pieces +
+                                              (size_t)j];
+            if (p->path == NULL)
+                goto fail;
+            int f = find_path(paths, c->n_files, p->path, last);
+            if (f < 0) {
+                f = c->n_files;
+                paths[c->n_files++] = p->path;
+            }
+            last = f;
+            if (n > 0 && row[n - 1].file == f &&
+                row[n - 1].offset + row[n - 1].length == p->offset)
+                row[n - 1].length += p->length;  /* one run with the last */
+            else
+                row[n++] = (fetch_piece){f, p->offset, p->length};
         }
-        last = f;
-        c->pieces[i] = (fetch_piece){f, p->offset, p->length};
+        c->n_runs[k] = n;
     }
     c->fds = malloc((size_t)c->n_files * sizeof *c->fds);
     if (c->fds == NULL)
@@ -126,21 +151,24 @@ int xcs_fetch(void *ctx, int layer, int expert, void *dst, uint64_t len)
         expert < 0 || expert >= c->n_experts || len < c->expert_bytes)
         return XCS_EMISUSE;
     char *out = dst;
-    const fetch_piece *p = &c->pieces[((size_t)layer * (size_t)c->n_experts +
-                                       (size_t)expert) * (size_t)c->n_pieces];
-    for (int i = 0; i < c->n_pieces; i++, p++) {
+    size_t key = (size_t)layer * (size_t)c->n_experts + (size_t)expert;
+    const fetch_piece *p = &c->pieces[key * (size_t)c->n_pieces];
+    for (int i = 0; i < c->n_runs[key]; i++, p++) {
         uint64_t done = 0;
+        unsigned retries = 0;
         while (done < p->length) {
             ssize_t r = pread(c->fds[p->file], out + done,
                               (size_t)(p->length - done),
                               (off_t)(p->offset + done));
-            if (r < 0 && errno == EINTR)
+            if (r < 0 && (errno == EINTR || errno == EAGAIN) &&
+                ++retries < XCS_FETCH_MAX_RETRIES)
                 continue;
             if (r < 0)
                 return XCS_EIO;
             if (r == 0)
                 return XCS_ESHORT;
             done += (uint64_t)r;
+            retries = 0;
         }
         out += p->length;
     }

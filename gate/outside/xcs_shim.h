@@ -40,7 +40,11 @@ enum {
     XCS_ESHORT = -4,     /* a read ended before the expert's last byte */
     XCS_ENOMEM = -5,
     XCS_EFULL = -6,      /* no slot may be taken: every one held or pinned */
-    XCS_EFORMAT = -7     /* the container was refused at open */
+    XCS_EFORMAT = -7,    /* the container was refused at open (any check
+                          * of its format: compared as one kind) */
+    XCS_ENOTFOUND = -8,  /* ABI 3: the key is not resident (pin), not
+                          * pinned (unpin), not held (release) */
+    XCS_ECHANGED = -9    /* ABI 3: with verify, a file changed since open */
 };
 
 /* One contiguous run of an expert's bytes in one file. */

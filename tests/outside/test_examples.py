@@ -1,0 +1,83 @@
+"""The two example caches of opposite designs (examples/fetchcache,
+examples/directcache), judged through their adapters alone: their faithful
+builds FAIL nothing, and each planted defect the gate catches FAILs exactly
+its own contracts.
+
+fetchcache has no I/O of its own (the gate's fetch), a sampled LRU, holds
+given back as a whole set, sticky failures and a silent prefetch with
+reader threads; directcache reads aligned O_DIRECT windows of the shards it
+parses itself (no index), knows one naming and one dtype, pins by flag,
+batches one layer at a time and refuses a batch it cannot place whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xcache.gate.outside import conformance
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: each example's faithful verdicts over the scenarios: (PASS, FAIL, N/A)
+#: rows (the command adds the programs row: PASS on both)
+FAITHFUL = {"fetchcache": (10, 0, 15), "directcache": (13, 0, 12)}
+
+#: planted defects the gate catches, and exactly the contracts each FAILs
+CAUGHT = {
+    ("directcache", "BATCH_SELF_EVICT"): ["batch-residents"],
+    ("directcache", "OPEN_NO_EINTR"): ["eintr"],
+    ("directcache", "TRAILING_OK"): ["reader-refusals"],
+    ("fetchcache", "EVICT_HELD"): ["holds"],
+}
+
+
+def _rows(tmp: Path, example: str, defect: str = "") -> list[dict[str, Any]]:
+    """The rows of one conformance run of ``example`` (a defect's flag on)."""
+    flag = f"-D{example.upper()}_DEFECT_{defect}" if defect else ""
+    (tmp / "out").mkdir()
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows, _ = conformance.run(ROOT / "examples" / example, tmp / "out",
+                                  tmp / "work", [], 120.0,
+                                  extra_cflags=(flag,) if flag else ())
+    return rows
+
+
+@pytest.mark.parametrize("example", sorted(FAITHFUL))
+def test_a_faithful_example_fails_nothing(tmp_path: Path, example: str):
+    """Each example, as written, PASSes or is N/A on every contract."""
+    rows = _rows(tmp_path, example)
+    count = tuple(sum(r["verdict"] == v for r in rows)
+                  for v in ("PASS", "FAIL", "N/A"))
+    assert count == FAITHFUL[example], [
+        (r["contract"], r["first_failure"]) for r in rows
+        if r["verdict"] == "FAIL"]
+
+
+@pytest.mark.nosan
+@pytest.mark.parametrize("example, defect", sorted(CAUGHT))
+def test_a_planted_defect_fails_exactly_its_contracts(tmp_path: Path,
+                                                      example: str,
+                                                      defect: str):
+    """A planted defect turns exactly its own contracts to FAIL."""
+    rows = _rows(tmp_path, example, defect)
+    assert [r["contract"] for r in rows if r["verdict"] == "FAIL"] == \
+        CAUGHT[(example, defect)]
+
+
+def test_the_examples_declare_opposite_designs():
+    """fetchcache declares the designs of a callback cache, directcache those
+    of a reader of its own; neither declares the other's."""
+    from xcache.gate.outside.build import load_manifest  # noqa: PLC0415
+
+    fetch = load_manifest(ROOT / "examples" / "fetchcache").design.declared()
+    direct = load_manifest(ROOT / "examples" / "directcache").design.declared()
+    assert fetch == {"holds": "whole-set", "failures": "sticky",
+                     "prefetch": "silent", "policy": "sampled",
+                     "io": "callback", "refused_gets": "counted"}
+    assert direct == {"batch_layers": "one", "reads": "aligned",
+                      "batch_room": "whole"}

@@ -441,14 +441,14 @@ def _shape_text(shape: Sequence[int]) -> str:
 
 def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
            where: str, config_where: str = "config.json",
-           group: str | None = None, allow_split: bool = False,
+           group: str | None = None,
            given_top_k: int | None = None) -> Detected:
     """The layout the rules give a checkpoint's config and tensors; else RuleError.
 
     ``where`` names the container and ``config_where`` its config in
     messages; ``group`` is one of :data:`GROUPS` (None: the decoder's);
-    ``allow_split`` accepts an expert whose tensors lie in several shards
-    (from-header twins that faithfully); ``given_top_k`` is the top-k when
+    An expert whose tensors lie in several shards is accepted: its pieces
+    are read each from its own file (docs/LAYOUT.md).  ``given_top_k`` is the top-k when
     the config has none (``--top-k``).
     """
     es = list(entries)
@@ -495,7 +495,7 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
                 f"per layer: config.json says {n} ({cfg_e[1]}); the names "
                 f"have experts {have}")
         lead = by_key.get((layers[0], 0), {})
-    _check_complete(template, family, by_key, layers, n, parts, allow_split)
+    _check_complete(template, family, by_key, layers, n, parts)
     order = _order([lead[p] for p in parts if p in lead],
                    [p for p in parts if p in lead])
     k, k_from = top_k(config, n, given_top_k, config_where, config is not None)
@@ -535,9 +535,8 @@ def _fused_count(template: str, cfg_e: tuple[int, str] | None,
 
 def _check_complete(template: str, family: str,
                     by_key: dict[tuple[int, int], dict[str, Entry]],
-                    layers: list[int], n: int, parts: list[str],
-                    allow_split: bool) -> None:
-    """Every layer has every expert's every part, each expert in one shard."""
+                    layers: list[int], n: int, parts: list[str]) -> None:
+    """Every layer has every expert's every part (in any shards)."""
     fused = family == FUSED
     for la in layers:
         for e in range(1 if fused else n):
@@ -551,9 +550,3 @@ def _check_complete(template: str, family: str,
                     raise RuleError(f"missing expert tensor: {who} has no {p!r}: "
                                     f"{name} is not in the container",
                                     layer=la, expert=e)
-            shards = sorted({t.shard for t in have.values() if t.shard is not None})
-            if len(shards) > 1 and not allow_split:
-                raise RuleError(f"layer {la} expert {e}: its tensors are split "
-                                f"across shards {', '.join(shards)}; each "
-                                "expert's tensors must be in one shard",
-                                layer=la, expert=e)

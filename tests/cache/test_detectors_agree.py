@@ -49,14 +49,6 @@ TWO_GROUPS = {"qwen3-next-80b-a3b": ("model.layers.{layer}.mlp.experts.{expert}"
                                      ".{tensor}")}
 
 
-#: presets both detectors refuse, and the same expert they name: detection
-#: wants each expert in one shard (docs/LAYOUT.md "Detection")
-SPLIT = {"mixtral-mini": ("layer 1 expert 1", "model-00001-of-00003",
-                          "model-00002-of-00003"),
-         "deepseek-mini": ("layer 1 expert 2", "model-00001-of-00004",
-                           "model-00002-of-00004"),
-         "huge-sparse": ("layer 4 expert 117", "model-00001-of-00008",
-                         "model-00002-of-00008")}
 
 
 def _engine_view(path: Path) -> dict:
@@ -95,17 +87,6 @@ def test_both_detectors_agree_on_every_preset(presets, name):
     stored = resolve(folder)  # the stored spec, not detection
     assert stored.source.startswith("fixture spec")
     assert stored.family == spec.family == PRESET_FAMILY[name]
-    if name in SPLIT:
-        key, a, b = SPLIT[name]
-        said = (f"{key}: its tensors are split across shards {a}.safetensors, "
-                f"{b}.safetensors")
-        with pytest.raises(engine.LayoutError) as engine_no:
-            detect(folder)
-        with pytest.raises(DetectError) as fixtures_no:
-            detect_dir(folder)
-        assert str(engine_no.value) == str(fixtures_no.value) == (
-            f"{said}; each expert's tensors must be in one shard")
-        return
     engine_view = _engine_view(folder)
     assert detect_dir(folder) == engine_view
     assert engine_view["family"] == spec.family == PRESET_FAMILY[name]

@@ -335,20 +335,25 @@ def test_a_missing_last_expert_is_found_from_the_config(tmp_path):
         "container")
 
 
-def test_an_expert_split_across_shards_is_named(tmp_path):
-    """An expert's tensors in two shards: layer, expert and both shards."""
-    t = _per_expert([0], 2)
-    second = {"model.layers.0.block_sparse_moe.experts.1.w2.weight":
-              t.pop("model.layers.0.block_sparse_moe.experts.1.w2.weight")}
-    _write(tmp_path / "s", [t, second])
-    _config(tmp_path / "s", num_experts_per_tok=1)
-    with pytest.raises(engine.LayoutError) as ei:
-        resolve(tmp_path / "s")
-    assert str(ei.value) == (
-        "layer 0 expert 1: its tensors are split across shards "
-        "model-00001-of-00002.safetensors, model-00002-of-00002.safetensors; "
-        "each expert's tensors must be in one shard")
-    assert (ei.value.layer, ei.value.expert) == (0, 1)
+def test_an_expert_split_across_shards_is_detected_and_served(tmp_path):
+    """mixtral-mini cuts an expert at each shard boundary: detected from its
+    names and config alone (no stored spec), it is the preset's layout and
+    the engine serves every expert byte-exact, the split ones included."""
+    from xcache.fixtures.content import expected_expert_bytes  # noqa: PLC0415
+    from xcache.fixtures.presets import preset_dict  # noqa: PLC0415
+
+    spec = _fixture(tmp_path / "m", preset_dict("mixtral-mini"),
+                    num_local_experts=8, num_experts_per_tok=2)
+    lay = resolve(tmp_path / "m")
+    assert lay.source == DETECTED
+    assert (list(lay.layers), lay.n_experts, lay.top_k) == (
+        list(spec.layers), spec.n_experts, spec.top_k)
+    with engine.ExpertCache.open(tmp_path / "m", n_slots=4) as cache:
+        for la in spec.layers:
+            for e in range(spec.n_experts):
+                with cache.get(la, e) as x:
+                    assert x.data.tobytes() == \
+                        expected_expert_bytes(spec, la, e), (la, e)
 
 
 def test_a_fused_tensor_whose_leading_dim_is_not_n_experts(tmp_path):

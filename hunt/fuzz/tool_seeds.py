@@ -11,7 +11,11 @@
 * ``programs.json``: the shipped ``gate/scenarios/programs.json`` cut to
   two programs (``replay.py --programs-file``);
 * ``trace.*``: one routing trace (12 tokens, 2 layers, 8 experts, top-2) in
-  every format ``oracle.traces.read_trace`` reads.
+  every format ``oracle.traces.read_trace`` reads;
+* ``desc.json``: the shipped Mixtral-8x7B description cut to 2 layers and 2
+  shards (``fixtures checkpoint DESC OUT``);
+* ``model.json`` / ``model.toml``: the time lab's shipped disk and compute
+  model (``replay.py time --model FILE``), as JSON and as TOML.
 """
 
 from __future__ import annotations
@@ -136,14 +140,12 @@ def routes() -> list[list[list[int]]]:
 
 def traces(folder: Path) -> None:
     """Write the seed trace in every format ``read_trace`` reads."""
-    from xcache.oracle.traces import (
+    from xcache.oracle.traces import read_trace, write_csv, write_oracle_general
+    from xcache.oracle.traces.engine_dump import (
         _ENGINE_HEADER,
-        _ENGINE_MAGIC,
         _ENGINE_RECORD,
-        read_trace,
-        write_csv,
-        write_oracle_general,
     )
+    from xcache.oracle.traces.engine_dump import ENGINE_MAGIC as _ENGINE_MAGIC
 
     r = routes()
     jl = folder / "trace.jsonl"
@@ -187,6 +189,28 @@ def programs(folder: Path) -> None:
         {**shipped, "programs": rows}, indent=1) + "\n")
 
 
+def description(folder: Path) -> None:
+    """Write ``desc.json``: Mixtral-8x7B's description, 2 layers in 2 shards."""
+    root = Path(__file__).resolve().parents[2]
+    desc = json.loads((root / "fixtures" / "models" / "mixtral-8x7b.json")
+                      .read_text())
+    desc["model"] = "Mixtral-8x7B cut to 2 layers (the tool fuzzer's seed)"
+    desc["shards"] = 2
+    desc["config"]["num_hidden_layers"] = 2
+    (folder / "desc.json").write_text(json.dumps(desc, indent=1) + "\n")
+
+
+def time_models(folder: Path) -> None:
+    """Write ``model.json`` and ``model.toml``: the shipped NVMe model."""
+    from xcache.hunt.fuzz.mutate import dump_toml
+
+    root = Path(__file__).resolve().parents[2]
+    model = json.loads((root / "lab" / "timing" / "models" / "nvme.json")
+                       .read_text())
+    (folder / "model.json").write_text(json.dumps(model, indent=1) + "\n")
+    (folder / "model.toml").write_bytes(dump_toml(model))
+
+
 def write_seeds(folder: Path = SEED) -> list[Path]:
     """Rewrite every seed input into ``folder``; return the files written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -196,4 +220,6 @@ def write_seeds(folder: Path = SEED) -> list[Path]:
     (folder / "spec.toml").write_text(spec_toml(SPEC))
     traces(folder)
     programs(folder)
+    description(folder)
+    time_models(folder)
     return sorted(p for p in folder.rglob("*") if p.is_file())

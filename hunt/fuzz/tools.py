@@ -5,7 +5,8 @@
 the gate's container step (``hunt.fuzz.gate_container``, what
 ``replay.py --container`` does before its scenarios), the gate's scenario
 and programs files (``hunt.fuzz.gate_files``), ``python -m xcache.fixtures``
-new / verify / from-header / identify, ``replay.py`` lab / predict -- run in
+new / verify / from-header / identify / checkpoint, ``replay.py`` lab /
+predict / time (its trace and its ``--model`` file) -- run in
 a fresh folder holding the seed inputs (``hunt/fuzz/corpus-tools/seed``)
 with one of them changed.  hypothesis draws the change: a valid document
 with one field set to a hostile value (wrong type, NaN, inf, negative,
@@ -18,7 +19,7 @@ address space, :data:`CPU_SECONDS` of CPU, a wall-clock timeout -- and
 :func:`judge`: only success, or exit 2 with exactly one line on stderr
 that names the changed file or option), :mod:`hunt.fuzz.mutate` (the
 hostile edits), one module per group of targets under
-:mod:`hunt.fuzz.targets` (containers, fixtures, traces, gate_files: each
+:mod:`hunt.fuzz.targets` (containers, fixtures, traces, gate_files, models: each
 its :class:`Target` rows and strategies), and this one: the run.  A
 finding whose signature (target, exception or outcome, innermost project
 file) is in :data:`KNOWN` is counted as known and does not fail the run.
@@ -59,15 +60,48 @@ from xcache.hunt.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one p
     judge,
 )
 from xcache.hunt.fuzz.mutate import dump_json, dump_toml  # noqa: F401
-from xcache.hunt.fuzz.targets import containers, fixtures, gate_files, traces
+from xcache.hunt.fuzz.targets import containers, fixtures, gate_files, models, traces
 from xcache.hunt.fuzz.targets.traces import TRACES  # noqa: F401
 
-_GROUPS = (containers, fixtures, traces, gate_files)
+_GROUPS = (containers, fixtures, traces, gate_files, models)
 #: Every target by name.
 TARGETS: dict[str, Target] = {t.name: t for g in _GROUPS for t in g.TARGETS}
 #: Every drawn target's strategy (``new`` draws ``new-toml`` too).
 STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
     k: v for g in _GROUPS for k, v in g.STRATEGIES.items()}
+
+
+#: Each file a user hands a tool (the tool's parser: command and option,
+#: as tests/boundary/test_one_writer_one_reader.py walks them) and the
+#: targets that make it hostile; a new input option is fuzzed here or said
+#: in :data:`NOT_FUZZED` (that test fails otherwise).
+INPUTS: dict[str, tuple[str, ...]] = {
+    "gate container": ("gate-container", "gate-spec"),
+    "gate programs_file": ("gate-programs",),
+    "lab trace": ("lab",),
+    "predict trace": ("predict",),
+    "predict train": ("predict",),
+    "time trace": ("time",),
+    "time model": ("time", "time-toml"),
+    "inspect path": ("inspect",),
+    "inspect layout": ("inspect-layout",),
+    "fixtures new spec": ("new", "new-toml"),
+    "fixtures verify dir": ("verify",),
+    "fixtures from-header src": ("from-header",),
+    "fixtures checkpoint description": ("checkpoint",),
+    "fixtures identify container": ("identify",),
+    "fixtures identify file": ("identify",),
+}
+#: Input options no target fuzzes, and why.
+NOT_FUZZED: dict[str, str] = {
+    "gate engine_src": "an engine source tree: the gate checks its pinned "
+                       "digests before it builds anything (a changed file is "
+                       "one refusal naming it); the engine's own parsers are "
+                       "fuzzed in hunt/fuzz's reader corpus",
+    "gate cache": "an outside cache's adapter folder: a C shim built and run "
+                  "in a contained child (tests/outside/test_containment.py "
+                  "breaks each of its parts)",
+}
 
 
 def run_case(case: Case, work: Path) -> tuple[Outcome, Path]:

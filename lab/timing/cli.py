@@ -33,6 +33,8 @@ SUMMARY = ("predict ms per token of streaming decode for every cache, "
            "schedule and prefetch; write time.csv, time.json and time.png "
            "(and time_layers.csv); " + about("time"))
 PROG = f"{prog_name(REPLAY)} time"  # xcache.prog
+#: The deepest read-ahead queue --depth takes (the model's tables grow with it).
+MAX_DEPTH = 4096
 
 def _list(text: str, option: str, kind: Callable[[str], Any],
           check: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
@@ -199,7 +201,8 @@ def _grid(ns: argparse.Namespace, top_k: int, sizes: Sequence[int]) -> Any:
         slots=tuple(sizes),
         threads=_list(ns.threads, "--threads", int, lambda v: 0 <= v <= 64,
                       "a thread count in 0..64"),
-        depths=_list(ns.depth, "--depth", int, whole(1), "a depth >= 1"),
+        depths=_list(ns.depth, "--depth", int, lambda v: 1 <= v <= MAX_DEPTH,
+                     f"a depth in 1..{MAX_DEPTH}"),
         splits=_list(ns.split, "--split", int, whole(1), "a threshold >= 1"),
         predictors=preds, budget=ns.budget or top_k,
         expert_s=(_list(ns.expert_s, "--expert-s", float, _time, "a time >= 0")

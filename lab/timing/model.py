@@ -222,7 +222,7 @@ def _tier(data: Any, where: str) -> Tier:
                     float(data.get("compute_factor", 1.0)))
     except KeyError as e:
         raise ModelError(f"{where}: no {e.args[0]}") from None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:  # int(inf): Overflow
         raise ModelError(f"{where}: {e}") from None
 
 

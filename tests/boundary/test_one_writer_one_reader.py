@@ -129,6 +129,18 @@ def _inputs() -> list[tuple[str, str]]:
             if getattr(a.type, "xcache_input", False) or (label, a.dest) in UNMARKED]
 
 
+def test_the_tool_fuzzer_makes_every_input_hostile():
+    """Each input option is a target of the tool fuzzer (hunt/fuzz/tools.py
+    INPUTS) or says why not (NOT_FUZZED); no target is listed that is none."""
+    from xcache.hunt.fuzz import tools
+
+    given = {f"{label} {dest}" for label, dest in _inputs()}
+    assert given == set(tools.INPUTS) | set(tools.NOT_FUZZED)
+    assert not set(tools.INPUTS) & set(tools.NOT_FUZZED)
+    listed = {t for ts in tools.INPUTS.values() for t in ts}
+    assert listed <= set(tools.TARGETS)
+
+
 #: Commands whose refusal of an unusable input is not exit 2, and why.
 OTHER_STATUS = {"inspect": "xcache-inspect reports what it finds in a file "
                            "(FAIL lines, exit 1): its reader is the engine's"}

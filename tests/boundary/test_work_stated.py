@@ -77,7 +77,7 @@ def test_checkpoint_states_its_bytes_and_refuses_past_the_limit(
     assert fixtures(["checkpoint", str(MODELS / "deepseek-v3.json"), str(out),
                      "--form", form, "--max-bytes", "1M"]) == 2
     got = capsys.readouterr()
-    what = f"checkpoint {out} ({form} form, at most)"
+    what = f"{MODELS / 'deepseek-v3.json'}: checkpoint {out} ({form} form, at most)"
     said = re.fullmatch(rf"{re.escape(what)}: ([0-9,]+ bytes \([0-9.]+ MiB\)) "
                         f"in {re.escape(str(tmp_path))}\n", got.out)
     assert said, got.out
@@ -92,8 +92,8 @@ def test_checkpoint_refuses_past_the_free_space(tmp_path, capsys, full_disk):
     assert fixtures(["checkpoint", str(MODELS / "gpt-oss-20b.json"),
                      str(tmp_path / "OUT")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: checkpoint {tmp_path / 'OUT'} (index form, "
-                          "at most): "), err
+    assert err.startswith(f"error: {MODELS / 'gpt-oss-20b.json'}: checkpoint "
+                          f"{tmp_path / 'OUT'} (index form, at most): "), err
     _free_line(err, tmp_path)
     _nothing_but(tmp_path)
 

@@ -44,8 +44,9 @@ def _fail_on_new(report: Report) -> None:
     (("lab",), 20),
     (("predict",), 20),
     (("gate-scenario", "gate-programs"), 16),
+    (("checkpoint", "time"), 16),
 ], ids=["inspect", "gate", "new-verify", "from-header-identify", "lab", "predict",
-        "gate-files"])
+        "gate-files", "checkpoint-time"])
 def test_fuzz_targets(work: Path, group: tuple[str, ...], examples: int) -> None:
     """Every drawn case of these targets ends in success or one exit-2 line."""
     report = Report()
@@ -68,8 +69,9 @@ def test_corpus_regressions(work: Path) -> None:
 
 def test_every_target_has_a_strategy_and_a_seed() -> None:
     """The strategies cover every target, and every seed file exists."""
-    # new_case draws both new (spec.json) and new-toml (spec.toml)
-    assert set(tools.TARGETS) - set(tools.STRATEGIES) == {"new-toml"}
+    # new_case draws both new (spec.json) and new-toml (spec.toml), time_case
+    # both time (model.json) and time-toml (model.toml)
+    assert set(tools.TARGETS) - set(tools.STRATEGIES) == {"new-toml", "time-toml"}
     assert set(tools.STRATEGIES) <= set(tools.TARGETS)
     for t in tools.TARGETS.values():
         for s in t.seeds:

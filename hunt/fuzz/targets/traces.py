@@ -2,7 +2,7 @@
 
 Each case is one seed trace (every format ``oracle.traces.read_trace``
 reads), changed (a JSONL line's field, raw bytes), or run with a hostile
-option.
+option; predict's also with a changed trace as ``--train OTHER``.
 """
 
 from __future__ import annotations
@@ -52,13 +52,14 @@ TARGETS = (
 
 
 @st.composite
-def trace_case(draw: st.DrawFn, target: str) -> Case:
-    """lab / predict over one seed trace, changed, or with a hostile option."""
+def trace_case(draw: st.DrawFn, target: str, options: bool = True) -> Case:
+    """lab / predict over one seed trace, changed, or (``options``) with a
+    hostile option; ``target`` other than lab reads traces with steps."""
     # predict refuses an oracleGeneral trace whatever else is given (no steps)
     name = draw(st.sampled_from([t for t in TRACES if target == "lab"
                                  or t != "trace.oracleGeneral"]))
     data = (SEED / name).read_bytes()
-    if draw(st.integers(0, 3)) == 0:
+    if options and draw(st.integers(0, 3)) == 0:
         opts = (["--top-k", "--layers", "--experts", "--slots", "--policies",
                  "--workers"] if target == "lab" else
                 ["--top-k", "--layers", "--experts", "--slots", "--split",
@@ -67,6 +68,13 @@ def trace_case(draw: st.DrawFn, target: str) -> Case:
         args, names = draw(_opt(opts))  # or the trace the option contradicts
         return Case(target, f"{name} with {' '.join(args)}", {name: data}, args,
                     names + (name,))
+    if target == "predict" and options and draw(st.integers(0, 4)) == 0:
+        # --train OTHER: a second trace, changed, beside an unchanged one
+        new_b, note = draw(byte_edit((SEED / "trace.jsonl").read_bytes()))
+        return Case(target, f"--train train.jsonl: {note}",
+                    {"trace.jsonl": (SEED / "trace.jsonl").read_bytes(),
+                     "train.jsonl": new_b}, ["--train", "train.jsonl"],
+                    ("train.jsonl",))
     if name.endswith(".jsonl") and draw(st.booleans()):
         lines = [json.loads(x) for x in data.decode().splitlines()]
         i = draw(st.integers(0, len(lines) - 1))

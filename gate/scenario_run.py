@@ -89,6 +89,11 @@ class ScenarioRun:
         #: whether the last corrupt step's error named the byte its
         #: corruptor claims (faults/corrupt.py conventions)
         self.offset_as_claimed: bool | None = None
+        #: whether a step changes or replaces a file (bytes served after it
+        #: may be another file's)
+        self.changes_files = any(
+            s.get("op") in ("truncate", "touch", "rewrite", "replace",
+                            "corrupt") for s in steps)
         #: files a step changes in place: private copies, never symlinks
         self.private = frozenset(
             Path(self.first_piece(s["key"]).shard).name for s in steps
@@ -337,6 +342,8 @@ class ScenarioRun:
                     values[k] = _misuse_only(values.get(k))
         if "relations" in values:  # what must hold whatever the design
             expect.setdefault("relations", [])
+            if not self.changes_files:  # every byte served is the file's
+                expect.setdefault("wrong_reads", 0)
             expect.setdefault("held_changed", 0)  # (gate/contracts.py
             # VALUE_OWNERS: they count against their own contracts)
         near = _near_hits(getattr(self.make, "hit_bound", None), unjudged,

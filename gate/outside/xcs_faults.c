@@ -49,6 +49,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,11 +174,19 @@ uint64_t xcs_fault_fired(void)
     return n;
 }
 
-/* What the read injectors make of a read that returned `got` bytes
- * (`fd` >= 0: a plain read(), whose file position is put back by what is
- * not returned).  A read that returned no bytes is not counted and passes
- * through; else the returned count, or -1 with errno set. */
-static ssize_t inflict(ssize_t got, int fd)
+/* The byte a broken read leaves where it returned nothing: bytes the
+ * read put in the caller's buffer and did not return are overwritten with
+ * it, so a cache that publishes a failed or short read serves bytes that
+ * are not the file's (the gate's wrong_reads), never the right bytes by
+ * luck.  POSIX leaves them unspecified: a correct cache never looks. */
+#define XCS_POISON 0xA5
+
+/* What the read injectors make of a read that returned `got` bytes into
+ * `buf` (`fd` >= 0: a plain read(), whose file position is put back by
+ * what is not returned).  A read that returned no bytes is not counted
+ * and passes through; else the returned count, or -1 with errno set, the
+ * bytes not returned poisoned. */
+static ssize_t inflict(ssize_t got, int fd, void *buf)
 {
     if (got <= 0)
         return got;
@@ -219,8 +228,12 @@ static ssize_t inflict(ssize_t got, int fd)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
     }
-    if (fd >= 0 && ret != got)  /* what is not returned is read again */
-        lseek(fd, -(off_t)(got - (ret < 0 ? 0 : ret)), SEEK_CUR);
+    if (ret != got) {
+        size_t kept = ret < 0 ? 0 : (size_t)ret;
+        memset((unsigned char *)buf + kept, XCS_POISON, (size_t)got - kept);
+        if (fd >= 0)  /* what is not returned is read again */
+            lseek(fd, -(off_t)((size_t)got - kept), SEEK_CUR);
+    }
     if (ret < 0)
         errno = err;
     return ret;
@@ -228,17 +241,17 @@ static ssize_t inflict(ssize_t got, int fd)
 
 ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
 {
-    return inflict(__real_pread(fd, buf, n, off), -1);
+    return inflict(__real_pread(fd, buf, n, off), -1, buf);
 }
 
 ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t off)
 {
-    return inflict(__real_pread64(fd, buf, n, off), -1);
+    return inflict(__real_pread64(fd, buf, n, off), -1, buf);
 }
 
 ssize_t __wrap_read(int fd, void *buf, size_t n)
 {
-    return inflict(__real_read(fd, buf, n), fd);
+    return inflict(__real_read(fd, buf, n), fd, buf);
 }
 
 /* The mode argument an open with these flags passes, else 0. */

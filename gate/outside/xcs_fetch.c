@@ -40,6 +40,10 @@
  * (engine/csrc/xc.h XC_IO_MAX_RETRIES). */
 #define XCS_FETCH_MAX_RETRIES 1000
 
+/* What dst holds after a failed fetch: a cache that publishes it serves
+ * bytes that are not the expert's (the gate's wrong_reads). */
+#define XCS_FETCH_POISON 0xA5
+
 typedef struct fetch_piece {
     int file;           /* index into fetch_ctx.fds */
     uint64_t offset, length;
@@ -144,14 +148,9 @@ fail:
     return NULL;
 }
 
-int xcs_fetch(void *ctx, int layer, int expert, void *dst, uint64_t len)
+/* The fetch of one key into dst; the caller poisons dst on failure. */
+static int fetch_runs(const fetch_ctx *c, size_t key, char *out)
 {
-    const fetch_ctx *c = ctx;
-    if (c == NULL || dst == NULL || layer < 0 || layer >= c->n_layers ||
-        expert < 0 || expert >= c->n_experts || len < c->expert_bytes)
-        return XCS_EMISUSE;
-    char *out = dst;
-    size_t key = (size_t)layer * (size_t)c->n_experts + (size_t)expert;
     const fetch_piece *p = &c->pieces[key * (size_t)c->n_pieces];
     for (int i = 0; i < c->n_runs[key]; i++, p++) {
         uint64_t done = 0;
@@ -173,4 +172,17 @@ int xcs_fetch(void *ctx, int layer, int expert, void *dst, uint64_t len)
         out += p->length;
     }
     return XCS_OK;
+}
+
+int xcs_fetch(void *ctx, int layer, int expert, void *dst, uint64_t len)
+{
+    const fetch_ctx *c = ctx;
+    if (c == NULL || dst == NULL || layer < 0 || layer >= c->n_layers ||
+        expert < 0 || expert >= c->n_experts || len < c->expert_bytes)
+        return XCS_EMISUSE;
+    size_t key = (size_t)layer * (size_t)c->n_experts + (size_t)expert;
+    int rc = fetch_runs(c, key, dst);
+    if (rc != XCS_OK)  /* unspecified: never the right bytes by luck */
+        memset(dst, XCS_FETCH_POISON, (size_t)c->expert_bytes);
+    return rc;
 }

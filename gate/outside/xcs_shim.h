@@ -78,9 +78,9 @@ typedef struct xcs_options {
  * (its pieces, in order) into dst[0..len) and returns XCS_OK, or
  * XCS_ESHORT (a file ended before the expert's last byte), XCS_EIO (a read
  * failed), XCS_EMISUSE (a key outside the layout, len below the expert's
- * size, a NULL dst); dst's contents are then unspecified.  Its reads are
- * the ones the gate's injectors break, so the fault contracts judge how
- * the cache handles a failed fetch.  Safe to call from any thread at any
+ * size, a NULL dst), dst then holding no byte of the expert (the gate
+ * poisons it).  Its reads are the ones the gate's injectors break, so the
+ * fault contracts judge how the cache handles a failed fetch.  Safe to call from any thread at any
  * time between open() and close(); `ctx` is xcs_layout.fetch_ctx. */
 typedef int (*xcs_fetch_fn)(void *ctx, int layer, int expert, void *dst,
                             uint64_t len);

@@ -325,7 +325,8 @@ def test_an_exact_lru_declared_sampled_passes_within_its_bound(tmp_path: Path):
     assert rows["policies"]["verdict"] == "PASS"
     assert rows["relations"]["verdict"] == "PASS"
     assert checks["policy counters (lru)"] == (
-        "requests 320, invariants clean, relations [], held_changed 0, hits "
+        "0 of 0 reads wrong, requests 320, invariants clean, relations [], "
+        "held_changed 0, hits "
         "106 (a sampled policy: within 16 of the exact policy's 106); N/A "
         "misses (exact:victims), evictions (exact:victims), resident "
         "(exact:victims)")
@@ -340,3 +341,15 @@ def test_a_held_victim_fails_holds_even_when_victims_are_the_caches(
     rows = _declared(tmp_path, '[design]\npolicy = "sampled"\n', defect=6)
     del rows["checks"]
     assert [c for c, r in rows.items() if r["verdict"] == "FAIL"] == ["holds"]
+
+
+def test_the_gates_fetch_gives_up_where_the_engine_does():
+    """xcs_fetch.c's bound on interrupted reads is the engine's (xc.h)."""
+    import re  # noqa: PLC0415
+
+    from xcache.oracle.bounds import IO_MAX_RETRIES  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "gate" / "outside" / "xcs_fetch.c").read_text()
+    got = re.search(r"#define XCS_FETCH_MAX_RETRIES (\d+)", text)
+    assert got is not None and int(got.group(1)) == IO_MAX_RETRIES

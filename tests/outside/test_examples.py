@@ -32,7 +32,16 @@ CAUGHT = {
     ("directcache", "BATCH_SELF_EVICT"): ["batch-residents"],
     ("directcache", "OPEN_NO_EINTR"): ["eintr"],
     ("directcache", "TRAILING_OK"): ["reader-refusals"],
+    ("directcache", "PIN_VICTIM"): ["pins"],
     ("fetchcache", "EVICT_HELD"): ["holds"],
+    # a short fetch published: the gate's fetch poisons what it could not
+    # read, so the expert served is not the file's
+    ("fetchcache", "SHORT_AS_READY"): ["short-read"],
+    # a hold never given back: every scenario after it meets a slot held
+    # (the cache's own check names it), each under its own contract
+    ("fetchcache", "RELEASE_KEEPS_LAST"): [
+        "serial-reads", "counter-windows", "short-read", "holds", "policies",
+        "replaced-file", "reads-under-way"],
 }
 
 

@@ -47,16 +47,13 @@ REPORT = {
 NA_MISSING = {
     "adjusted-hit-rate": ["counter:prefetch_first_uses"],
     "reader-refusals": ["op:reader"],
-    "changed-file": ["option:verify", "policy:arc"],
+    "changed-file": ["option:verify"],
     "allocation": ["fault:alloc"],
-    "direct-io": ["policy:lfru", "option:direct", "option:chunk_bytes"],
-    "streams": ["policy:hotness", "op:trace", "policy:arc", "option:chunk_bytes",
-                "policy:fifo", "op:stream", "policy:lfu", "policy:s3fifo"],
-    "reads-under-way": ["option:io_threads", "policy:fifo", "op:trace"],
+    "direct-io": ["option:direct", "option:chunk_bytes"],
+    "streams": ["op:trace", "option:chunk_bytes", "op:stream"],
+    "reads-under-way": ["option:io_threads", "op:trace"],
     "trace": ["op:trace"],
-    "invariant-check": ["op:break_check", "policy:arc", "policy:lfru",
-                        "policy:fifo", "policy:hotness", "policy:lfu",
-                        "policy:s3fifo", "op:stream"],
+    "invariant-check": ["op:break_check", "op:stream"],
 }
 
 #: each planted defect (TC_DEFECT) and the contracts it must break, over

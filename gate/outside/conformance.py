@@ -269,7 +269,11 @@ def program_failures(report: Any, plan: list[dict[str, Any]],
         rerun = (f"programs-shrunk.json ({len(programs.operations(shrunk))} "
                  "steps; pin it in gate/scenarios/ and run --scenario "
                  f"{shrunk['name']})" if i == 0 and shrunk is not None else
-                 "a --programs-file listing " + json.dumps(at))
+                 "--programs-file FILE, FILE holding " + json.dumps(
+                     {"length": at.get("length", 24), "programs": [{
+                         "container": at["container"],
+                         "option_sets": [at["option_set"]],
+                         "seeds": [at["seed"]]}]}))
         out.append({"program": f["scenario"], "check": f["check"],
                     "detail": _judged(f["detail"]),
                     "class": classify(f), "reproduce": rerun})

@@ -360,7 +360,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
         f"PASS: 52 scenarios (68 variants), 762 checks, 2 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 52
+    assert len(scenario_lines) == 53
     assert all(ln.split()[1:3] == ["on", where] for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")

@@ -262,5 +262,21 @@ typedef struct xc_sim_result {
  * counts so far).  No state survives the call. */
 int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
                const uint8_t *step_start, size_t n, xc_sim_result *out);
+/* --- exact miss-ratio curves (contracts in xc.h) --- */
+typedef struct xc_curve_opts {
+    const char *policy;   /* "lru" (also NULL) or "belady" */
+    uint32_t n_keys;      /* every key is < n_keys */
+    uint32_t n_experts;   /* with per_layer, key k is in layer k / n_experts */
+    int mode;             /* XC_SIM_PLAIN or XC_SIM_STEP */
+    int per_layer;        /* 1: an independent cache per layer */
+} xc_curve_opts;
+typedef struct xc_curve_result {
+    uint64_t requests, compulsory, working_set, min_slots;
+} xc_curve_result;
+/* misses[c - 1]: misses at c slots, c = 1..n_sizes (UINT64_MAX below
+ * min_slots).  XC_E_MISUSE for bad arguments or a key >= n_keys; XC_E_NOMEM. */
+int xc_curve_run(const xc_curve_opts *opts, const uint32_t *keys,
+                 const uint8_t *step_start, size_t n, uint64_t *misses,
+                 size_t n_sizes, xc_curve_result *out);
 /* engine.sim's progress hook (the ctx is its handle), defined in Python. */
 extern "Python" int _xc_sim_py_progress(void *ctx, uint64_t done);

@@ -26,13 +26,15 @@ import numpy as np
 from xcache.engine import _lib
 from xcache.engine.errors import EngineError
 
-__all__ = ["MODES", "POLICIES", "PROGRESS_EVERY", "SimulationStopped",
-           "simulate", "trace_arrays"]
+__all__ = ["CURVE_POLICIES", "MODES", "POLICIES", "PROGRESS_EVERY",
+           "SimulationStopped", "curve", "simulate", "trace_arrays"]
 
 MODES = ("plain", "step")
 #: Every policy the simulator runs: the C table's cache policies in its
 #: order, then Belady.
 POLICIES: tuple[str, ...] = (*_lib.policy_table(), "belady")
+#: The policies :func:`curve` gives at every size in one pass (stack algorithms).
+CURVE_POLICIES = ("lru", "belady")
 #: Accesses between two progress calls unless ``progress_every`` says.
 PROGRESS_EVERY: int = int(_lib.lib().XC_SIM_PROGRESS_EVERY)
 
@@ -222,3 +224,52 @@ def simulate(keys_or_trace_arrays: Any, policy: str, slots: int,
             f"sim: the progress callback stopped the replay after {req} of "
             f"{len(keys)} accesses", done=req, partial=row)
     return row
+
+
+def curve(keys_or_trace_arrays: Any, policy: str, mode: str = "step",
+          per_layer: bool = False, *, n_experts: int | None = None,
+          step_starts: Any = None) -> np.ndarray:
+    """Misses of ``policy`` (``lru`` or ``belady``) at every size, in one pass.
+
+    Returns an int64 array ``m`` of one entry per size from 1 to the
+    working set (the distinct keys; per layer: the most any layer has):
+    ``m[c - 1]`` is what ``simulate(..., policy, c, mode, per_layer)[
+    "misses"]`` gives, for every ``c``; past the working set every size
+    misses the first accesses only.  A size the mode refuses (step mode
+    below the largest step's distinct keys) is -1.  Arguments as for
+    :func:`simulate`; another policy or mode is ``ValueError``.  Exact
+    (docs/LABS.md "Exact curves"); LRU in O(n log W), Belady in O(n D),
+    D the mean stack depth of an access (xc_curve.c).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if policy not in CURVE_POLICIES:
+        raise ValueError(f"curve: policy must be one of {CURVE_POLICIES} "
+                         f"(stack algorithms), not {policy!r}")
+    keys, starts, n_keys, n_exp = trace_arrays(keys_or_trace_arrays, n_experts)
+    if step_starts is not None:
+        starts = np.asarray(step_starts).astype(np.uint8)
+        if starts.shape != keys.shape:
+            raise ValueError("step_starts must have one flag per access")
+    keys = np.ascontiguousarray(keys, np.uint32)
+    starts = np.ascontiguousarray(starts, np.uint8)
+    ffi, lib = _lib.ffi(), _lib.lib()
+    spec = ffi.new("char[]", policy.encode())
+    opts = ffi.new("xc_curve_opts *")
+    opts.policy = spec
+    opts.n_keys = n_keys
+    opts.n_experts = n_exp
+    opts.mode = lib.XC_SIM_STEP if mode == "step" else lib.XC_SIM_PLAIN
+    opts.per_layer = int(per_layer)
+    bound = min(n_exp if per_layer else n_keys, len(keys))
+    misses = np.zeros(max(bound, 1), np.uint64)
+    out = ffi.new("xc_curve_result *")
+    _lib.check(lib.xc_curve_run(opts, ffi.from_buffer("uint32_t[]", keys),
+                                ffi.from_buffer("uint8_t[]", starts),
+                                len(keys), ffi.from_buffer("uint64_t[]", misses),
+                                bound, out))
+    m = misses[:int(out.working_set)]
+    refused = m == np.uint64(2**64 - 1)
+    m = m.astype(np.int64)
+    m[refused] = -1
+    return m

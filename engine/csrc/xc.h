@@ -828,6 +828,37 @@ typedef struct xc_sim_result {
 int xc_sim_run(const xc_sim_opts *opts, const uint32_t *keys,
                const uint8_t *step_start, size_t n, xc_sim_result *out);
 
+/* Exact miss-ratio curves (xc_curve.c): LRU's or Belady's misses at every
+ * cache size in one pass, each point what xc_sim_run gives at that size
+ * with the same keys, step flags, mode and per_layer. */
+typedef struct xc_curve_opts {
+    const char *policy;   /* "lru" (also NULL) or "belady" */
+    uint32_t n_keys;      /* every key is < n_keys */
+    uint32_t n_experts;   /* with per_layer, key k is in layer k / n_experts */
+    int mode;             /* XC_SIM_PLAIN or XC_SIM_STEP */
+    int per_layer;        /* 1: an independent cache per layer (size per layer) */
+} xc_curve_opts;
+
+/* What one curve covers: working_set is the most distinct keys of one cache
+ * (per_layer: of any layer); at it and above, misses = compulsory.
+ * min_slots is the least size the mode replays: 1 in plain mode, the most
+ * distinct keys of one step in step mode. */
+typedef struct xc_curve_result {
+    uint64_t requests, compulsory, working_set, min_slots;
+} xc_curve_result;
+
+/* Fills misses[c - 1] with the misses of a cache of c slots, for c = 1 ..
+ * n_sizes (misses may be NULL when n_sizes is 0), over keys[0..n-1] with
+ * step_start as in xc_sim_run; a size below min_slots, which xc_sim_run
+ * refuses, gets UINT64_MAX.  *out receives the counts above.  XC_E_MISUSE
+ * (nothing written) for NULL arguments, a policy other than lru or belady,
+ * bad options or a key >= n_keys (offset: its position); XC_E_NOMEM.
+ * Time O(n log W) for lru, O(n D) for belady (D: the mean stack depth of
+ * an access, at most W, the working set).  No state survives the call. */
+int xc_curve_run(const xc_curve_opts *opts, const uint32_t *keys,
+                 const uint8_t *step_start, size_t n, uint64_t *misses,
+                 size_t n_sizes, xc_curve_result *out);
+
 #ifdef __cplusplus
 }
 #endif

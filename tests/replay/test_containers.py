@@ -94,10 +94,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 71 scenario runs, 780 checks, all pinned, none
+    """On their home containers: 72 scenario runs, 784 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 71 and len(report.checks) == 780
+    assert len(names) == 72 and len(report.checks) == 784
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -108,9 +108,9 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-gives-back names
-    ("mixtral-mini", 66, ["found-direct-partial", "hold-layer-gives-back",
+    ("mixtral-mini", 67, ["found-direct-partial", "hold-layer-gives-back",
                           "hold-layer-no-slot", "state-direct"]),
-    ("deepseek-mini", 68, ["found-direct-partial", "state-direct"])])
+    ("deepseek-mini", 69, ["found-direct-partial", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
     """Every scenario runs on another fixture folder and passes on both backends."""
@@ -214,7 +214,7 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
                                   "stream-claim-kinds", "state-counters",
                                   "state-order", "state-holds",
                                   "state-untold", "state-direct",
-                                  "held-victim", "reset-window",
+                                  "held-victim", "pin-protects", "reset-window",
                                   "hold-layer-no-slot",
                                   "found-claim-wait-hit", "found-direct-partial",
                                   "found-fused-chunked-eio", "found-release-twice",
@@ -357,7 +357,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 52 scenarios (68 variants), 762 checks, 2 skipped, 12 N/A on {where} "
+        f"PASS: 53 scenarios (69 variants), 766 checks, 2 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
     assert len(scenario_lines) == 53

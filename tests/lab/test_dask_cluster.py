@@ -144,6 +144,18 @@ def test_lab_on_cluster_equals_process_pool(shared, process_lab, tmp_path):
 
 
 @pytest.mark.nosan
+def test_lab_curve_on_cluster_equals_process_pool(shared, tmp_path):
+    """--curve via the cluster (its two cells there too): the curve's files and
+    the results are the process pool's, byte for byte."""
+    here, remote = tmp_path / "here", tmp_path / "cluster"
+    options = ["--policies", "lru", "--slots", "16,64", "--quiet", "--curve"]
+    assert main(["lab", OLMOE, str(here), *options, "--executor", "process"]) == 0
+    assert main(["lab", OLMOE, str(remote), *options, "--scheduler",
+                 shared.address]) == 0
+    same_files(here, remote, (*LAB_FILES, "curve.csv", "curve.json"))
+
+
+@pytest.mark.nosan
 def test_worker_killed_mid_sweep_gives_the_full_result(cluster, process_lab,
                                                        tmp_path, monkeypatch):
     """SIGKILL of a worker once a cell is partly done: the process pool's files still.

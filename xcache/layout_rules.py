@@ -26,7 +26,8 @@ The rules, all generic (no model is named):
   (:data:`INNER_SCOPES`), then the top level, then the sub-blocks of
   :data:`BLOCK_SCOPES` (``ffn_config.moe_top_k``, ``attn_config.kv_n_heads``),
   each list of aliases in order (:data:`EXPERT_KEYS`, :data:`TOP_K_KEYS`,
-  :data:`LAYER_KEYS`);
+  :data:`LAYER_KEYS`); an expert count or top-k given per layer (a list)
+  counts when its values are one (:data:`PER_LAYER_KEYS`);
 * MoE layers follow :func:`config_moe_layers` (explicit lists, interleave
   steps, dense-first counts, the dense complement);
 * the top-k is the config's, else the caller's (``--top-k``), else refused.
@@ -40,7 +41,8 @@ from typing import Any
 
 __all__ = ["BLOCK_SCOPES", "EXPERT_KEYS", "FUSED", "FUSED_MODULES", "GROUPS",
            "INNER_SCOPES", "LAYER_KEYS", "LAYER_MODULES", "MTP_MODULE",
-           "NOT_ROUTED", "PER_EXPERT", "TOP_K_KEYS", "Hit", "RuleError",
+           "NOT_ROUTED", "PER_EXPERT", "PER_LAYER_KEYS", "TOP_K_KEYS", "Hit",
+           "RuleError",
            "classify", "config_count", "config_get", "config_moe_layers",
            "config_set", "config_view", "detect", "is_mtp", "layer_of", "ranges"]
 
@@ -57,6 +59,8 @@ EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts",
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
               "moe_top_k", "moe_topk", "num_selected_experts", "top_k_experts",
               "moe_k", "router_topk", "top_k")
+#: Keys a config may give as one value per layer (a list), all alike.
+PER_LAYER_KEYS = EXPERT_KEYS + TOP_K_KEYS
 #: Keys giving the number of decoder layers.
 LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
 #: Sub-documents holding a multimodal model's text model, read first.
@@ -162,7 +166,10 @@ def config_count(config: Mapping[str, Any] | None, keys: Sequence[str],
     """(value, key) of the first of ``keys`` present, checked ``lo..I32_MAX``.
 
     ``top_k`` 0 is absent (sampling off); any other value out of range or
-    not an integer is a RuleError naming ``where`` and the key.
+    not an integer is a RuleError naming ``where`` and the key.  A key of
+    :data:`PER_LAYER_KEYS` may give one value per layer (Hunyuan's
+    ``moe_topk: [8, 8, ...]``): each is checked, and they must be one value
+    (:func:`_one_value`).
     """
     for k in keys:
         got = config_get(config, k)
@@ -171,14 +178,36 @@ def config_count(config: Mapping[str, Any] | None, keys: Sequence[str],
         name, v = got
         if k == "top_k" and v == 0:
             continue
-        if not _is_int(v) or v < lo:
-            raise RuleError(f"{where}: {name} must be an integer of at least "
-                            f"{lo}, got {v!r}")
-        if v > I32_MAX:
-            raise RuleError(f"{where}: {name} must be at most {I32_MAX} (the "
-                            f"engine's limit), got {v!r}")
+        if isinstance(v, list) and v and k in PER_LAYER_KEYS:
+            for i, x in enumerate(v):
+                _check_count(x, f"{name}[{i}]", where, lo)
+            return _one_value(v, name, where), name
+        _check_count(v, name, where, lo)
         return int(v), name
     return None
+
+
+def _check_count(v: Any, name: str, where: str, lo: int) -> None:
+    if not _is_int(v) or v < lo:
+        raise RuleError(f"{where}: {name} must be an integer of at least "
+                        f"{lo}, got {v!r}")
+    if v > I32_MAX:
+        raise RuleError(f"{where}: {name} must be at most {I32_MAX} (the "
+                        f"engine's limit), got {v!r}")
+
+
+def _one_value(values: list[int], name: str, where: str) -> int:
+    """The one value of a per-layer list; RuleError naming each value's layers."""
+    at: dict[int, list[int]] = {}
+    for layer, x in enumerate(values):
+        at.setdefault(x, []).append(layer)
+    if len(at) == 1:
+        return int(values[0])
+    said = "; ".join(f"{x} in layer{'s' if len(ls) > 1 else ''} {ranges(ls)}"
+                     for x, ls in at.items())
+    raise RuleError(f"{where}: {name} gives one value per layer and they differ "
+                    f"({said}): one value serves every layer; give a layout "
+                    f"file ({LAYOUT_FILE}) with it")
 
 
 def _int_list(config: Mapping[str, Any], key: str, where: str

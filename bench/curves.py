@@ -6,11 +6,11 @@ one pass -- against one single-size replay of the same policy
 (``engine.sim.simulate`` at the lab's middle default size, a quarter of the
 working set) and against the per-size sweep the curve replaces (one replay
 at every size the mode accepts).  The curve and the single replay are the
-best of ``--rounds`` calls over the key arrays in memory; the sweep runs
-once, and every one of its points must equal the curve's (checked, so the
-run is also an exactness test).  Printed beside each figure: its ratio
-(curve / single replay: the goal is at most 2x; sweep / curve: what one
-pass saves).
+best of ``--rounds`` rounds over the key arrays in memory, the two calls
+alternating in each round; the sweep runs once, and every one of its
+points must equal the curve's (checked, so the run is also an exactness
+test).  Printed beside each figure: its ratio (curve / single replay: the
+goal is at most 2x; sweep / curve: what one pass saves).
 
 The traces: the shipped ones (``fixtures/traces``), and with ``--also DIR``
 the largest trace in DIR (by accesses) when it is larger than every shipped
@@ -53,14 +53,16 @@ def uptime() -> str:
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def best(fn: Callable[[], object], rounds: int) -> float:
-    """The least wall time of ``rounds`` calls of ``fn``, in seconds."""
-    times = []
+def best(fns: list[Callable[[], object]], rounds: int) -> list[float]:
+    """The least wall time (s) of each of ``fns`` over ``rounds`` rounds, the
+    calls alternating within each round (a load change hits them alike)."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for fn, kept in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            kept.append(time.perf_counter() - t0)
+    return [min(kept) for kept in times]
 
 
 def traces(also: str | None) -> list[Path]:
@@ -99,10 +101,10 @@ def one(path: Path, rounds: int) -> list[dict[str, object]]:
             m = run_curve()
             first = 1 + int(np.count_nonzero(m < 0))
             middle = max(first, round(0.25 * w))
-            t_curve = best(run_curve, rounds)
-            t_one = best(lambda policy=policy, mode=mode, middle=middle: simulate(
+            t_curve, t_one = best([run_curve, lambda policy=policy, mode=mode,
+                                   middle=middle: simulate(
                 keys, policy, middle, mode, n_experts=n_experts,
-                step_starts=starts), rounds)
+                step_starts=starts)], rounds)
             t0 = time.perf_counter()
             for c in range(first, w + 1):
                 got = simulate(keys, policy, c, mode, n_experts=n_experts,

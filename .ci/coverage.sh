@@ -20,6 +20,10 @@ find "$out/build" -name '*.gcda' -delete
 echo "== tests under coverage (pytest-cov; every core through pytest-xdist)"
 export XC_ENGINE_LIB="$so"
 export COVERAGE_FILE="$out/.coverage"
+# the gate's engine runs stay in the test's process (gate/contained.py): a
+# forked child ends with os._exit, which writes neither gcov's counts nor
+# coverage.py's; tests/replay/test_contained.py forks on its own
+export XC_GATE_IN_PROCESS=1
 set +e
 # pytest-cov starts coverage in each xdist worker and combines their data
 # into $COVERAGE_FILE; libgcov merges the workers' .gcda counts under a lock.
@@ -32,7 +36,7 @@ sel=(-m "not nosan")
 python -m pytest -q -n auto -p no:cacheprovider --cov --cov-report= "${sel[@]}" tests/
 rc=$?
 set -e
-unset XC_ENGINE_LIB
+unset XC_ENGINE_LIB XC_GATE_IN_PROCESS
 
 echo "== Python branch coverage"
 python -m coverage report --skip-empty

@@ -534,6 +534,9 @@ class BackendFactory:
     kind_of: Callable[[BaseException], str] = field(repr=False,
                                                     default=Backend.kind_of)
     reference: bool = False
+    #: each run in a forked process of its own (gate/contained.py): the
+    #: engine's, whose abort or signal would otherwise end the gate
+    contained: bool = False
 
     def __call__(self, folder: Path) -> Backend:
         """Open the backend over ``folder``."""

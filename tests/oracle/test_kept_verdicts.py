@@ -81,7 +81,8 @@ def test_a_refusal_is_not_kept(tmp_path) -> None:
         Container(tmp_path)
     assert info.value.detail == f"'w' is mapped to {_S2!r} but found in None"
     index.write_text(good)
-    assert Container(tmp_path).names() == ["y", "x", "z"]  # the writer put y (F64) first
+    # the writer put y (F64) first
+    assert Container(tmp_path).names() == ["y", "x", "z"]
 
 
 def _escaped_by_steps(raw: bytes, q: int) -> bool:

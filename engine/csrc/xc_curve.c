@@ -54,8 +54,8 @@
 
 #define NEVER INT64_MAX
 #define HELD (-1)
-/* OPT: levels per block of the skip bounds. */
-#define BLOCK 32
+/* OPT: levels per block of the skip bounds (block k: levels kB+1 .. kB+B). */
+#define BLOCK 16
 
 /* Scratch of one xc_curve_run call, sized for its largest run.  Per-key
  * arrays start at 0 ("none") and every run touches its own keys only (the
@@ -275,11 +275,11 @@ static int64_t opt_carry(curvebuf *b, size_t l, size_t end, carry *c)
 /* Belady's distances of keys[0..n-1] into hist as lru_pass does; step:
  * hold each step's keys (i == 0 or starts[i] != 0 begins a step), and
  * raise *largest to the most distinct keys of a step.  bmax[k] bounds the
- * priorities of levels k*BLOCK .. k*BLOCK+BLOCK-1 from above (a record
- * only lowers its level's priority; the top, level d and a step's end
- * raise the bound), so a whole block at or below the carried priority
- * holds no record and is stepped over; a block carried through whole gets
- * its exact bound back. */
+ * priorities of levels k*BLOCK+1 .. k*BLOCK+BLOCK from above (a record
+ * only lowers its level's priority; level d and a step's end raise the
+ * bound; level 0 is in no block), so a whole block at or below the carried
+ * priority holds no record and is stepped over; a block carried through
+ * whole gets its exact bound back. */
 static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
                      size_t n, int step, uint64_t *hist, size_t *largest)
 {
@@ -305,8 +305,8 @@ static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
                 /* the step ends: its keys, the top `held`, are free again */
                 for (l = 0; l < held; l++) {
                     snu[l] = b->knu[sk[l]];
-                    if (snu[l] > bmax[l / BLOCK])
-                        bmax[l / BLOCK] = snu[l];
+                    if (l > 0 && snu[l] > bmax[(l - 1) / BLOCK])
+                        bmax[(l - 1) / BLOCK] = snu[l];
                 }
                 held = 0;
                 sid++;
@@ -328,8 +328,6 @@ static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
             assert(d < size);
             hist[d + 1]++;
         }
-        if (e > bmax[0])
-            bmax[0] = e;
         c.key = sk[0];
         c.nu = snu[0];
         sk[0] = x;
@@ -340,18 +338,18 @@ static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
         /* The held keys above the first free level rank HELD, as the
          * carried key does then: none of them moves, so start below them. */
         l = held > 2 ? held - 1 : 1;
-        end = (l + BLOCK - 1) / BLOCK * BLOCK;
+        end = (l - 1 + BLOCK - 1) / BLOCK * BLOCK + 1; /* a block's first */
         opt_carry(b, l, end < d ? end : d, &c);
         for (l = end; l + BLOCK <= d; l += BLOCK)
-            if (bmax[l / BLOCK] > c.nu)
-                bmax[l / BLOCK] = opt_carry(b, l, l + BLOCK, &c);
+            if (bmax[(l - 1) / BLOCK] > c.nu)
+                bmax[(l - 1) / BLOCK] = opt_carry(b, l, l + BLOCK, &c);
         if (l < d)
             opt_carry(b, l, d, &c);
         sk[d] = c.key;
         snu[d] = c.nu;
         pos[c.key] = (int64_t)d + 1;
-        if (c.nu > bmax[d / BLOCK])
-            bmax[d / BLOCK] = c.nu;
+        if (c.nu > bmax[(d - 1) / BLOCK])
+            bmax[(d - 1) / BLOCK] = c.nu;
     }
 }
 

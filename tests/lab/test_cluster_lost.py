@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ import xcache.lab.sweep as sweep_mod
 from tests.lab.test_dask_cluster import (
     LAB_OPTIONS,
     OLMOE,
+    ROOT,
     Cluster,
     running_cluster_of,
 )
@@ -207,6 +210,42 @@ def test_cells_cancelled_by_another_client(lone, tmp_path, monkeypatch, capsys):
         rf"{re.escape(str(out))} left as it was\n", err), err
     assert not out.exists()
     assert lone.workers[0].poll() is None  # nobody died
+
+
+@pytest.mark.nosan
+def test_scheduler_killed_mid_sweep(lone, tmp_path):
+    """SIGKILL of the scheduler once a cell runs (a real run of replay.py): exit
+    2 within the bound, stderr one line naming --scheduler (no dask log, no
+    traceback), no OUT."""
+    from distributed import Client
+
+    out = tmp_path / "out"
+    slots = ",".join(str(n) for n in range(16, 200, 4))  # 46 sizes: 184 cells
+    run = subprocess.Popen(
+        [sys.executable, "replay.py", "lab", OLMOE, str(out), "--policies",
+         "lru,arc,s3fifo", "--slots", slots, "--quiet", "--scheduler",
+         lone.address], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with Client(lone.address, set_as_default=False) as client:
+            deadline = time.monotonic() + BOUND
+            while not any(client.processing().values()):
+                assert run.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        lone.kill(lone.scheduler)
+        killed = time.monotonic()
+        _, err = run.communicate(timeout=BOUND)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 2, err
+    assert time.monotonic() - killed < cluster_mod.ASK_TIMEOUT + 5.0
+    assert re.fullmatch(
+        rf"replay\.py lab: --scheduler {re.escape(lone.address)}: the (cluster "
+        r"failed the sweep|scheduler did not answer) \(\d+ of 184 cells done\): "
+        rf"[A-Za-z]+Error: [^\n]+; {re.escape(str(out))} left as it was\n",
+        err.decode()), err.decode()
+    assert not out.exists()
 
 
 def failing(reporter: cluster_mod.Reporter, index: int) -> int:

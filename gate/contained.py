@@ -24,6 +24,7 @@ debugger's choice); so does a platform without ``fork``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -127,6 +128,7 @@ def run_forked(run: Any, timeout: float, name: str) -> tuple[bool, bool]:
     end: Any = None
     deadline = time.monotonic() + timeout
     timed_out = False
+    ended = False
     try:
         while True:
             left = deadline - time.monotonic()
@@ -145,10 +147,12 @@ def run_forked(run: Any, timeout: float, name: str) -> tuple[bool, bool]:
                     getattr(run.report, item[1])(*item[2], **item[3])
                 else:
                     end = item
-    finally:
+        ended = True
+    finally:  # a hang, or an interrupt here (Ctrl-C): the child goes too
         os.close(r)
-        if timed_out:
-            os.kill(pid, signal.SIGKILL)
+        if timed_out or not ended:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     if timed_out:
         run.report.add(name, run.backend_name, f"{name} ran to completion",

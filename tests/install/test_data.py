@@ -19,8 +19,9 @@ def test_shipped_lists_every_file_of_each_kind() -> None:
     assert data.shipped("model") == {
         p.stem: p for p in sorted((ROOT / "fixtures" / "models").glob("*.json"))}
     assert sorted(data.shipped("trace")) == ["mixtral8x7b_humaneval", "olmoe_299"]
-    assert data.shipped("cache") == {"skeleton": ROOT / "examples" / "skeleton",
-                                     "tinycache": ROOT / "examples" / "tinycache"}
+    assert data.shipped("cache") == {
+        name: ROOT / "examples" / name
+        for name in ("directcache", "fetchcache", "skeleton", "tinycache")}
     assert {"deepseek-v2-lite", "deepseek-v3", "gpt-oss-20b", "granite-3.0-1b-a400m",
             "mixtral-8x7b", "olmoe-1b-7b", "qwen2-moe-lm",
             "qwen3-next-80b-a3b"} <= set(data.shipped("model"))
@@ -64,7 +65,8 @@ def test_anything_else_is_returned_as_given(arg: str, tmp_path: Path,
 def test_the_hint_names_every_shipped_item_and_the_command() -> None:
     """The error hint lists the names and says how to find their paths."""
     assert data.hint("cache") == ("a shipped cache can be named instead of a path "
-                                  "(skeleton, tinycache); `xcache-data` prints where "
+                                  "(directcache, fetchcache, skeleton, "
+                                  "tinycache); `xcache-data` prints where "
                                   "they are")
 
 

@@ -14,8 +14,16 @@ from typing import Any
 
 import pytest
 
-from xcache.gate import race_ops
+from xcache.gate import contained, race_ops
 from xcache.gate.report import Report
+
+
+@pytest.fixture(autouse=True)
+def _in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's runs stay in this process: these tests judge how the
+    gate abandons a stalled run there (race_ops._ABANDONED); a forked run
+    is killed instead (tests/replay/test_contained.py)."""
+    monkeypatch.setenv(contained.IN_PROCESS_ENV, "1")
 
 
 def _run_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

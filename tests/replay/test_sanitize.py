@@ -85,7 +85,7 @@ def test_the_child_environment(tmp_path: Path) -> None:
                         f"alloc_dealloc_mismatch=0:log_path={tmp_path}/asan",
         "UBSAN_OPTIONS": "halt_on_error=1:abort_on_error=0:exitcode=86:"
                          f"print_stacktrace=1:log_path={tmp_path}/ubsan",
-        sanitize.CHILD_ENV: str(tmp_path)}
+        sanitize.CHILD_ENV: str(tmp_path), "XC_GATE_IN_PROCESS": "1"}
 
 
 def _fake_cc(tmp_path: Path, prints: str) -> Path:

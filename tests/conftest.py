@@ -17,6 +17,14 @@ from tests.helpers import write_k3_mini
 # starts.  XC_ENGINE_LIB (CI's sanitizer and coverage builds) still wins.
 os.environ.setdefault("XC_TEST_SEAMS", "1")
 
+# The gate forks a process for each engine run (gate/contained.py): a crash
+# is a verdict.  Forking a test worker of several hundred MB for each of the
+# thousands of runs the suite makes doubled its time (455 s -> over 900 s),
+# so the suite keeps them in process, here and in every subprocess a test
+# starts; tests/replay/test_contained.py forks on purpose, and the gate's own
+# CI stages (replay, mutants) fork as a user's run does.
+os.environ.setdefault("XC_GATE_IN_PROCESS", "1")
+
 # `ci` extends hypothesis' built-in profile of that name (derandomized, no
 # deadline, no example database); `thorough` runs twenty times the examples.
 _ci = settings.get_profile("ci")

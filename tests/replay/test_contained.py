@@ -87,8 +87,8 @@ def test_a_crash_is_a_named_failed_check_and_the_gate_goes_on(
     assert doomed == ["reset-window"] * 3
 
 
-def test_a_hang_is_killed_at_the_bound_and_leaves_nothing(tmp_path: Path):
-    """A contained run that hangs fails at its bound; its process is gone."""
+def test_a_hang_is_killed_at_its_bound_and_the_gate_goes_on(tmp_path: Path):
+    """A contained run that hangs fails at its bound, within seconds."""
     t0 = time.monotonic()
     report = _run(tmp_path, "hang", timeout=2.0)
     assert time.monotonic() - t0 < 30

@@ -289,26 +289,32 @@ def test_the_mutation_run_replays_with_sanitize_and_reads_the_check(
     assert mrun.parser().parse_args(["--sanitize"]).sanitize is True
 
 
-def _stalling_cc(tmp_path: Path) -> Path:
+def _stalling_cc(tmp_path: Path, deaf: bool = False) -> Path:
     """A compiler that answers -print-file-name as gcc does, and whose compile
-    leaves its temporary file in TMPDIR and stalls (as an interrupted cc1 did)."""
+    leaves its temporary file in TMPDIR and stalls (as an interrupted cc1 did);
+    a ``deaf`` one ignores SIGINT (as one the build's pool starts just after
+    the interrupt reached the group does not see it)."""
     cc = tmp_path / "bin" / "cc-stalls"
     cc.parent.mkdir()
+    trap = "trap '' INT\n" if deaf else ""
     cc.write_text('#!/bin/sh\ncase "$*" in *-print-file-name*) exec gcc "$@";; '
-                  'esac\n: > "${TMPDIR:-/tmp}/ccSTALL.s"\n'
+                  f'esac\n{trap}: > "${{TMPDIR:-/tmp}}/ccSTALL.s"\n'
                   f': > {tmp_path / "compiling"}\nexec sleep 60\n')
     cc.chmod(0o755)
     return cc
 
 
 @pytest.mark.nosan  # preloads the sanitizer runtimes into its child
+@pytest.mark.parametrize("deaf", [False, True], ids=["cc", "cc-ignoring-SIGINT"])
 def test_ctrl_c_during_the_childs_build_leaves_nothing_and_says_so_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, deaf: bool) -> None:
     """SIGINT to the group while the child compiles: 130, one line, no OUT, no
-    compiler file left in TMPDIR (it left ccXXXX.s there, and two lines)."""
+    compiler file left in TMPDIR (it left ccXXXX.s there, and two lines), no
+    compiler left running (CI saw two, started after the interrupt)."""
     tmp, out = tmp_path / "tmp", tmp_path / "w" / "OUT"
     tmp.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmp), CC=str(_stalling_cc(tmp_path)),
+    env = dict(os.environ, TMPDIR=str(tmp),
+               CC=str(_stalling_cc(tmp_path, deaf)),
                XC_OBJ_CACHE=str(tmp_path / "objects"))
     p = subprocess.Popen([sys.executable, "replay.py", "--sanitize", str(out)],
                          cwd=ROOT, stdout=subprocess.DEVNULL,

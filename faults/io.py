@@ -34,7 +34,9 @@ class Fault:
     """One armed fault: which kind, at which matching read, for how long.
 
     ``arg`` is bytes for ``partial``, microseconds for ``delay`` and the
-    bound of a ``stall`` (0: :data:`STALL_BOUND_US`).
+    bound of a ``stall`` (0: :data:`STALL_BOUND_US`).  ``at`` places it:
+    only preads covering that byte of a matching file count, and a placed
+    ``partial`` returns the bytes before it (``xc_fault_place``).
     """
 
     kind: str
@@ -42,6 +44,7 @@ class Fault:
     persistent: bool = False
     arg: int = 0
     path_filter: str = ""
+    at: int | None = None
 
 
 class IOFaults:
@@ -83,6 +86,10 @@ class IOFaults:
         _lib.check(_lib.lib().xc_fault_arm(self._ptr, KINDS[fault.kind],
                                            fault.nth, int(fault.persistent),
                                            arg, flt))
+        if fault.at is not None:
+            if fault.at < 0:
+                raise ValueError(f"fault placed at byte {fault.at}: below 0")
+            _lib.check(_lib.lib().xc_fault_place(self._ptr, fault.at))
 
     def disarm(self) -> None:
         """Let every read through unchanged (a stalled one is let go)."""

@@ -137,6 +137,11 @@ class Fault(enum.Enum):
     #: order, and one failed run fails the whole expert (without it, the
     #: ``inject`` and ``truncate`` steps of such a container are N/A)
     SCATTERED = "scattered"
+    #: an I/O fault placed at one byte of a file (``inject`` with
+    #: ``place``): only the reads covering that byte meet it, whatever
+    #: order, windows or alignment the cache reads in; an outside cache has
+    #: it with ``io`` (the gate's wrappers see every read's file and range)
+    PLACED = "placed"
     #: a miss whose read fails has evicted its victim already, leaving the
     #: slot empty (docs/CACHE.md ``get`` step 4); a cache that reads aside
     #: and keeps the victim lacks it, and a fault that fails a read while

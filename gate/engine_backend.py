@@ -323,9 +323,12 @@ class EngineBackend(Backend):
         if self.faults is None or self.faults2 is None:
             raise CannotRun("an inject step needs \"faults\": true in the cache")
         which = self.faults2 if step.get("second") else self.faults
+        place = step.get("place")
         which.arm(Fault(step["fault"], nth=step.get("nth", 1),
                         persistent=step.get("persistent", False),
-                        arg=step.get("arg", 0)))
+                        arg=step.get("arg", 0),
+                        path_filter=Path(place["path"]).name if place else "",
+                        at=place["offset"] if place else None))
 
     def inject_alloc(self, step: dict[str, Any]) -> None:
         """Make the nth engine allocation from now fail."""

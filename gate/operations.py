@@ -107,11 +107,38 @@ def _fault(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     if step.get("fault") not in FAULT_KINDS:
         raise ctx.fail(f"inject fault {step.get('fault')!r} is not one of "
                        f"{', '.join(FAULT_KINDS)}")
+    if "place" in step:
+        return {**_counts(ctx, step), **_placed(ctx, step)}
     out = {**_counts(ctx, step), **_scattered(ctx, step)}
     if step["fault"] == "stall":
         out["needs"] = [*out.get("needs", step.get("needs", [])),
                         "op:concurrent"]
     return out
+
+
+def _placed(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """A placed ``inject``: ``place`` {``key`` (a flat index), ``piece``
+    (its index in the key's pieces, default 0), ``at`` (bytes into it,
+    default its middle)} made concrete, and ``fault:placed`` needed instead
+    of ``fault:scattered``: the fault lands on the read of that byte
+    whatever order and windows the reads take."""
+    place = step["place"]
+    if not isinstance(place, dict) or "key" not in place:
+        raise ctx.fail("inject place must be an object with a key")
+    if step["fault"] in ("stall", "delay"):
+        raise ctx.fail(f"inject {step['fault']} cannot be placed")
+    key = ctx.key(place["key"])
+    pieces = ctx.target.pieces(*key)
+    i = ctx.value(place.get("piece", 0))
+    if not 0 <= i < len(pieces):
+        raise ctx.fail(f"inject place piece {i}: the key has pieces 0.."
+                       f"{len(pieces) - 1}")
+    at = ctx.value(place.get("at", pieces[i].nbytes // 2))
+    if not 0 <= at < pieces[i].nbytes:
+        raise ctx.fail(f"inject place at {at}: the piece has bytes 0.."
+                       f"{pieces[i].nbytes - 1}")
+    return {"place": {"key": list(key), "piece": i, "at": at},
+            "needs": [*step.get("needs", []), "fault:placed"]}
 
 
 #: The open faults an ``open_fault`` step arms (the errno each open gets).

@@ -125,6 +125,14 @@ def _reset(run: Any, step: dict[str, Any]) -> None:
 
 
 def _inject(run: Any, step: dict[str, Any]) -> None:
+    """Arm the step's fault; a placed one (``place``) is handed its shard's
+    path in the scratch copy and the byte's offset in that file."""
+    place = step.get("place")
+    if place is not None:
+        piece = run.target.pieces(*place["key"])[place["piece"]]
+        step = {**step, "place": {
+            "path": str(run.scratch / Path(piece.shard).name),
+            "offset": piece.offset + place["at"]}}
     run.backend.inject(step)
 
 

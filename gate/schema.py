@@ -75,6 +75,8 @@ STEP_FIELDS: dict[str, Schema] = {
     "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
     "check_id": Text(80), "if_held": Flag(), "or_ended": Flag(),
     "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
+    "place": Fields({"key": expr(), "piece": expr(), "at": expr()},
+                    required=("key",)),
     "contract": Text(40, tuple(CONTRACTS)),
     "value_contracts": Fields(rest=Items(Text(80), 100), max_keys=100),
     **{f"expect{side}": _VALUES for side in ("", "_engine", "_oracle")},

@@ -66,18 +66,28 @@ class ReadPath:
             os.close(fd)
         self.fds.clear()
 
-    def _pread(self, want: int) -> int | str:
-        """One pread through the modelled injectors (faults/io.py, xc_fault.c).
+    def _pread(self, want: int, shard: str = "", pos: int = 0) -> int | str:
+        """One pread of ``want`` bytes at ``pos`` of ``shard`` through the
+        modelled injectors (faults/io.py, xc_fault.c).
 
         Returns how many bytes it may return (``want``, or fewer for a
         ``partial`` fault), or ``"eof"``, ``"eio"`` or ``"eintr"``.  A fault
-        counts the preads that reach it from its arming; the first injector's
-        EOF, EIO or EINTR never reaches the second.
+        counts the preads that reach it from its arming -- a placed one only
+        those of its file covering its byte, a placed partial returning the
+        bytes before it; the first injector's EOF, EIO or EINTR never
+        reaches the second.
         """
         limit = want
         for f in self.faults:
             if f is None:
                 continue
+            place = f.get("place")
+            if place is not None:
+                name, at = place
+                if os.path.basename(shard) != name or not \
+                        pos <= at < pos + want or \
+                        (f["fault"] == "partial" and at == pos):
+                    continue
             f["reads"] += 1
             if not (f["reads"] == f["nth"] or
                     (f["persistent"] and f["reads"] > f["nth"])):
@@ -88,7 +98,9 @@ class ReadPath:
                 continue
             if f["fault"] in ("eof", "eio", "eintr"):
                 return str(f["fault"])
-            if f["fault"] == "partial" and 0 <= f["arg"] < limit:
+            if f["fault"] == "partial" and place is not None:
+                limit = min(limit, place[1] - pos)
+            elif f["fault"] == "partial" and 0 <= f["arg"] < limit:
                 limit = int(f["arg"])
         return limit
 
@@ -103,6 +115,9 @@ class ReadPath:
         for f in self.faults:
             if f is None or f["fault"] in ("delay", "stall"):
                 continue
+            if f.get("place") is not None and (f["persistent"] or
+                                                f["reads"] < f["nth"]):
+                return None  # meets only the preads over its byte
             if f["persistent"] and f["reads"] >= f["nth"]:
                 if f["fault"] != "partial":
                     return None
@@ -164,7 +179,7 @@ class ReadPath:
             if f is not None:
                 f["reads"] += n
 
-    def _read_full(self, fd: int, offset: int, n: int
+    def _read_full(self, fd: int, offset: int, n: int, shard: str = ""
                    ) -> tuple[bytes | None, str | None]:
         """The read loop (docs/CACHE.md "How the bytes are read") over modelled preads.
 
@@ -186,7 +201,7 @@ class ReadPath:
                 if len(data) < rest:
                     return None, "short"
                 return bytes(buf + data), None
-            r = self._pread(n - len(buf))
+            r = self._pread(n - len(buf), shard, offset + len(buf))
             if r == "eintr":
                 retries += 1
                 if retries < IO_MAX_RETRIES:
@@ -259,7 +274,7 @@ class ReadPath:
         for shard, offset, nbytes in reads:
             fd, _ = self.fds[shard]
             self.asked[(layer, expert)] += nbytes
-            data, failure = self._read_full(fd, offset, nbytes)
+            data, failure = self._read_full(fd, offset, nbytes, shard)
             if failure is not None:
                 return self._end_load([shard], None, failure)
             parts.append(data)
@@ -311,7 +326,8 @@ def _direct_load(backend: ReadPath, pieces: list[Any]
     asked = 0
     for w in direct_reads(offset, nbytes, backend.chunk_bytes):
         asked += w.nbytes
-        data, failure = _read_window(backend, fd, w.offset, w.nbytes)
+        data, failure = _read_window(backend, fd, w.offset, w.nbytes,
+                                     shard)
         if failure is not None:
             return None, failure, asked
         if not window_ok(w, len(data)):
@@ -326,8 +342,8 @@ def _direct_load(backend: ReadPath, pieces: list[Any]
 _LOGICAL_BLOCK = 512
 
 
-def _read_window(backend: ReadPath, fd: int, offset: int, n: int
-                 ) -> tuple[bytes, str | None]:
+def _read_window(backend: ReadPath, fd: int, offset: int, n: int,
+                 shard: str = "") -> tuple[bytes, str | None]:
     """The read loop, end of file allowed (docs/CACHE.md "O_DIRECT and end of file").
 
     Returns the bytes that arrived before end of file, or a failure.  The
@@ -342,7 +358,7 @@ def _read_window(backend: ReadPath, fd: int, offset: int, n: int
     retries = 0
     size = os.fstat(fd).st_size
     while len(buf) < n:
-        r = backend._pread(n - len(buf))
+        r = backend._pread(n - len(buf), shard, offset + len(buf))
         if r == "eintr":
             retries += 1
             if retries < IO_MAX_RETRIES:

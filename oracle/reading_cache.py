@@ -518,10 +518,14 @@ class ReadingCache(ReadPath):
 
     def inject(self, step: dict[str, Any]) -> None:
         """Arm a modelled injector (``second``: the inner one), counting from now."""
+        place = step.get("place")
         self.faults[1 if step.get("second") else 0] = {
             "fault": step["fault"], "nth": step.get("nth", 1),
             "persistent": step.get("persistent", False),
-            "arg": step.get("arg", 0), "reads": 0, "fired": 0}
+            "arg": step.get("arg", 0), "reads": 0, "fired": 0,
+            # placed: (the shard's file name, the byte's offset in it)
+            "place": None if place is None else (
+                Path(place["path"]).name, int(place["offset"]))}
 
     def inject_alloc(self, step: dict[str, Any]) -> None:
         """Model an allocation failure: only getmany allocates (F12, F13)."""

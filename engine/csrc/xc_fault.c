@@ -12,7 +12,11 @@
  * It remembers the path of every handle it opened (so a fault can target one
  * shard even when armed after the container was opened), counts matching
  * preads from the moment it is armed, and breaks the nth one (transient) or
- * the nth and every later one (persistent).  The decision is taken under a
+ * the nth and every later one (persistent).  A *placed* fault
+ * (xc_fault_place) counts only the preads whose range covers one byte of
+ * the file, so it lands on the read of that byte however the reads before
+ * it were cut; a placed partial returns exactly the bytes before it.  The
+ * decision is taken under a
  * mutex; the forwarded read and any delay happen outside it, so concurrent
  * readers are serialised only for the bookkeeping.
  *
@@ -53,6 +57,8 @@ struct xc_fault {
     int persistent;
     int64_t arg;
     char *filter;         /* NULL = every file */
+    int placed;           /* only preads covering byte `at` match */
+    uint64_t at;
     uint64_t reads;       /* matching preads since arming */
     uint64_t fired;
     /* stalls (XC_FAULT_STALL) */
@@ -114,11 +120,16 @@ static int fault_open(void *ctx, const char *path, int direct,
     return 0;
 }
 
-/* Decides whether this pread meets the fault; caller holds f->mu. */
-static int meets_fault(xc_fault *f, int64_t handle)
+/* Decides whether this pread of [offset, offset + len) meets the fault;
+ * caller holds f->mu. */
+static int meets_fault(xc_fault *f, int64_t handle, uint64_t offset,
+                       size_t len)
 {
     const char *path;
     if (f->kind == XC_FAULT_NONE)
+        return 0;
+    if (f->placed && (f->at < offset || f->at - offset >= len ||
+                      (f->kind == XC_FAULT_PARTIAL && f->at == offset)))
         return 0;
     if (f->filter != NULL) {
         path = path_of(f, handle);
@@ -173,9 +184,10 @@ static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
     int kind = XC_FAULT_NONE;
     int64_t arg = 0;
     pthread_mutex_lock(&f->mu);
-    if (meets_fault(f, handle)) {
+    if (meets_fault(f, handle, offset, len)) {
         kind = f->kind;
-        arg = f->arg;
+        arg = f->placed && kind == XC_FAULT_PARTIAL ? (int64_t)(f->at - offset)
+                                                    : f->arg;
     }
     if (kind == XC_FAULT_STALL)
         stall(f, arg); /* then read normally */
@@ -307,6 +319,24 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
     f->nth = nth;
     f->persistent = persistent != 0;
     f->arg = arg;
+    f->reads = 0;
+    f->fired = 0;
+    f->placed = 0;
+    pthread_mutex_unlock(&f->mu);
+    return XC_OK;
+}
+
+int xc_fault_place(xc_fault *f, uint64_t at)
+{
+    assert(f != NULL);
+    pthread_mutex_lock(&f->mu);
+    if (f->kind == XC_FAULT_NONE) {
+        pthread_mutex_unlock(&f->mu);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "a fault is placed after it is armed: none is armed");
+    }
+    f->placed = 1;
+    f->at = at;
     f->reads = 0;
     f->fired = 0;
     pthread_mutex_unlock(&f->mu);

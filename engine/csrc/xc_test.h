@@ -110,6 +110,14 @@ const xc_io *xc_fault_io(const xc_fault *f);
 int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
                  int64_t arg, const char *path_filter);
 
+/* Places the armed fault at byte `at` of the files it matches: from now
+ * only preads whose range [offset, offset + len) covers `at` count toward
+ * its nth, and a placed PARTIAL returns the bytes before `at` (its arg
+ * unused; a pread starting at `at` does not match it).  The count
+ * restarts; a later xc_fault_arm unplaces it.  XC_E_MISUSE, nothing
+ * changed, when no fault is armed. */
+int xc_fault_place(xc_fault *f, uint64_t at);
+
 /* Disarms; reads pass through unchanged, and every read stalled now is let
  * go (as xc_fault_release).  Cannot fail. */
 void xc_fault_disarm(xc_fault *f);

@@ -86,6 +86,9 @@ def capabilities_of(m: Manifest) -> Capabilities:
             inexact=m.design.inexact_names())
     except ValueError as e:
         raise CannotRun(f"{where}: {e}") from e
+    if Fault.IO in caps.faults:  # the gate's wrappers place a fault by
+        # the file and range of each read they see, whatever the cache's order
+        caps = dataclasses.replace(caps, faults=caps.faults | {Fault.PLACED})
     if Op.CONCURRENT in caps.ops:
         raise CannotRun(f"{where}: op:concurrent cannot be judged on an "
                         "outside cache (xcs_shim.h: calls come from one "
@@ -338,10 +341,16 @@ class OutsideBackend(Backend):
             raise CannotRun(f"inject {step['fault']}: the outside injectors "
                             f"break reads with {', '.join(INJECTED)} only")
         kind = INJECTED.index(step["fault"])
+        which = 1 if step.get("second") else 0
         self._rc("inject", self._call(
-            "xcs_fault_arm", "fault", "arm", 1 if step.get("second") else 0,
+            "xcs_fault_arm", "fault", "arm", which,
             kind + 1, int(step.get("nth", 1)),
             int(bool(step.get("persistent", False))), int(step.get("arg", 0))))
+        place = step.get("place")
+        if place is not None:
+            self._rc("inject", self._call(
+                "xcs_fault_place", "fault", "place", which, place["path"],
+                int(place["offset"])))
 
     def clear(self) -> None:
         """Disarm every injector (nothing without fault:io or fault:open)."""

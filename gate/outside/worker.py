@@ -18,6 +18,7 @@ nothing of the gate: the child starts in a few tens of milliseconds.
 from __future__ import annotations
 
 import importlib.util
+import os
 import resource
 import sys
 from multiprocessing.connection import Connection
@@ -215,13 +216,13 @@ class Worker:
                        ffi.string(msg).decode(errors="replace"))
         return rc, int(st.present), [int(x) for x in st.v], resident, verdict
 
-    def fault(self, what: str, *args: int) -> int:
-        """An injector call (``arm``, ``disarm``, ``fired``, ``open_files``);
-        0 in a module built without them."""
+    def fault(self, what: str, *args: int | str) -> int:
+        """An injector call (``arm``, ``place``, ``disarm``, ``fired``,
+        ``open_files``; a path as text); 0 in a module built without them."""
         fn = getattr(self.lib, f"xcs_fault_{what}", None)
         if fn is None:
             return 0
-        got = fn(*args)
+        got = fn(*(os.fsencode(a) if isinstance(a, str) else a for a in args))
         return 0 if got is None else int(got)
 
 

@@ -14,7 +14,12 @@
  *   3 eio: -1, errno EIO               4 eintr: -1, errno EINTR
  *   5 delay: sleeps `arg` microseconds, then returns what it read
  * An eof, eio or eintr of the first never reaches the second.  A plain
- * read() meets the injectors as a pread does.
+ * read() meets the injectors as a pread does.  A read injector *placed*
+ * (xcs_fault_place) at one byte of one file counts only the reads of that
+ * file whose returned bytes cover it, so the fault lands on the read of
+ * that byte whatever order, windows or alignment the cache reads in; a
+ * placed partial returns exactly the bytes before it (a read starting at
+ * it does not count).
  *
  * Fair to any way of reading (docs/OUTSIDE_CACHES.md "Where a fault
  * lands"): every read is made first exactly as the cache asked -- its
@@ -50,6 +55,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +87,10 @@ typedef struct injector {
     uint64_t nth, reads, fired;
     int persistent;
     int64_t arg;
+    int placed;       /* only reads of file (dev, ino) covering byte `at` */
+    dev_t dev;
+    ino_t ino;
+    uint64_t at;
 } injector;
 
 /* Descriptors below this are remembered while open (a bit each). */
@@ -101,10 +111,54 @@ int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
         nth < 1)
         return XCS_EMISUSE;
     pthread_mutex_lock(&mu);
-    injector fresh = {kind, nth, 0, 0, persistent != 0, arg};
+    injector fresh = {kind, nth, 0, 0, persistent != 0, arg, 0, 0, 0, 0};
     inj[which] = fresh;
     pthread_mutex_unlock(&mu);
     return XCS_OK;
+}
+
+/* Places armed read injector `which` (0 or 1) at byte `at` of the file at
+ * `path`: from now only reads of that file (the same device and inode,
+ * however the cache named it) whose returned bytes cover `at` count toward
+ * its nth, and a placed partial returns the bytes before `at`.  The count
+ * restarts; xcs_fault_arm unplaces it.  XCS_EMISUSE for a bad which, an
+ * injector not armed, or a path that cannot be stat'ed. */
+int xcs_fault_place(int which, const char *path, uint64_t at)
+{
+    struct stat st;
+    if (which < 0 || which > 1 || path == NULL || stat(path, &st) != 0)
+        return XCS_EMISUSE;
+    pthread_mutex_lock(&mu);
+    injector *f = &inj[which];
+    if (!f->kind) {
+        pthread_mutex_unlock(&mu);
+        return XCS_EMISUSE;
+    }
+    f->placed = 1;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    f->at = at;
+    f->reads = f->fired = 0;
+    pthread_mutex_unlock(&mu);
+    return XCS_OK;
+}
+
+/* Whether a read of `fd` that returned [off, off + got) meets placed
+ * injector f (`same`: 1 if fd is f's file, 0 not, -1 not looked at yet);
+ * caller holds mu. */
+static int placed_misses(const injector *f, int fd, int64_t off, ssize_t got,
+                         int *same)
+{
+    if (!f->placed)
+        return 0;
+    if (off < 0 || f->at < (uint64_t)off || f->at - (uint64_t)off >= (uint64_t)got ||
+        (f->kind == 1 && f->at == (uint64_t)off))
+        return 1;
+    if (*same < 0) {
+        struct stat st;
+        *same = fstat(fd, &st) == 0 && st.st_dev == f->dev && st.st_ino == f->ino;
+    }
+    return !*same;
 }
 
 /* Disarms every injector. */
@@ -181,22 +235,23 @@ uint64_t xcs_fault_fired(void)
  * luck.  POSIX leaves them unspecified: a correct cache never looks. */
 #define XCS_POISON 0xA5
 
-/* What the read injectors make of a read that returned `got` bytes into
- * `buf` (`fd` >= 0: a plain read(), whose file position is put back by
- * what is not returned).  A read that returned no bytes is not counted
- * and passes through; else the returned count, or -1 with errno set, the
- * bytes not returned poisoned. */
-static ssize_t inflict(ssize_t got, int fd, void *buf)
+/* What the read injectors make of a read of `src` that returned `got`
+ * bytes from file offset `off` (-1: unknown) into `buf` (`fd` >= 0: a
+ * plain read(), whose file position is put back by what is not
+ * returned).  A read that returned no bytes is not counted and passes
+ * through; else the returned count, or -1 with errno set, the bytes not
+ * returned poisoned. */
+static ssize_t inflict(ssize_t got, int fd, int src, int64_t off, void *buf)
 {
     if (got <= 0)
         return got;
-    int stop = 0, err = 0;
+    int stop = 0, err = 0, same = -1;
     int64_t delay_us = 0;
     ssize_t ret = got;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < 2 && !stop; i++) {
         injector *f = &inj[i];
-        if (!f->kind)
+        if (!f->kind || placed_misses(f, src, off, got, &same))
             continue;
         f->reads++;
         if (!(f->reads == f->nth || (f->persistent && f->reads > f->nth)))
@@ -204,8 +259,12 @@ static ssize_t inflict(ssize_t got, int fd, void *buf)
         f->fired++;
         switch (f->kind) {
         case 1:
-            if (f->arg >= 0 && f->arg < ret)
+            if (f->placed) {
+                if ((int64_t)f->at - off < ret)
+                    ret = (ssize_t)((int64_t)f->at - off);
+            } else if (f->arg >= 0 && f->arg < ret) {
                 ret = (ssize_t)f->arg;
+            }
             break;
         case 2:
             ret = 0;
@@ -241,17 +300,19 @@ static ssize_t inflict(ssize_t got, int fd, void *buf)
 
 ssize_t __wrap_pread(int fd, void *buf, size_t n, off_t off)
 {
-    return inflict(__real_pread(fd, buf, n, off), -1, buf);
+    return inflict(__real_pread(fd, buf, n, off), -1, fd, (int64_t)off, buf);
 }
 
 ssize_t __wrap_pread64(int fd, void *buf, size_t n, off_t off)
 {
-    return inflict(__real_pread64(fd, buf, n, off), -1, buf);
+    return inflict(__real_pread64(fd, buf, n, off), -1, fd, (int64_t)off, buf);
 }
 
 ssize_t __wrap_read(int fd, void *buf, size_t n)
 {
-    return inflict(__real_read(fd, buf, n), fd, buf);
+    ssize_t got = __real_read(fd, buf, n);
+    off_t end = got > 0 ? lseek(fd, 0, SEEK_CUR) : (off_t)-1;
+    return inflict(got, fd, fd, end < 0 ? -1 : (int64_t)end - got, buf);
 }
 
 /* The mode argument an open with these flags passes, else 0. */

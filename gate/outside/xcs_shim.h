@@ -214,6 +214,7 @@ int xcs_fetch(void *ctx, int layer, int expert, void *dst, uint64_t len);
  * XCS-FAULTS-BEGIN */
 int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
                   int64_t arg);
+int xcs_fault_place(int which, const char *path, uint64_t at);
 void xcs_fault_disarm(void);
 uint64_t xcs_fault_fired(void);
 int xcs_fault_open_files(void);

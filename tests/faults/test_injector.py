@@ -199,3 +199,42 @@ def test_a_stall_without_a_bound_is_refused():
         assert lib.xc_fault_arm(f._ptr, lib.XC_FAULT_STALL, 1, 0, 0,
                                 _lib.ffi().NULL) == lib.XC_E_MISUSE
         assert "bound" in _lib.last_error()[4]
+
+
+def test_a_placed_fault_meets_only_the_reads_over_its_byte(data_file):
+    """Placed at byte 5000: reads of [0, 4096) and [8192, 12288) pass
+    uncounted; the read of [4096, 8192) is the first that counts, and fails."""
+    with IOFaults() as f:
+        f.arm(Fault("eio", nth=1, at=5000))
+        rcs = [_read(f, str(data_file), 4096, at)[0] for at in (0, 8192, 4096)]
+        assert rcs == [0, 0, _lib.lib().XC_E_IO]
+        assert (f.reads, f.fired) == (1, 1)
+
+
+def test_a_placed_partial_returns_the_bytes_before_its_byte(data_file):
+    """A placed partial cuts the read that covers its byte just before it
+    (reads=2: the cut pread, then the loop's pread from the byte, which
+    starts there and does not count); the loop completes the range."""
+    with IOFaults() as f:
+        f.arm(Fault("partial", nth=1, persistent=True, at=3000))
+        rc, got = _read(f, str(data_file), 4096, 1000)
+        assert rc == 0 and got == data_file.read_bytes()[1000:5096]
+        assert (f.reads, f.fired) == (1, 1)
+
+
+def test_a_placed_fault_follows_its_path_filter(data_file, tmp_path):
+    """Placed at a byte of one file: the same range of another file passes."""
+    other = tmp_path / "other.bin"
+    other.write_bytes(data_file.read_bytes())
+    with IOFaults() as f:
+        f.arm(Fault("eof", nth=1, persistent=True, path_filter="data.bin",
+                    at=10))
+        assert _read(f, str(other), 100)[0] == 0
+        assert _read(f, str(data_file), 100)[0] == \
+            _lib.lib().XC_E_SHORT_READ
+
+
+def test_placing_nothing_armed_is_misuse():
+    """xc_fault_place without an armed fault is XC_E_MISUSE."""
+    with IOFaults() as f:
+        assert _lib.lib().xc_fault_place(f._ptr, 10) == _lib.lib().XC_E_MISUSE

@@ -70,6 +70,7 @@ long t_tell(int fd);
 int t_close(int fd);
 int xcs_fault_arm(int which, int kind, uint64_t nth, int persistent,
                   int64_t arg);
+int xcs_fault_place(int which, const char *path, uint64_t at);
 void xcs_fault_disarm(void);
 uint64_t xcs_fault_fired(void);
 """
@@ -169,6 +170,67 @@ def test_plain_read_position_moves_by_what_is_returned(lib: Any, data: Path
     finally:
         lib.lib.xcs_fault_disarm()
         lib.lib.t_close(fd)
+
+
+def test_a_placed_fault_meets_only_the_reads_over_its_byte(
+        lib: Any, data: Path, tmp_path: Path) -> None:
+    """EIO placed at byte 5000 of data.bin: a read of another file over the
+    same range, and reads of data.bin not covering it, pass uncounted; the
+    window over it fails, every time (persistent); a read() over it too."""
+    other = tmp_path / "other.bin"
+    other.write_bytes(data.read_bytes())
+    fd, fo = (lib.lib.t_open(str(p).encode(), 0) for p in (data, other))
+    first = lib.ffi.new("unsigned char *")
+    try:
+        assert lib.lib.xcs_fault_arm(0, 3, 1, 1, 0) == 0
+        assert lib.lib.xcs_fault_place(0, str(data).encode(), 5000) == 0
+        assert lib.lib.t_pread(fo, 8192, 0, first) == 8192
+        assert lib.lib.t_pread(fd, 4096, 0, first) == 4096
+        assert lib.lib.t_pread(fd, 4096, 5001, first) == 4096
+        assert lib.lib.t_pread(fd, 4096, 4096, first) == -5
+        assert lib.lib.t_pread(fd, 8192, 0, first) == -5
+        assert lib.lib.t_read(fd, 8192) == -5
+        assert lib.lib.t_tell(fd) == 0
+        assert lib.lib.xcs_fault_fired() == 3
+    finally:
+        lib.lib.xcs_fault_disarm()
+        lib.lib.t_close(fd)
+        lib.lib.t_close(fo)
+
+
+def test_a_placed_partial_returns_the_bytes_before_its_byte(
+        lib: Any, data: Path) -> None:
+    """A partial placed at byte 5000: the aligned window [4096, 8192)
+    returns 904 bytes (the request untouched), the read resumed at 5000 is
+    whole; once fired, a later window is whole too."""
+    fd = lib.lib.t_open(str(data).encode(), 0)
+    first = lib.ffi.new("unsigned char *")
+    try:
+        assert lib.lib.xcs_fault_arm(0, 1, 1, 0, 0) == 0
+        assert lib.lib.xcs_fault_place(0, str(data).encode(), 5000) == 0
+        assert lib.lib.t_pread(fd, 4096, 4096, first) == 904
+        assert first[0] == 4096 % 251
+        assert lib.lib.t_pread(fd, 3192, 5000, first) == 3192
+        assert lib.lib.t_pread(fd, 4096, 4096, first) == 4096
+        assert lib.lib.xcs_fault_fired() == 1
+    finally:
+        lib.lib.xcs_fault_disarm()
+        lib.lib.t_close(fd)
+
+
+def test_placing_is_refused_without_an_armed_injector_or_a_file(
+        lib: Any, data: Path, tmp_path: Path) -> None:
+    """xcs_fault_place: XCS_EMISUSE (-2) with nothing armed, for a file
+    that cannot be stat'ed, and for the open injector."""
+    lib.lib.xcs_fault_disarm()
+    assert lib.lib.xcs_fault_place(0, str(data).encode(), 1) == -2
+    assert lib.lib.xcs_fault_arm(0, 3, 1, 0, 0) == 0
+    try:
+        assert lib.lib.xcs_fault_place(
+            0, str(tmp_path / "none").encode(), 1) == -2
+        assert lib.lib.xcs_fault_place(2, str(data).encode(), 1) == -2
+    finally:
+        lib.lib.xcs_fault_disarm()
 
 
 #: tinycache's read_all replaced by one reading the 4096-aligned window

@@ -101,7 +101,7 @@ def test_declared_every_scenario_runs_on_the_served_container(tmp_path: Path
     """With its container declared: 0 FAIL; open faults, which the judge
     cannot model off their home container, N/A naming the judge."""
     rows = _rows(tmp_path, True)
-    assert _count(rows) == {"PASS": 12, "FAIL": 0, "N/A": 13}
+    assert _count(rows) == {"PASS": 15, "FAIL": 0, "N/A": 10}
     assert rows["serial-reads"]["verdict"] == "PASS"
     assert rows["open-failures"]["missing"] == [
         "fault:open (of oracle, the judge)"]

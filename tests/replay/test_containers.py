@@ -94,10 +94,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 72 scenario runs, 784 checks, all pinned, none
+    """On their home containers: 73 scenario runs, 794 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 72 and len(report.checks) == 784
+    assert len(names) == 73 and len(report.checks) == 794
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -108,9 +108,9 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-gives-back names
-    ("mixtral-mini", 67, ["found-direct-partial", "hold-layer-gives-back",
+    ("mixtral-mini", 68, ["found-direct-partial", "hold-layer-gives-back",
                           "hold-layer-no-slot", "state-direct"]),
-    ("deepseek-mini", 69, ["found-direct-partial", "state-direct"])])
+    ("deepseek-mini", 70, ["found-direct-partial", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
     """Every scenario runs on another fixture folder and passes on both backends."""
@@ -126,9 +126,11 @@ def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
 
 def test_home_twin_derives_exactly_the_pinned_values(tmp_path, folders):
     """A k3-mini folder judged by the oracle expects what the files pin."""
-    _, home = _run(tmp_path / "home", only=["reference", "counter", "faults"])
-    _, twin = _run(tmp_path / "twin", str(folders["k3-mini"]),
-                   only=["reference", "counter", "faults"])
+    # the scenarios homed on k3-mini (faults-placed's home is mixtral-mini)
+    only = ["reference", "counter", "faults-io", "faults-files",
+            "faults-corrupt", "faults-alloc", "chunk-faults"]
+    _, home = _run(tmp_path / "home", only=only)
+    _, twin = _run(tmp_path / "twin", str(folders["k3-mini"]), only=only)
     assert not home.failed and not twin.failed
     def by_key(report: Report) -> dict:
         return {(c["scenario"], c["check"], c["backend"]): c["expected"]
@@ -204,7 +206,8 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
     assert ran | set(skipped) == {"counter-window", "faults-alloc",
                                   "open-failures", "open-eintr",
                                   "faults-corrupt", "faults-files",
-                                  "faults-io", "policies", "reference",
+                                  "faults-io", "faults-placed", "policies",
+                                  "reference",
                                   "batch-residents-pins", "key-bounds",
                                   "partial-reads", "chunk-faults",
                                   "reader-overlap", "in-flight",
@@ -357,10 +360,10 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 53 scenarios (69 variants), 766 checks, 2 skipped, 12 N/A on {where} "
+        f"PASS: 54 scenarios (70 variants), 776 checks, 2 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 53
+    assert len(scenario_lines) == 54
     assert all(ln.split()[1:3] == ["on", where] for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")

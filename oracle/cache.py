@@ -123,6 +123,9 @@ class CacheModel(BatchOps, ReadsUnderWay):
         self.demand_total = 0  # demand requests since open (hotness period)
         self.n_policy_evictions = 0  # READY victims since open (LFRU's e)
         self.counters = dict.fromkeys(COUNTERS, 0)
+        #: evictions and failed loads of the windows before this one: a
+        #: model with none yet has made no choice of a victim
+        self._choices_before = 0
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         #: reads held under way (:meth:`begin_read`): key id -> (slot, kind,
         #: the counter window it was reserved in)
@@ -398,12 +401,20 @@ class CacheModel(BatchOps, ReadsUnderWay):
 
     def reset_stats(self) -> None:
         """Start a new window: zero the counters, clear the unused-prefetch marks."""
+        self._choices_before += self.victim_choices()
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         self._mark = [False] * self.n_slots
         self._spec = [False] * self.n_slots
         self._window += 1  # a read under way now counts in no window
     # -- observation ------------------------------------------------------
+    def victim_choices(self) -> int:
+        """Evictions and failed loads since the model was made, every window:
+        0 while no state yet rests on which key a policy chose to evict (or
+        on where a failed read was left)."""
+        return (self._choices_before + self.counters["evictions"]
+                + self.counters["load_failures"])
+
     def stats(self) -> dict[str, float]:
         """The counters plus every derived value (rates are 0 with no requests)."""
         c = dict(self.counters)

@@ -551,6 +551,9 @@ class ReadingCache(ReadPath):
         v["held"] = sum(s.holds for s in slots)
         v["holding"] = sorted([[*s.key, s.holds] for s in slots if s.holds])
         v["direct_active"] = bool(self.direct) and all(self.direct.values())
+        # no eviction nor failed load yet: every value is the same for any
+        # victim choice (gate/scenario_run.py judges a sampled policy exactly)
+        v["victim_free"] = self.model.victim_choices() == 0
         bad = self.model.check()
         v["invariants"] = "clean" if bad is None else bad
         return v

@@ -146,10 +146,11 @@ static int fcs_stats(void *h, xcs_stats *out)
     out->v[XCS_LOAD_FAILURES] = st.failures;
     out->v[XCS_READY_SLOTS] = (uint64_t)st.resident;
     out->v[XCS_INFLIGHT_SLOTS] = (uint64_t)st.in_flight;
+    out->v[XCS_PREFETCH_FIRST_USES] = st.prefetch_hits;
     out->present = 1u << XCS_REQUESTS | 1u << XCS_HITS | 1u << XCS_MISSES |
                    1u << XCS_EVICTIONS | 1u << XCS_PREFETCH_LOADS |
                    1u << XCS_LOAD_FAILURES | 1u << XCS_READY_SLOTS |
-                   1u << XCS_INFLIGHT_SLOTS;
+                   1u << XCS_INFLIGHT_SLOTS | 1u << XCS_PREFETCH_FIRST_USES;
     return XCS_OK;
 }
 

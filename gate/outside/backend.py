@@ -39,7 +39,7 @@ from xcache.gate.outside.host import Host, Session
 #: the shim's stats bits (xcs_shim.h), by counter or fact name
 STATS = ("requests", "hits", "misses", "evictions", "payload_bytes",
          "io_bytes", "prefetch_loads", "load_failures", "short_reads",
-         "io_errors", "ready_slots", "inflight_slots")
+         "io_errors", "ready_slots", "inflight_slots", "prefetch_first_uses")
 
 #: the failure kind of each typed shim code (faults/kinds.py words)
 KINDS = {-1: "failed", -2: "misuse", -3: "io", -4: "short_read", -5: "nomem",

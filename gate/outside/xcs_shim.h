@@ -122,12 +122,16 @@ enum {
     XCS_IO_ERRORS = 9,       /* loads failed by a read error */
     XCS_READY_SLOTS = 10,    /* slots holding a published expert */
     XCS_INFLIGHT_SLOTS = 11, /* slots whose read is under way */
-    XCS_N_STATS = 12
+    XCS_PREFETCH_FIRST_USES = 12, /* demand hits that were the first use of
+                                   * a prefetch's or batch's load */
+    XCS_N_STATS = 13
 };
 
 typedef struct xcs_stats {
     uint64_t present;            /* bit i set: v[i] is reported */
-    uint64_t v[12];              /* XCS_N_STATS values, by the enum above */
+    uint64_t v[16];              /* XCS_N_STATS values, by the enum above
+                                  * (room for more: a shim sets only the
+                                  * bits it reports) */
 } xcs_stats;
 
 typedef struct xcs_vtable {

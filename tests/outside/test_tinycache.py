@@ -45,7 +45,7 @@ REPORT = {
 
 #: what each N/A row names as lacking, in the order the scenarios meet it
 NA_MISSING = {
-    "adjusted-hit-rate": ["counter:prefetch_first_uses"],
+    "adjusted-hit-rate": ["counter:prefetch_first_uses", "option:io_threads"],
     "reader-refusals": ["op:reader"],
     "changed-file": ["option:verify"],
     "allocation": ["fault:alloc"],

@@ -27,7 +27,7 @@ from xcache.oracle.call_outcomes import (
     OutOfMemory,
     WaitsForever,
 )
-from xcache.oracle.errors import NotModelled
+from xcache.oracle.errors import IOFailure, NotModelled
 from xcache.oracle.layout import expert_pieces
 from xcache.oracle.read_path import Key, ReadPath
 from xcache.oracle.streams import ModelStream
@@ -126,7 +126,7 @@ class ReadingCache(ReadPath):
         data, failure = self._load(*key)
         try:
             ref = self.model.end_read(*key, fail=_model_failure(failure))
-        except Exception as e:
+        except IOFailure as e:
             if failure == "changed":
                 raise FileChanged(e) from e
             raise
@@ -157,12 +157,18 @@ class ReadingCache(ReadPath):
     def _get_missed(self, layer: int, expert: int) -> tuple[Any, bytes]:
         """The model's ``get`` of a key it lacks: read it, then (ref, bytes).
 
-        The read's failure is the model's (a file changed: :class:`Changed`).
+        The slot is reserved first, as the engine's ``get`` does (step 4
+        before step 5): with none to take the get is refused
+        (``AllPinned``) before anything is read -- no pread meets a fault,
+        no file is checked.  The read's failure is the model's (a file
+        changed: :class:`FileChanged`).
         """
+        self.model.begin_read(layer, expert)
         data, failure = self._load(layer, expert)
         try:
-            ref = self.model.get(layer, expert, fail=_model_failure(failure))
-        except Exception as e:
+            ref = self.model.end_read(layer, expert,
+                                      fail=_model_failure(failure))
+        except IOFailure as e:
             if failure == "changed":
                 raise FileChanged(e) from e
             raise
@@ -401,7 +407,8 @@ class ReadingCache(ReadPath):
         try:
             ref = self.model.end_read(*key, fail=_model_failure(failure))
         except Exception as e:  # noqa: BLE001 - the outcome is handed back
-            return Ended(False, FileChanged(e) if failure == "changed" else e)
+            return Ended(False, FileChanged(e) if failure == "changed" and
+                         isinstance(e, IOFailure) else e)
         assert data is not None and ref is not None
         self._publish({key: data})
         self.model.release(ref)

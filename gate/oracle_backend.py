@@ -132,6 +132,12 @@ class OracleBackend(Backend):
         with _judged():
             return self.oracle.get(layer, expert)
 
+    def refused_get(self, layer: int, expert: int) -> None:
+        """A get answered with a failure and no read, counted in the model
+        (a sticky failure played: gate/outside/designs.py)."""
+        with _judged():
+            self.oracle.refused_get(layer, expert)
+
     def getmany(self, keys: list[Key], speculative: bool = False,
                 drained: bool = True) -> int:
         """``op:getmany`` in the model."""

@@ -123,9 +123,9 @@ class CacheModel(BatchOps, ReadsUnderWay):
         self.demand_total = 0  # demand requests since open (hotness period)
         self.n_policy_evictions = 0  # READY victims since open (LFRU's e)
         self.counters = dict.fromkeys(COUNTERS, 0)
-        #: evictions and failed loads of the windows before this one: a
-        #: model with none yet has made no choice of a victim
-        self._choices_before = 0
+        #: evictions of the windows before this one: a model with none yet
+        #: has made no choice of a victim
+        self._evictions_before = 0
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         #: reads held under way (:meth:`begin_read`): key id -> (slot, kind,
         #: the counter window it was reserved in)
@@ -401,19 +401,25 @@ class CacheModel(BatchOps, ReadsUnderWay):
 
     def reset_stats(self) -> None:
         """Start a new window: zero the counters, clear the unused-prefetch marks."""
-        self._choices_before += self.victim_choices()
+        self._evictions_before += self.counters["evictions"]
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         self._mark = [False] * self.n_slots
         self._spec = [False] * self.n_slots
         self._window += 1  # a read under way now counts in no window
     # -- observation ------------------------------------------------------
-    def victim_choices(self) -> int:
-        """Evictions and failed loads since the model was made, every window:
-        0 while no state yet rests on which key a policy chose to evict (or
-        on where a failed read was left)."""
-        return (self._choices_before + self.counters["evictions"]
-                + self.counters["load_failures"])
+    def evictions_ever(self) -> int:
+        """Evictions since the model was made, every window: 0 while no
+        state yet rests on which key a policy chose to evict."""
+        return self._evictions_before + self.counters["evictions"]
+
+    def refused_get(self, layer: int, expert: int) -> None:
+        """A get answered with a failure without a read (a design whose
+        failed read stays to be reported to the next get): a request and a
+        miss, nothing else."""
+        key = self.key_id(layer, expert)
+        self._count_demand(key)
+        self.counters["misses"] += 1
 
     def stats(self) -> dict[str, float]:
         """The counters plus every derived value (rates are 0 with no requests)."""

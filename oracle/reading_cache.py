@@ -523,6 +523,11 @@ class ReadingCache(ReadPath):
         """Start a new counter window."""
         self.model.reset_stats()
 
+    def refused_get(self, layer: int, expert: int) -> None:
+        """Count a get answered with a failure and no read (the model's
+        :meth:`~oracle.cache.CacheModel.refused_get`)."""
+        self.model.refused_get(layer, expert)
+
     def inject(self, step: dict[str, Any]) -> None:
         """Arm a modelled injector (``second``: the inner one), counting from now."""
         place = step.get("place")
@@ -558,9 +563,9 @@ class ReadingCache(ReadPath):
         v["held"] = sum(s.holds for s in slots)
         v["holding"] = sorted([[*s.key, s.holds] for s in slots if s.holds])
         v["direct_active"] = bool(self.direct) and all(self.direct.values())
-        # no eviction nor failed load yet: every value is the same for any
-        # victim choice (gate/scenario_run.py judges a sampled policy exactly)
-        v["victim_free"] = self.model.victim_choices() == 0
+        # no eviction yet: every value is the same for any victim choice
+        # (gate/scenario_run.py judges a sampled policy exactly there)
+        v["victim_free"] = self.model.evictions_ever() == 0
         bad = self.model.check()
         v["invariants"] = "clean" if bad is None else bad
         return v

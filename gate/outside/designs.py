@@ -13,7 +13,9 @@ ways (docs/OUTSIDE_CACHES.md "Designs"):
   a batch split by layer or sorted by offset, a prefetch of keys inside
   the layout only, holds given back when the last of a set is, are made
   alike on both sides and the oracle's values stay exact.  Flag pins are
-  played on the judge's side only (its pins nest).
+  played on the judge's side only (its pins nest), and so are sticky
+  failures (a failed key's next get reports the failure, unread) while the
+  cache cannot have evicted a failed slot.
 - **judged by what must hold**: a design whose choices the oracle cannot
   know (a sampled victim, a failed slot kept, a batch that may evict what
   it names) makes the cache lack ``exact:victims``: every value that rests
@@ -22,7 +24,10 @@ ways (docs/OUTSIDE_CACHES.md "Designs"):
   alone, and what holds for any victim is still judged exactly -- bytes
   served, holds, the cache's own check, the counters' relations and held
   bytes left unchanged (``relations``), and, for a sampled policy, hits
-  within the declared bound of the exact policy on a real trace.
+  within the declared bound of the exact policy on a real trace.  A check
+  before which the judge evicted nothing (and, for sticky failures, the
+  cache can have evicted no failed slot) rests on no victim: there every
+  value is judged exactly (``victim_free``, gate/scenario_run.py).
 
 Any declared design makes every scenario derived: the judge's values are
 the expected ones, never the values pinned for this project's engine.
@@ -143,6 +148,8 @@ def alters(design: Design, flag_pins: bool) -> Any:
         ops.add("getmany")
     if flag_pins:
         ops |= {"pin", "unpin"}
+    if design.failures == "sticky":  # a failed read is reported again
+        ops |= {"inject", "truncate", "touch", "rewrite", "replace"}
     if not ops:
         return None
     return lambda sc: any(st.get("op") in ops for st in sc.get("steps", []))
@@ -185,6 +192,53 @@ class DesignView(Backend):
         self.open_refs: set[Any] = set()
         self.given: list[Any] = []
         self.pinned: set[Key] = set()
+        #: sticky failures played on the judge: each key whose read failed
+        #: and the failure its next get reports; ``sticky_certain`` stays
+        #: True while the cache can have had to evict none of them (every
+        #: miss found a slot beside the residents and the failed slots)
+        self.sticky: dict[Key, BaseException] = {}
+        self.sticky_certain = True
+
+    def _played(self) -> bool:
+        return self.judge and self.design.failures == "sticky"
+
+    def _sticky(self, call: Callable[[int, int], Any], layer: int,
+                expert: int) -> Any:
+        """A demand access on the judge of a sticky-failure cache: a key
+        whose read failed reports that failure again, unread (a request and
+        a miss), and is then free; a read that fails now leaves its key so."""
+        if not self._played():
+            return call(layer, expert)
+        key = (layer, expert)
+        if key in self.sticky:
+            failure = self.sticky.pop(key)
+            self.inner.refused_get(layer, expert)
+            raise failure
+        if self.sticky:
+            v = self.inner.values()
+            resident = {tuple(k) for k in v.get("resident", [])}
+            if key not in resident and \
+                    len(resident) + len(self.sticky) >= int(v["n_slots"]):
+                self.sticky_certain = False  # the cache may evict a failed slot
+        try:
+            return call(layer, expert)
+        except Exception as e:
+            if self.kind_of_inner(e) in ("io", "short_read", "changed"):
+                self.sticky[key] = e
+            raise
+
+    def _batch_failures(self, call: Callable[[], Any]) -> Any:
+        """A batch or prefetch on the judge of a sticky-failure cache: a
+        load it fails leaves a failed slot the judge does not play, so the
+        sticky failures are no longer certain."""
+        if not self._played():
+            return call()
+        before = self.inner.values().get("load_failures", 0)
+        try:
+            return call()
+        finally:
+            if self.inner.values().get("load_failures", 0) != before:
+                self.sticky_certain = False
 
     def _counted(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)``; on the judge of a cache counting refused gets, a
@@ -200,7 +254,8 @@ class DesignView(Backend):
     # -- holds ---------------------------------------------------------------
     def hold(self, layer: int, expert: int) -> tuple[Any, bytes]:
         """The inner hold, its reference kept for the set."""
-        ref, data = self._counted(self.inner.hold, layer, expert)
+        ref, data = self._sticky(
+            lambda lay, e: self._counted(self.inner.hold, lay, e), layer, expert)
         if self.design.holds == "whole-set":
             self.open_refs.add(ref)
         return ref, data
@@ -227,7 +282,9 @@ class DesignView(Backend):
     def get(self, layer: int, expert: int) -> bytes:
         """A demand access: with whole-set holds a hold given back at once."""
         if self.design.holds != "whole-set":
-            return self._counted(self.inner.get, layer, expert)
+            return self._sticky(
+                lambda lay, e: self._counted(self.inner.get, lay, e),
+                layer, expert)
         ref, data = self.hold(layer, expert)
         self.release(ref)
         return data
@@ -263,7 +320,7 @@ class DesignView(Backend):
         for g in self._groups(keys):
             if self.judge and self.design.batch_room == "whole":
                 self._room(g)
-            total += self.inner.getmany(g)
+            total += self._batch_failures(lambda g=g: self.inner.getmany(g))
         return total
 
     def _room(self, keys: list[Key]) -> None:
@@ -288,14 +345,15 @@ class DesignView(Backend):
         """Read-ahead; a silent one takes keys inside the layout only and
         returns nothing (0), its failures unreported."""
         if self.design.prefetch != "silent":
-            return sum(self.inner.prefetch(g) for g in self._groups(keys))
+            return sum(self._batch_failures(lambda g=g: self.inner.prefetch(g))
+                       for g in self._groups(keys))
         keys = [k for k in keys if self.inside(k)]
         for g in self._groups(keys):
             if not g:
                 continue
             if self.judge:
                 try:
-                    self.inner.prefetch(g)
+                    self._batch_failures(lambda g=g: self.inner.prefetch(g))
                 except Exception:  # noqa: BLE001,S110 - a silent prefetch
                     pass  # reports nothing; what it left is judged later
             else:
@@ -326,6 +384,8 @@ class DesignView(Backend):
         """The inner backend's values; on the judge of a cache counting
         refused gets, each one a request and a miss."""
         v = self.inner.values()
+        if self._played() and not self.sticky_certain:
+            v["victim_free"] = False  # (gate/scenario_run.py)
         if self.refused:
             for k in ("requests", "misses"):
                 if k in v:

@@ -315,11 +315,10 @@ def _declared(tmp: Path, design: str, defect: int = 0) -> dict[str, Any]:
 
 
 def test_an_exact_lru_declared_sampled_passes_within_its_bound(tmp_path: Path):
-    """tinycache (exact LRU) declared sampled and sticky: no FAIL; residents
-    and counts are N/A naming exact:victims, the real-routing replay's hits
-    judged within the bound (the policies row still passes on them)."""
-    rows = _declared(tmp_path, '[design]\npolicy = "sampled"\n'
-                               'failures = "sticky"\n')
+    """tinycache (exact LRU) declared sampled: no FAIL; residents and counts
+    are N/A naming exact:victims, the real-routing replay's hits judged
+    within the bound (the policies row still passes on them)."""
+    rows = _declared(tmp_path, '[design]\npolicy = "sampled"\n')
     checks = rows.pop("checks")
     assert [c for c, r in rows.items() if r["verdict"] == "FAIL"] == []
     assert rows["policies"]["verdict"] == "PASS"
@@ -331,7 +330,21 @@ def test_an_exact_lru_declared_sampled_passes_within_its_bound(tmp_path: Path):
         "misses (exact:victims), evictions (exact:victims), resident "
         "(exact:victims)")
     report = (tmp_path / "out" / "conformance.md").read_text()
-    assert "victims: policy = sampled, failures = sticky" in report
+    assert "victims: policy = sampled" in report
+
+
+def test_sticky_failures_declared_by_a_cache_that_frees_them_fail(
+        tmp_path: Path):
+    """tinycache frees a failed read's slot; declared sticky, the judge plays
+    the failure reported to the next get where nothing was evicted: the
+    get that reads again instead FAILs io-errors (failed-read-after) and
+    counter-windows (state-counters' end of file)."""
+    rows = _declared(tmp_path, '[design]\npolicy = "sampled"\n'
+                               'failures = "sticky"\n')
+    del rows["checks"]
+    assert [c for c, r in rows.items() if r["verdict"] == "FAIL"] == [
+        "counter-windows", "io-errors"]
+    assert rows["io-errors"]["first_failure"].startswith("failed-read-after")
 
 
 def test_a_held_victim_fails_holds_even_when_victims_are_the_caches(

@@ -90,7 +90,7 @@ def test_undeclared_the_naming_bound_cache_fails_at_open(tmp_path: Path
                                                           ) -> None:
     """Without [[containers]] every scenario it can run fails at open."""
     rows = _rows(tmp_path, False)
-    assert _count(rows) == {"PASS": 0, "FAIL": 15, "N/A": 10}
+    assert _count(rows) == {"PASS": 0, "FAIL": 16, "N/A": 9}
     assert rows["serial-reads"]["first_failure"] == (
         "reference: scenario ran to completion: ShimError: open: shim code "
         "-7 (failed)")

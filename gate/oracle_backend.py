@@ -213,9 +213,10 @@ class OracleBackend(Backend):
         with _judged():
             self.oracle.unpin(layer, expert)
 
-    def reset(self) -> None:
-        """``op:reset_stats`` in the model."""
-        self.oracle.reset()
+    def reset(self, keep_marks: bool = False) -> None:
+        """``op:reset_stats`` in the model (``keep_marks``: a prefetched
+        load not yet used stays a first use in the new window)."""
+        self.oracle.reset(keep_marks)
 
     def start_get(self, layer: int, expert: int) -> Pending:
         """``op:concurrent``: a get made now in the model."""

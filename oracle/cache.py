@@ -126,6 +126,7 @@ class CacheModel(BatchOps, ReadsUnderWay):
         #: evictions of the windows before this one: a model with none yet
         #: has made no choice of a victim
         self._evictions_before = 0
+        self._carried = 0
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
         #: reads held under way (:meth:`begin_read`): key id -> (slot, kind,
         #: the counter window it was reserved in)
@@ -399,12 +400,18 @@ class CacheModel(BatchOps, ReadsUnderWay):
             raise Misuse(f"(layer {layer}, expert {expert}) is not pinned")
         self._pins[slot] -= 1
 
-    def reset_stats(self) -> None:
-        """Start a new window: zero the counters, clear the unused-prefetch marks."""
+    def reset_stats(self, keep_marks: bool = False) -> None:
+        """Start a new window: zero the counters, clear the unused-prefetch
+        marks (``keep_marks``: keep them, for a cache whose first uses
+        outlive a window: gate/outside/designs.py ``first_uses``)."""
         self._evictions_before += self.counters["evictions"]
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.spec_counters = dict.fromkeys(SPEC_COUNTERS, 0)
-        self._mark = [False] * self.n_slots
+        #: unused prefetch marks carried into this window (their first uses
+        #: count here, their loads did not)
+        self._carried = sum(self._mark) if keep_marks else 0
+        if not keep_marks:
+            self._mark = [False] * self.n_slots
         self._spec = [False] * self.n_slots
         self._window += 1  # a read under way now counts in no window
     # -- observation ------------------------------------------------------
@@ -495,7 +502,7 @@ class CacheModel(BatchOps, ReadsUnderWay):
             return "INV-ORDER"
         c = self.counters
         if (c["hits"] + c["misses"] != c["requests"]
-                or c["prefetch_first_uses"] > c["prefetch_loads"]
+                or c["prefetch_first_uses"] > c["prefetch_loads"] + self._carried
                 or c["short_reads"] + c["io_errors"] != c["load_failures"]):
             return "INV-COUNTERS"
         return None

@@ -519,9 +519,10 @@ class ReadingCache(ReadPath):
         """Undo one pin in the model."""
         self.model.unpin(layer, expert)
 
-    def reset(self) -> None:
-        """Start a new counter window."""
-        self.model.reset_stats()
+    def reset(self, keep_marks: bool = False) -> None:
+        """Start a new counter window (``keep_marks``: as
+        :meth:`~oracle.cache.CacheModel.reset_stats`)."""
+        self.model.reset_stats(keep_marks)
 
     def refused_get(self, layer: int, expert: int) -> None:
         """Count a get answered with a failure and no read (the model's

@@ -56,6 +56,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "reads": ("exact", "aligned"),
     "batch_room": ("partial", "whole"),
     "refused_gets": ("uncounted", "counted"),
+    # a prefetched load not yet used when the counters reset: a plain hit
+    # in the new window (docs/CACHE.md), or still a first use there
+    "first_uses": ("windowed", "kept"),
 }
 
 #: the hit bound a sampled policy is held to when the manifest names none:
@@ -78,6 +81,7 @@ class Design:
     reads: str = "exact"
     batch_room: str = "partial"
     refused_gets: str = "uncounted"
+    first_uses: str = "windowed"
     hit_bound: float = HIT_BOUND
 
     def inexact(self) -> list[str]:
@@ -150,6 +154,8 @@ def alters(design: Design, flag_pins: bool) -> Any:
         ops |= {"pin", "unpin"}
     if design.failures == "sticky":  # a failed read is reported again
         ops |= {"inject", "truncate", "touch", "rewrite", "replace"}
+    if design.first_uses == "kept":
+        ops.add("reset")
     if not ops:
         return None
     return lambda sc: any(st.get("op") in ops for st in sc.get("steps", []))
@@ -207,7 +213,7 @@ class DesignView(Backend):
         """A demand access on the judge of a sticky-failure cache: a key
         whose read failed reports that failure again, unread (a request and
         a miss), and is then free; a read that fails now leaves its key so."""
-        if not self._played():
+        if not self._played() or not self.sticky_certain:
             return call(layer, expert)
         key = (layer, expert)
         if key in self.sticky:
@@ -219,7 +225,7 @@ class DesignView(Backend):
             resident = {tuple(k) for k in v.get("resident", [])}
             if key not in resident and \
                     len(resident) + len(self.sticky) >= int(v["n_slots"]):
-                self.sticky_certain = False  # the cache may evict a failed slot
+                self._uncertain()  # the cache may evict a failed slot
         try:
             return call(layer, expert)
         except Exception as e:
@@ -234,11 +240,20 @@ class DesignView(Backend):
         if not self._played():
             return call()
         before = self.inner.values().get("load_failures", 0)
+        if self.sticky:  # what a batch makes of a failed slot is the cache's
+            self._uncertain()
         try:
             return call()
         finally:
             if self.inner.values().get("load_failures", 0) != before:
-                self.sticky_certain = False
+                self._uncertain()
+
+    def _uncertain(self) -> None:
+        """The cache may have dropped a failed slot: from now on the judge
+        plays no sticky failure (a failed key is read again, as the engine
+        does), and no value rests on one being kept (``victim_free``)."""
+        self.sticky_certain = False
+        self.sticky.clear()
 
     def _counted(self, call: Callable[..., Any], *args: Any) -> Any:
         """``call(*args)``; on the judge of a cache counting refused gets, a
@@ -395,8 +410,13 @@ class DesignView(Backend):
         return v
 
     def reset(self) -> None:
-        """The inner reset: a new counter window (refused gets too)."""
-        self.inner.reset()
+        """The inner reset: a new counter window (refused gets too); on the
+        judge of a cache whose first uses outlive a window
+        (``first_uses = kept``), the unused prefetch marks are kept."""
+        if self.judge and self.design.first_uses == "kept":
+            self.inner.reset(keep_marks=True)
+        else:
+            self.inner.reset()
         self.refused = 0
 
     def close(self) -> None:

@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: rows (the command adds the programs row: PASS on both)
 FAITHFUL = {"fetchcache": (12, 0, 13), "directcache": (16, 0, 9)}
 
+#: how many of the pinned programs each faithful example is judged on
+PROGRAMS_PASSED = {"fetchcache": 45, "directcache": 30}
+
 #: planted defects the gate catches, and exactly the contracts each FAILs
 CAUGHT = {
     ("directcache", "BATCH_SELF_EVICT"): ["batch-residents"],
@@ -99,7 +102,8 @@ def test_the_examples_declare_opposite_designs():
     direct = load_manifest(ROOT / "examples" / "directcache").design.declared()
     assert fetch == {"holds": "whole-set", "failures": "sticky",
                      "prefetch": "silent", "policy": "sampled",
-                     "io": "callback", "refused_gets": "counted"}
+                     "io": "callback", "refused_gets": "counted",
+                     "first_uses": "kept"}
     assert direct == {"batch_layers": "one", "reads": "aligned",
                       "batch_room": "whole"}
 
@@ -116,3 +120,23 @@ def test_a_window_cut_short_serves_wrong_bytes_under_serial_reads(
     assert "reads wrong" in rows["serial-reads"]["first_failure"]
     assert "expected wrong_reads 0" in rows["serial-reads"]["first_failure"]
 
+
+
+@pytest.mark.nosan
+@pytest.mark.parametrize("example", sorted(FAITHFUL))
+def test_a_faithful_example_passes_the_pinned_programs(tmp_path: Path,
+                                                      example: str):
+    """The programs every replay runs (gate/scenarios/programs.json), cut to
+    what each example declares: none fails -- fetchcache's sticky failures
+    played only while it cannot have dropped a failed slot."""
+    from xcache.gate import programs  # noqa: PLC0415
+
+    plan = programs.load_programs(programs.PROGRAMS_FILE)
+    (tmp_path / "out").mkdir()
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows, _ = conformance.run(ROOT / "examples" / example, tmp_path / "out",
+                                  tmp_path / "work", [], 120.0, plan=plan,
+                                  scenarios=False)
+    assert [(r["contract"], r["verdict"], r["failed"]) for r in rows] == [
+        ("programs", "PASS", 0)], rows[0]["first_failure"]
+    assert rows[0]["passed"] == PROGRAMS_PASSED[example]

@@ -82,9 +82,20 @@ class ModelStream:
                 self.refs = {(r.layer, r.expert): r for r in opened.hits}
                 self.unread_keys = list(opened.misses)
                 self.no_slot = list(opened.no_slot)
+                # hit or miss as the model decided them, in the order given:
+                # a key resident at the call may be an earlier miss's victim
+                self.hits = list(self.refs)
+                self.misses = [*opened.misses, *opened.no_slot]
         elif self.misses or self.foreign:
-            self.refs = {(r.layer, r.expert): r
-                         for r in backend.stream_begin(keys)}
+            before = model.counters["hits"]
+            refs = backend.stream_begin(keys)
+            self.refs = {(r.layer, r.expert): r for r in refs}
+            # the model's stream yields its hits first (counted as hits at
+            # the open), then its misses: an earlier miss's victim is a miss
+            n_hits = model.counters["hits"] - before
+            self.hits = [(r.layer, r.expert) for r in refs[:n_hits]]
+            self.misses = [k for k in keys if k not in self.hits
+                           and k not in self.foreign]
         else:  # validated as the model's stream validates; nothing counted
             ids = [model.key_id(*k) for k in keys]
             if len(set(ids)) != len(ids):

@@ -50,7 +50,7 @@ NA_MISSING = {
     "changed-file": ["option:verify"],
     "allocation": ["fault:alloc"],
     "direct-io": ["option:direct", "option:chunk_bytes"],
-    "streams": ["op:trace", "option:chunk_bytes", "op:stream"],
+    "streams": ["op:trace", "option:chunk_bytes", "option:direct", "op:stream"],
     "reads-under-way": ["option:io_threads", "op:trace"],
     "trace": ["op:trace"],
     "invariant-check": ["op:break_check", "op:stream"],

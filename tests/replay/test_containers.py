@@ -94,10 +94,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 76 scenario runs, 804 checks, all pinned, none
+    """On their home containers: 77 scenario runs, 820 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 76 and len(report.checks) == 804
+    assert len(names) == 77 and len(report.checks) == 820
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -108,11 +108,12 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-gives-back names
-    ("mixtral-mini", 71, ["found-direct-partial", "hold-layer-gives-back",
-                          "hold-layer-no-slot", "state-direct"]),
+    ("mixtral-mini", 71, ["found-direct-partial", "found-stream-victim-hit",
+                          "hold-layer-gives-back", "hold-layer-no-slot",
+                          "state-direct"]),
     # found-refused-before-read fills 4 slots: top-4 needs 5
     ("deepseek-mini", 72, ["found-direct-partial", "found-refused-before-read",
-                           "state-direct"])])
+                           "found-stream-victim-hit", "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
     """Every scenario runs on another fixture folder and passes on both backends."""
@@ -212,6 +213,7 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
                                   "prefetch-first-use",
                                   "found-refused-before-read",
                                   "failed-read-after",
+                                  "found-stream-victim-hit",
                                   "reference",
                                   "batch-residents-pins", "key-bounds",
                                   "partial-reads", "chunk-faults",
@@ -365,10 +367,10 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 57 scenarios (72 variants), 782 checks, 3 skipped, 12 N/A on {where} "
+        f"PASS: 58 scenarios (72 variants), 782 checks, 4 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 57
+    assert len(scenario_lines) == 58
     assert all(ln.split()[1:3] == ["on", where] for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")
@@ -379,7 +381,8 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     data = json.loads(report.read_text())
     assert data["container"] == str(folders["deepseek-mini"])
     assert [s["scenario"] for s in data["skipped"]] == [
-        "found-direct-partial", "found-refused-before-read", "state-direct"]
+        "found-direct-partial", "found-refused-before-read",
+        "found-stream-victim-hit", "state-direct"]
 
 
 @pytest.mark.parametrize("form", ["index", "headers", "lfs"])

@@ -132,6 +132,11 @@ class OracleBackend(Backend):
         with _judged():
             return self.oracle.get(layer, expert)
 
+    def victim_free(self) -> bool:
+        """Whether the model has evicted nothing since it was opened (no
+        value yet rests on a victim: gate/scenario_run.py)."""
+        return self.oracle.victim_free()
+
     def refused_get(self, layer: int, expert: int) -> None:
         """A get answered with a failure and no read, counted in the model
         (a sticky failure played: gate/outside/designs.py)."""

@@ -320,8 +320,9 @@ class ScenarioRun:
                 # a derived variant: the judge's values become the pinned ones
                 derived[name] = {k: values.get(k)
                                  for k in self.derive.get(name, [])}
+                free = getattr(self.backend, "victim_free", None)
                 self.var.setdefault("victim_free", {})[name] = bool(
-                    values.get("victim_free"))
+                    free is not None and free())
             theirs = {k for f, pins in step.items()
                       if f.startswith("expect_") and isinstance(pins, dict)
                       and not f.startswith("expect_layout")

@@ -524,6 +524,11 @@ class ReadingCache(ReadPath):
         :meth:`~oracle.cache.CacheModel.reset_stats`)."""
         self.model.reset_stats(keep_marks)
 
+    def victim_free(self) -> bool:
+        """Whether the model has evicted nothing since it was opened: every
+        value so far is the same for any choice of victims."""
+        return self.model.evictions_ever() == 0
+
     def refused_get(self, layer: int, expert: int) -> None:
         """Count a get answered with a failure and no read (the model's
         :meth:`~oracle.cache.CacheModel.refused_get`)."""
@@ -564,9 +569,6 @@ class ReadingCache(ReadPath):
         v["held"] = sum(s.holds for s in slots)
         v["holding"] = sorted([[*s.key, s.holds] for s in slots if s.holds])
         v["direct_active"] = bool(self.direct) and all(self.direct.values())
-        # no eviction yet: every value is the same for any victim choice
-        # (gate/scenario_run.py judges a sampled policy exactly there)
-        v["victim_free"] = self.model.evictions_ever() == 0
         bad = self.model.check()
         v["invariants"] = "clean" if bad is None else bad
         return v

@@ -399,8 +399,6 @@ class DesignView(Backend):
         """The inner backend's values; on the judge of a cache counting
         refused gets, each one a request and a miss."""
         v = self.inner.values()
-        if self._played() and not self.sticky_certain:
-            v["victim_free"] = False  # (gate/scenario_run.py)
         if self.refused:
             for k in ("requests", "misses"):
                 if k in v:
@@ -408,6 +406,14 @@ class DesignView(Backend):
             if "hit_rate" in v and v.get("requests"):
                 v["hit_rate"] = v["hits"] / v["requests"]
         return v
+
+    def victim_free(self) -> bool:
+        """Whether no value yet rests on a victim (gate/scenario_run.py):
+        the inner backend evicted nothing, and no sticky failure played is
+        in doubt."""
+        inner = getattr(self.inner, "victim_free", None)
+        return bool(inner is not None and inner()) and (
+            not self._played() or self.sticky_certain)
 
     def reset(self) -> None:
         """The inner reset: a new counter window (refused gets too); on the

@@ -94,10 +94,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 77 scenario runs, 820 checks, all pinned, none
+    """On their home containers: 77 scenario runs, 828 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 77 and len(report.checks) == 820
+    assert len(names) == 77 and len(report.checks) == 828
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -111,9 +111,8 @@ def test_default_set_is_todays_pinned_set(tmp_path):
     ("mixtral-mini", 71, ["found-direct-partial", "found-stream-victim-hit",
                           "hold-layer-gives-back", "hold-layer-no-slot",
                           "state-direct"]),
-    # found-refused-before-read fills 4 slots: top-4 needs 5
-    ("deepseek-mini", 72, ["found-direct-partial", "found-refused-before-read",
-                           "found-stream-victim-hit", "state-direct"])])
+    ("deepseek-mini", 73, ["found-direct-partial", "found-stream-victim-hit",
+                           "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
     """Every scenario runs on another fixture folder and passes on both backends."""
@@ -158,7 +157,7 @@ def test_layout_expectations_equal_the_pins_at_home(folders):
                               **step.get(f"expect{suffix}", {})}[key]
                     assert evaluate(expr, target.quantities) == pinned
                     seen += 1
-    assert seen == 2
+    assert seen == 8
 
 
 def test_a_perturbed_engine_value_fails_the_container_run(tmp_path, folders,
@@ -367,7 +366,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 58 scenarios (72 variants), 782 checks, 4 skipped, 12 N/A on {where} "
+        f"PASS: 58 scenarios (73 variants), 794 checks, 3 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
     assert len(scenario_lines) == 58
@@ -381,8 +380,7 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     data = json.loads(report.read_text())
     assert data["container"] == str(folders["deepseek-mini"])
     assert [s["scenario"] for s in data["skipped"]] == [
-        "found-direct-partial", "found-refused-before-read",
-        "found-stream-victim-hit", "state-direct"]
+        "found-direct-partial", "found-stream-victim-hit", "state-direct"]
 
 
 @pytest.mark.parametrize("form", ["index", "headers", "lfs"])

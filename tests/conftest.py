@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,30 @@ def mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("mm-shared") / "mixtral-mini"
     fixtures.generate("mixtral-mini", folder)
     return folder
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_it_was():
+    """Every test leaves Ctrl-C as it found it: the worker's SIGINT handler
+    and signal mask are put back after each test, and a test that changed
+    them is named in a warning (a later test's SIGINT, or a subprocess
+    inheriting an ignored one, would otherwise not be delivered)."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT) if main else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, []) if main else None
+    yield
+    if not main:
+        return
+    changed = []
+    if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+        changed.append(f"handler {signal.getsignal(signal.SIGINT)!r}")
+    # the C-level disposition too (a library may set SIG_IGN under Python)
+    if handler is not None:
+        signal.signal(signal.SIGINT, handler)
+    if mask is not None and signal.pthread_sigmask(signal.SIG_BLOCK, []) != mask:
+        changed.append("signal mask")
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if changed:
+        warnings.warn(f"the test left SIGINT changed ({', '.join(changed)}); "
+                      "put back", stacklevel=1)
+

@@ -271,7 +271,8 @@ class ScenarioRun:
         caps = self.make.capabilities
         if not caps.has("exact:victims") and not self.make.reference and \
                 self.var.get("victim_free", {}).get(name):
-            # the judge has evicted nothing and failed no load yet: no value
+            # the judge has evicted nothing yet (nor can the cache have
+            # dropped a sticky failure: DesignView.victim_free): no value
             # rests on a victim choice, so a cache choosing its own victims
             # (a sampled policy, sticky failures) is judged exactly here
             caps = _with_victims(caps)

@@ -150,14 +150,18 @@ static int shim_get(void *h, int layer, int expert, const void **data,
     } else {
         if (key < 0)  /* nowhere to join it: hand out part 0 alone */
             total = plen[0];
+        /* a key still held keeps its joined copy where it is: the holder
+         * reads it (a realloc could move it and free what it reads) */
+        int kept = key >= 0 && s->holds[key] > 0 && s->joined[key];
         unsigned char *buf = key < 0 ? (unsigned char *)part[0]
-                                     : realloc(s->joined[key], total ? total : 1);
+                             : kept ? s->joined[key]
+                                    : realloc(s->joined[key], total ? total : 1);
         if (!buf) {
             for (int p = 0; p < s->parts; p++)
                 tc_release(s->tc[p], layer, expert);
             return XCS_ENOMEM;
         }
-        if (key >= 0) {
+        if (key >= 0 && !kept) {
             s->joined[key] = buf;
             size_t at = 0;
             for (int p = 0; p < s->parts; p++) {

@@ -23,6 +23,7 @@ timeouts, not one per scenario.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,12 @@ MAX_HANGS = 3
 
 #: how long the child may take to load the module and read the table
 START_S = 60.0
+
+#: a sanitizer's own verdict lines in what the process wrote
+#: (AddressSanitizer's ERROR and SUMMARY, UndefinedBehaviorSanitizer's
+#: "runtime error")
+SANITIZER_LINE = re.compile(
+    r"==\d+==ERROR: |SUMMARY: \w+Sanitizer|\S+:\d+:\d+: runtime error: ")
 
 
 class CacheFailure(Exception):
@@ -152,10 +159,19 @@ class Host:
         try:
             with open(self.log, "rb") as f:
                 f.seek(self.log_from)
-                text = f.read()[-4000:].decode(errors="replace")
+                text = f.read()[-(1 << 18):].decode(errors="replace")
         except OSError:
             return ""
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        # a sanitizer's report ends in its shadow legend: its verdict is the
+        # ERROR line, the first frame and the SUMMARY line
+        verdict = [ln for ln in lines if SANITIZER_LINE.match(ln)]
+        if verdict:
+            after = lines[lines.index(verdict[0]):]
+            first_frame = next((ln for ln in after if ln.startswith("#0 ")), "")
+            kept = verdict[:1] + ([first_frame] if first_frame else []) \
+                + verdict[1:][-1:]
+            return " / ".join(kept)[-600:]
         return " / ".join(lines[-3:])[-400:]
 
     def _reap(self) -> int:

@@ -203,3 +203,45 @@ def test_bad_manifest_is_exit_2_one_line(tmp_path: Path, name: str) -> None:
     assert lines == [f"CANNOT RUN: {dest / 'xcs.toml'}: {text}"
                      + lines[0].split(text, 1)[1]], got.stderr
     assert not (tmp_path / "out").exists()
+
+
+#: what an AddressSanitizer report looks like in the cache's log (shortened)
+ASAN_REPORT = """\
+earlier output of the process
+==2916==ERROR: AddressSanitizer: heap-use-after-free on address 0x61f00003c680
+READ of size 3072 at 0x61f00003c680 thread T0
+    #0 0x7f6c3484814a in __interceptor_memcpy sanitizer_common_interceptors.inc:827
+    #1 0x7f6c31d969ca in worker_release worker.c:12
+
+freed by thread T0 here:
+    #0 0x7f6c348b78d5 in __interceptor_realloc asan_malloc_linux.cpp:85
+    #1 0x7f6c31d969ca in shim_get shim.c:154
+
+SUMMARY: AddressSanitizer: heap-use-after-free interceptors.inc:827 in memcpy
+Shadow byte legend (one shadow byte represents 8 application bytes):
+  Left alloca redzone:     ca
+  Right alloca redzone:    cb
+==2916==ABORTING
+"""
+
+
+def test_a_sanitizer_report_is_named_by_its_verdict(tmp_path: Path) -> None:
+    """A crashed cache's words are its sanitizer's verdict (the ERROR line,
+    the access's first frame, the SUMMARY), not the report's shadow legend;
+    without a report, the last three lines it wrote."""
+    from xcache.gate.outside.host import Host
+    log = tmp_path / "cache-process.log"
+    host = Host(tmp_path / "none.so", "none", log)
+    log.write_text("before the spawn\n" * 3 + ASAN_REPORT)
+    host.log_from = len("before the spawn\n" * 3)
+    assert host._tail() == (
+        "==2916==ERROR: AddressSanitizer: heap-use-after-free on address "
+        "0x61f00003c680 / #0 0x7f6c3484814a in __interceptor_memcpy "
+        "sanitizer_common_interceptors.inc:827 / SUMMARY: AddressSanitizer: "
+        "heap-use-after-free interceptors.inc:827 in memcpy")
+    log.write_text("one\ntwo\n\nthree\nfour\n")
+    host.log_from = 0
+    assert host._tail() == "two / three / four"
+    ubsan = "shim.c:40:9: runtime error: signed integer overflow\n"
+    log.write_text("x\n" + ubsan + "y\n")
+    assert host._tail() == ubsan.strip()

@@ -36,6 +36,10 @@ class Doomed(OracleBackend):
             if self.what == "abort":
                 os.abort()
             if self.what == "segv":
+                # the default action, so that the process dies of the signal
+                # whatever handler is installed (under AddressSanitizer, its
+                # own, which would report and abort instead)
+                signal.signal(signal.SIGSEGV, signal.SIG_DFL)
                 os.kill(os.getpid(), signal.SIGSEGV)
             if self.what == "exit":
                 os._exit(7)

@@ -3,7 +3,9 @@ then as their reads complete (docs/CACHE.md "stream")."""
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +24,9 @@ def key_arrays(keys: list[tuple[int, int]]) -> tuple[Any, Any]:
     return (new("int32_t[]", [k[0] for k in keys] or [0]),
             new("int32_t[]", [k[1] for k in keys] or [0]))
 
+
+#: how long after a finalizer caught a Ctrl-C it is delivered again
+INTERRUPT_AGAIN_S = 0.005
 
 
 class Stream:
@@ -149,4 +154,26 @@ class Stream:
         # promptly; if this is interrupted, the armed cell still reaches
         # the cache's lost list and the next call ends the stream
         if getattr(self, "_cell", None) is not None:
-            self.close()
+            try:
+                self.close()
+            except KeyboardInterrupt:
+                # a Ctrl-C handled here would be printed and dropped (what a
+                # finalizer raises goes nowhere): it is delivered again
+                _interrupt_again()
+
+
+def _interrupt_again() -> None:
+    """Deliver a Ctrl-C again to the main thread a moment from now, once the
+    finalizer that caught it has returned.
+
+    Re-arming it at once would run its handler inside the finalizer again
+    (the interpreter checks for signals at the next call there)."""
+    def later() -> None:
+        time.sleep(INTERRUPT_AGAIN_S)
+        # a real SIGINT to the main thread, as the first was: it wakes a
+        # blocking call there, and goes through whatever handler is set
+        signal.pthread_kill(main, signal.SIGINT)
+    main = threading.main_thread().ident
+    assert main is not None
+    threading.Thread(target=later, name="xcache-interrupt-again",
+                     daemon=True).start()

@@ -246,3 +246,34 @@ def test_six_calls_interrupted_by_sigint_while_their_reads_stall(k3_shard):
             c.close()
         cont.close()
     assert out == {"get": (6, 0), "hold_layer": (6, 0), "next": (6, 0)}
+
+
+def test_a_ctrl_c_landing_in_a_dropped_streams_finalizer_reaches_the_caller(
+        k3_shard, monkeypatch):
+    """A KeyboardInterrupt raised inside Stream.__del__ is not swallowed as
+    unraisable: it is raised in the code that dropped the stream, and the
+    stream's holds are given back all the same."""
+    cont = engine.Container(str(k3_shard))
+    c = engine.ExpertCache(cont, **K3_LAYOUT, n_slots=6, top_k=4)
+    st = c.stream([(0, 1), (0, 2)])
+    real_close = type(st).close
+
+    def close(self: Any) -> None:
+        real_close(self)
+        raise KeyboardInterrupt  # as a Ctrl-C handled inside the finalizer
+
+    monkeypatch.setattr(type(st), "close", close)
+    swallowed: list[str] = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: swallowed.append(repr(u.exc_value))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            del st
+            time.sleep(5)  # delivered again a moment later, here
+    finally:
+        sys.unraisablehook = old_hook
+    assert swallowed == []
+    assert [s["holds"] for s in c.slots()] == [0] * 6
+    c.check()
+    c.close()
+    cont.close()

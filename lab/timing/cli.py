@@ -245,6 +245,21 @@ def _check_predictors(grid: Any, n_layers: int, n_experts: int, top_k: int) -> N
                          "--threads has only 0")
 
 
+#: what ``--calibrate`` uses; any other argument given with it is refused
+CALIBRATION_ARGS = frozenset({"calibrate", "expert_bytes", "expert_s", "layer_s",
+                              "quiet", "help"})
+
+
+def calibration_ignores(ap: argparse.ArgumentParser,
+                        ns: argparse.Namespace) -> list[str]:
+    """The arguments given beside ``--calibrate`` that it would not use, as
+    the user wrote them (every option of the parser, a new one included)."""
+    return [a.option_strings[0] if a.option_strings else a.metavar or a.dest
+            for a in ap._actions
+            if a.dest not in CALIBRATION_ARGS
+            and getattr(ns, a.dest, a.default) != a.default]
+
+
 def calibration_room(path: str, nbytes: int, size: int, prog: str,
                      quiet: bool) -> bool:
     """Whether ``--calibrate`` may start: MODEL's folder writable (nothing written
@@ -260,6 +275,10 @@ def calibration_room(path: str, nbytes: int, size: int, prog: str,
               file=sys.stderr)
         return False
     folder = os.environ.get("TMPDIR") or tempfile.gettempdir()
+    if not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
+        print(f"{prog}: --calibrate writes its scratch experts in TMPDIR, and "
+              f"{folder} is not a folder it can write in", file=sys.stderr)
+        return False
     try:
         check_room(nbytes, folder, "calibration scratch files",
                    limit=write_limit(), limit_says="--expert-bytes smaller, "
@@ -289,6 +308,14 @@ def run(argv: Sequence[str]) -> int:
         return 2
     if ns.calibrate is not None:
         from xcache.lab.timing.calibrate import run_calibration  # noqa: PLC0415
+
+        ignored = calibration_ignores(ap, ns)
+        if ignored:
+            print(f"{PROG}: --calibrate measures this machine and times no "
+                  f"trace: {', '.join(ignored)} would be ignored (calibrate "
+                  "first, then time the trace with --model MODEL)",
+                  file=sys.stderr)
+            return 2
 
         try:
             nominal = (_list(ns.expert_s, "--expert-s", float, _time, "a time >= 0")[0]

@@ -110,6 +110,44 @@ def test_calibrate_states_its_scratch_bytes_and_refuses_past_the_limit(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("extra,named", [
+    (["TRACE", "OUT"], "TRACE, OUTDIR"),
+    (["--model", "m.toml", "--slots", "4"], "--model, --slots"),
+    (["--policies", "lfu", "--tokens", "3"], "--tokens, --policies"),
+])
+def test_calibrate_refuses_what_it_would_ignore(tmp_path, capsys, monkeypatch,
+                                               extra, named):
+    """--calibrate given a trace or timing options: one line naming each, no
+    model file, nothing measured."""
+    (tmp_path / "m.toml").write_text("")
+    (tmp_path / "TRACE").write_text("")
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "cal.json"
+    assert timing.run(["--calibrate", str(model), *extra]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"replay.py time: --calibrate measures this "
+                          f"machine and times no trace: {named} would be "
+                          "ignored (calibrate first, then time the trace with "
+                          "--model MODEL)\n")
+    assert not model.exists()
+
+
+@pytest.mark.parametrize("tmpdir", ["a-file", "missing"])
+def test_calibrate_names_a_tmpdir_it_cannot_write_in(tmp_path, capsys,
+                                                     monkeypatch, tmpdir):
+    """TMPDIR a file or missing: one line naming TMPDIR, not an errno."""
+    (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / tmpdir))
+    model = tmp_path / "cal.json"
+    assert timing.run(["--calibrate", str(model), "--quiet"]) == 2
+    assert capsys.readouterr() == ("", "replay.py time: --calibrate writes its "
+                                   "scratch experts in TMPDIR, and "
+                                   f"{tmp_path / tmpdir} is not a folder it "
+                                   "can write in\n")
+    assert not model.exists()
+    assert (tmp_path / "a-file").read_text() == "x"
+
+
 @pytest.mark.parametrize("name,content,says", [
     ("deep.json", "[" * 100_000 + "]" * 100_000, "not valid JSON: a value "
      "nested too deeply"),

@@ -212,11 +212,14 @@ def _hostile(tmp: Path) -> dict[str, str]:
             "user": str(tmp / "users-file.txt"), "fifo": str(tmp / "fifo")}
 
 
-@pytest.mark.parametrize("target", ["user", "input", "fifo", "outside"])
+@pytest.mark.parametrize("target", ["user", "input", "fifo", "outside",
+                                    "user-via-new"])
 @pytest.mark.parametrize("label,dest", _outputs())
 def test_an_output_at_a_hostile_target_is_refused_untouched(
         tmp_path, capsys, label, dest, target):
-    """An output at a user's file, an input, a FIFO or outside: one line, exit 2."""
+    """An output at a user's file (also reached as NEW/../file through a
+    folder not made yet), an input, a FIFO or outside: one line, exit 2,
+    before any work."""
     paths = _hostile(tmp_path)
     parser = _commands()[label][0]
     out = next(a.type for a in marked_options(parser, "xcache_output")
@@ -227,6 +230,7 @@ def test_an_output_at_a_hostile_target_is_refused_untouched(
            "input": str(tmp_path / "in") if kind == "folder" and out.whole
            else paths["@INPUT"],
            "outside": str(tmp_path / ("elsewhere" if kind == "file" else "link")),
+           "user-via-new": str(tmp_path / "NEW" / ".." / "users-file.txt"),
            }[target]
     argv = _argv(label, {dest: aim}, paths)
     before = _snapshot(tmp_path)

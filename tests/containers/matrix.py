@@ -108,15 +108,16 @@ def mtp_block(model: str) -> bool:
 
 def _model_facts(model: str) -> tuple[list[int], int, int]:
     """(MoE layers, expert count, decoder layers) of a model description."""
+    from xcache import layout_rules as rules  # noqa: PLC0415
     from xcache.fixtures.detect import config_moe_layers  # noqa: PLC0415
-    from xcache.fixtures.realistic import EXPERT_KEYS, _cfg_view  # noqa: PLC0415
 
     desc = json.loads((DATA / f"{model}.json").read_text("utf-8"))
-    c = _cfg_view(desc["config"])
-    n_layers = c["num_hidden_layers"]
-    n_total = n_layers + (c.get("num_nextn_predict_layers") or 0)
+    c = desc["config"]  # read as detection reads it (text_config, ffn_config)
+    n_layers = rules.config_count(c, rules.LAYER_KEYS)[0]
+    nextn = rules.config_count(c, ("num_nextn_predict_layers",), lo=0)
+    n_total = n_layers + (nextn[0] if nextn else 0)
     moe = sorted(set(config_moe_layers(c) or range(n_total)) & set(range(n_total)))
-    n_exp = next(c[k] for k in EXPERT_KEYS if k in c)
+    n_exp = rules.config_count(c, rules.EXPERT_KEYS)[0]
     return moe, n_exp, n_layers
 
 

@@ -2,9 +2,10 @@
 
 ``fixtures/models/nested/dbrx-base.json`` holds DBRX's facts; its config
 is nested (``d_model``, ``n_layers``, ``ffn_config``, ``attn_config``), which
-``fixtures.realistic`` cannot read, so the folder a user holds is written
-here from a flat copy and the real config put back.  from-header keeps the
-checkpoint's own ``[E*I, H]`` shape; the engine serves expert e as rows
+``fixtures.realistic`` reads as the layout rules do, so the folder a user
+holds is written from the description itself, its ``--experts`` subset
+said where DBRX says it (``ffn_config.moe_num_experts``).  from-header
+keeps the checkpoint's own ``[E*I, H]`` shape; the engine serves expert e as rows
 ``[e*I, (e+1)*I)`` and agrees byte for byte with the oracle and the
 generator's encoding.
 """
@@ -36,22 +37,13 @@ TEMPLATE = "transformer.blocks.{layer}.ffn.experts.{tensor}"
 PARTS = ["mlp.w1", "mlp.v1", "mlp.w2"]
 
 
-def _flat(desc: dict) -> dict:
-    """A copy realistic can expand: the layer and expert counts at the top level."""
-    out = copy.deepcopy(desc)
-    out["config"]["num_hidden_layers"] = desc["config"]["n_layers"]
-    out["config"]["moe_num_experts"] = desc["config"]["ffn_config"]["moe_num_experts"]
-    return out
-
-
 def _checkpoint(folder: Path, layers: list[int], experts: int) -> Path:
     """DBRX's index + real config.json for ``layers`` and ``experts`` experts."""
-    desc = json.loads(DESC.read_text("utf-8"))
-    src = realistic.expand(_flat(desc), folder, form="index", layers=layers,
+    src = realistic.expand(DESC, folder, form="index", layers=layers,
                            experts=experts)
-    cfg = copy.deepcopy(desc["config"])
+    cfg = copy.deepcopy(json.loads(DESC.read_text("utf-8"))["config"])
     rules.config_set(cfg, "moe_num_experts", experts)
-    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    assert json.loads((src / "config.json").read_text()) == cfg
     return src
 
 
@@ -70,7 +62,7 @@ def _slot_shapes(cache: engine.ExpertCache) -> list[tuple[str, tuple[int, ...]]]
 def test_config_rules_give_dbrx_shapes_from_its_nested_config():
     """d_model, n_heads, attn_config.kv_n_heads, ffn_config: every described shape."""
     desc = json.loads(DESC.read_text("utf-8"))
-    _, ts = realistic.tensors(_flat(desc), None, None)
+    _, ts = realistic.tensors(desc, None, None)
     got = derive(desc["config"], [t[0] for t in ts])
     assert {t[0]: (t[1], t[2]) for t in ts} == got
     assert got["transformer.blocks.7.ffn.experts.mlp.w1"] == (

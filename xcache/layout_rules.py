@@ -6,8 +6,10 @@ header-less shards), ``from-header``, the engine's detector
 (``engine.detect``, from the table its C reader validated), hence the
 inspector and the gate -- asks this module, so one checkpoint gets one
 answer and one refusal gets one message (docs/LAYOUT.md "Detection").
-It imports nothing of the project (docs/DESIGN.md §2): the engine and the
-generator may both import it.  What only a caller can do stays with it:
+Its config half (which keys, where they are looked up, the MoE-layer rule)
+is :mod:`xcache.layout_config`, every name of which it re-exports; the two
+import nothing else of the project (docs/DESIGN.md §2): the engine and the
+generator may both import them.  What only a caller can do stays with it:
 reading files, and the engine's check of fused slices against the byte
 sizes its reader validated.
 
@@ -20,7 +22,8 @@ The rules, all generic (no model is named):
   one tensor per (layer, part) whose leading dimension holds the experts,
   ``[E, ...]`` or stacked ``[E*I, ...]`` rows;
 * components of :data:`NOT_ROUTED` (shared experts, routers) are never
-  routed experts; a group under :data:`MTP_MODULE` is a
+  routed experts; those of :data:`SHARED_MODULES` are the shared experts
+  (:func:`shared_experts`); a group under :data:`MTP_MODULE` is a
   multi-token-prediction block's, chosen only when asked (:data:`GROUPS`);
 * config keys are read from a multimodal model's text model first
   (:data:`INNER_SCOPES`), then the top level, then the sub-blocks of
@@ -31,282 +34,66 @@ The rules, all generic (no model is named):
 * MoE layers follow :func:`config_moe_layers` (explicit lists, interleave
   steps, dense-first counts, the dense complement);
 * the top-k is the config's, else the caller's (``--top-k``), else refused.
+
+A refusal a layout file settles (the config and the names disagree, no
+top-k, per-layer values that differ, several candidate groups) ends with
+the lines of that file for this checkpoint (:func:`layout_text`), the keys
+detection could not decide marked by a comment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xcache.layout_config import (
+    BLOCK_SCOPES,
+    EXPERT_KEYS,
+    I32_MAX,
+    INNER_SCOPES,
+    LAYER_KEYS,
+    LAYOUT_FILE,
+    PER_LAYER_KEYS,
+    SHARED_KEYS,
+    TOP_K_KEYS,
+    PerLayerError,
+    RuleError,
+    config_count,
+    config_get,
+    config_moe_layers,
+    config_set,
+    config_view,
+    ranges,
+    top_k_unknown,
+)
+
 __all__ = ["BLOCK_SCOPES", "EXPERT_KEYS", "FUSED", "FUSED_MODULES", "GROUPS",
-           "INNER_SCOPES", "LAYER_KEYS", "LAYER_MODULES", "MTP_MODULE",
-           "NOT_ROUTED", "PER_EXPERT", "PER_LAYER_KEYS", "TOP_K_KEYS", "Hit",
-           "RuleError",
-           "classify", "config_count", "config_get", "config_moe_layers",
-           "config_set", "config_view", "detect", "is_mtp", "layer_of", "ranges"]
+           "I32_MAX", "INNER_SCOPES", "LAYER_KEYS", "LAYER_MODULES", "LAYOUT_FILE",
+           "MTP_MODULE", "NOT_ROUTED", "PER_EXPERT", "PER_LAYER_KEYS",
+           "SHARED_KEYS", "SHARED_MODULES", "TOP_K_KEYS", "Hit", "PerLayerError",
+           "RuleError", "Shared", "classify", "config_count", "config_get",
+           "config_moe_layers", "config_set", "config_view", "detect", "is_mtp",
+           "layer_of", "layout_path", "layout_text", "ranges", "shared_experts"]
 
 #: One tensor per expert: the template holds ``{expert}``.
 PER_EXPERT = "per-expert"
 #: Stacked tensors, the experts along the leading dimension: no ``{expert}``.
 FUSED = "fused"
 
-#: Keys giving the routed experts per layer, the first present wins.
-EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts",
-               "moe_num_experts")
-#: Keys giving the experts each token is routed to, the first present wins
-#: (``top_k`` last: elsewhere it is a sampling setting, where 0 means off).
-TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-              "moe_top_k", "moe_topk", "num_selected_experts", "top_k_experts",
-              "moe_k", "router_topk", "top_k")
-#: Keys a config may give as one value per layer (a list), all alike.
-PER_LAYER_KEYS = EXPERT_KEYS + TOP_K_KEYS
-#: Keys giving the number of decoder layers.
-LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
-#: Sub-documents holding a multimodal model's text model, read first.
-INNER_SCOPES = ("text_config", "language_config", "llm_config")
-#: Sub-documents of one block's settings, read after the top level.
-BLOCK_SCOPES = ("ffn_config", "moe_config", "attn_config")
 #: Module names followed by the layer number: ``model.layers.3``,
 #: ``transformer.blocks.3``, ``transformer.h.3``.
 LAYER_MODULES = ("layers", "blocks", "h", "layer", "block", "decoder_layers")
 #: Module names that hold fused expert projections with no ``experts`` module.
 FUSED_MODULES = ("input_linear", "output_linear")
+#: Module names of a layer's shared experts (every token goes through them).
+SHARED_MODULES = ("shared_expert", "shared_experts", "shared_mlp")
 #: Name components that are never routed experts.
-NOT_ROUTED = ("shared_expert", "shared_experts", "shared_mlp", "router", "gate",
-              "e_score_correction_bias")
+NOT_ROUTED = (*SHARED_MODULES, "router", "gate", "e_score_correction_bias")
 #: The module before ``layers.<N>`` that marks a multi-token-prediction block.
 MTP_MODULE = "mtp"
 #: The expert groups detection can be asked for.
 GROUPS = ("decoder", "mtp")
-#: The conventional layout file (named in refusals; the callers read it).
-LAYOUT_FILE = "xcache-layout.toml"
-#: The largest layer id, expert count or top-k the engine takes.
-I32_MAX = 2**31 - 1
-
-
-class RuleError(ValueError):
-    """A layout the rules refuse; the message is the one every tool prints."""
-
-    def __init__(self, message: str, *, layer: int | None = None,
-                 expert: int | None = None) -> None:
-        super().__init__(message)
-        self.layer = layer
-        self.expert = expert
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def ranges(values: Iterable[int]) -> str:
-    """Ascending integers as compact ranges: ``0, 3-5, 9``."""
-    vals = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out) or "none"
-
-
-# ---------------------------------------------------------------- config keys
-
-def _scopes(config: Mapping[str, Any] | None) -> list[tuple[str, Mapping[str, Any]]]:
-    """(key prefix, mapping) in the order keys are looked up."""
-    if not isinstance(config, Mapping):
-        return []
-    inner = [(f"{k}.", config[k]) for k in INNER_SCOPES
-             if isinstance(config.get(k), Mapping)]
-    outer = [("", config)]
-    blocks = [(f"{k}.", config[k]) for k in BLOCK_SCOPES
-              if isinstance(config.get(k), Mapping)]
-    nested = [(p + f"{k}.", s[k]) for p, s in inner for k in BLOCK_SCOPES
-              if isinstance(s.get(k), Mapping)]
-    return inner + nested + outer + blocks
-
-
-def config_get(config: Mapping[str, Any] | None, key: str) -> tuple[str, Any] | None:
-    """(where, value) of the first non-null ``key`` in the lookup order, or None.
-
-    ``where`` is the key as the config spells it: ``ffn_config.moe_top_k``.
-    """
-    for prefix, scope in _scopes(config):
-        if scope.get(key) is not None:
-            return prefix + key, scope[key]
-    return None
-
-
-def config_view(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The config flattened: every scope's keys, the first in lookup order winning."""
-    out: dict[str, Any] = {}
-    for _, scope in reversed(_scopes(config)):
-        out.update({k: v for k, v in scope.items() if v is not None})
-    return out
-
-
-def config_set(config: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``key`` where :func:`config_get` finds it (else in the text model)."""
-    found = config_get(config, key)
-    target: dict[str, Any] = config
-    path = found[0].split(".")[:-1] if found else (
-        [next(k for k in INNER_SCOPES if isinstance(config.get(k), dict))]
-        if any(isinstance(config.get(k), dict) for k in INNER_SCOPES) else [])
-    for p in path:
-        target = target[p]
-    target[key] = value
-
-
-def config_count(config: Mapping[str, Any] | None, keys: Sequence[str],
-                 where: str = "config.json", lo: int = 1
-                 ) -> tuple[int, str] | None:
-    """(value, key) of the first of ``keys`` present, checked ``lo..I32_MAX``.
-
-    ``top_k`` 0 is absent (sampling off); any other value out of range or
-    not an integer is a RuleError naming ``where`` and the key.  A key of
-    :data:`PER_LAYER_KEYS` may give one value per layer (Hunyuan's
-    ``moe_topk: [8, 8, ...]``): each is checked, and they must be one value
-    (:func:`_one_value`).
-    """
-    for k in keys:
-        got = config_get(config, k)
-        if got is None:
-            continue
-        name, v = got
-        if k == "top_k" and v == 0:
-            continue
-        if isinstance(v, list) and v and k in PER_LAYER_KEYS:
-            for i, x in enumerate(v):
-                _check_count(x, f"{name}[{i}]", where, lo)
-            return _one_value(v, name, where), name
-        _check_count(v, name, where, lo)
-        return int(v), name
-    return None
-
-
-def _check_count(v: Any, name: str, where: str, lo: int) -> None:
-    if not _is_int(v) or v < lo:
-        raise RuleError(f"{where}: {name} must be an integer of at least "
-                        f"{lo}, got {v!r}")
-    if v > I32_MAX:
-        raise RuleError(f"{where}: {name} must be at most {I32_MAX} (the "
-                        f"engine's limit), got {v!r}")
-
-
-def _one_value(values: list[int], name: str, where: str) -> int:
-    """The one value of a per-layer list; RuleError naming each value's layers."""
-    at: dict[int, list[int]] = {}
-    for layer, x in enumerate(values):
-        at.setdefault(x, []).append(layer)
-    if len(at) == 1:
-        return int(values[0])
-    said = "; ".join(f"{x} in layer{'s' if len(ls) > 1 else ''} {ranges(ls)}"
-                     for x, ls in at.items())
-    raise RuleError(f"{where}: {name} gives one value per layer and they differ "
-                    f"({said}): one value serves every layer; give a layout "
-                    f"file ({LAYOUT_FILE}) with it")
-
-
-def _int_list(config: Mapping[str, Any], key: str, where: str
-              ) -> tuple[list[int], str] | None:
-    got = config_get(config, key)
-    if got is None:
-        return None
-    name, v = got
-    if not isinstance(v, list) or not all(_is_int(x) for x in v):
-        raise RuleError(f"{where}: {name} must be a list of integers, got {v!r}")
-    return list(v), name
-
-
-def config_moe_layers(config: Mapping[str, Any] | None,
-                      present: Iterable[int] | None = None,
-                      where: str = "config.json") -> tuple[list[int], str] | None:
-    """The MoE layer ids the config implies (among ``present``), and why; or None.
-
-    None when the config gives no layer count.  The layers are the
-    decoder's ``0..n-1`` and the ``num_nextn_predict_layers`` after them;
-    then, in order: an explicit list (``moe_layers``, or per-layer 0/1
-    ``moe_layer_freq``) keeps its ids, else the interleave steps keep every
-    step-th (``interleave_moe_layer_step``, ``decoder_sparse_step``,
-    ``moe_layer_interval``, ``moe_layer_frequency``: (L + 1) % step == 0;
-    ``moe_layer_freq``: L % freq == 0; ``expert_layer_period``/``expert_layer_offset``:
-    L % period == offset); dense-first counts drop the first layers
-    (``first_k_dense_replace``, ``moe_layer_start_index``, and
-    ``moe_layer_end_index`` the last); ``mlp_only_layers`` are dense.
-    """
-    n = config_count(config, LAYER_KEYS, where, lo=0)
-    if n is None:
-        return None
-    total, why = n[0], [f"{n[1]} {n[0]}"]
-    extra = config_count(config, ("num_nextn_predict_layers",), where, lo=0)
-    if extra and extra[0]:
-        total += extra[0]
-        why.append(f"{extra[1]} {extra[0]}")
-    keep = set(present) if present is not None else None
-    ids = [x for x in (sorted(keep) if keep is not None else range(total))
-           if 0 <= x < total]
-    listed = _int_list(config, "moe_layers", where)
-    freq = config_get(config, "moe_layer_freq")
-    if listed is None and freq is not None and isinstance(freq[1], list):
-        listed = ([i for i, f in enumerate(_int_list(config, "moe_layer_freq",
-                                                     where)[0]) if f], freq[0])
-        freq = None
-    if listed is not None:
-        allowed = set(listed[0])
-        ids = [x for x in ids if x in allowed]
-        why.append(f"{listed[1]} {ranges(listed[0])}")
-    else:
-        for key, test in (("interleave_moe_layer_step", lambda x, s: (x + 1) % s),
-                          ("decoder_sparse_step", lambda x, s: (x + 1) % s),
-                          ("moe_layer_interval", lambda x, s: (x + 1) % s),
-                          ("moe_layer_frequency", lambda x, s: (x + 1) % s),
-                          ("moe_layer_freq", lambda x, s: x % s)):
-            step = config_count(config, (key,), where)
-            if step is not None:
-                ids = [x for x in ids if not test(x, step[0])]
-                why.append(f"{step[1]} {step[0]}")
-        period = config_count(config, ("expert_layer_period",), where)
-        if period is not None:
-            off = config_count(config, ("expert_layer_offset",), where, lo=0)
-            o = off[0] if off else 0
-            ids = [x for x in ids if x % period[0] == o]
-            why.append(f"{period[1]} {period[0]}"
-                       + (f", {off[1]} {o}" if off else ""))
-    for key in ("first_k_dense_replace", "moe_layer_start_index"):
-        first = config_count(config, (key,), where, lo=0)
-        if first is not None:
-            ids = [x for x in ids if x >= first[0]]
-            why.append(f"{first[1]} {first[0]}")
-    last = config_get(config, "moe_layer_end_index")
-    if last is not None and _is_int(last[1]) and last[1] >= 0:
-        ids = [x for x in ids if x <= last[1]]
-        why.append(f"{last[0]} {last[1]}")
-    only = _int_list(config, "mlp_only_layers", where)
-    if only and only[0]:
-        ids = [x for x in ids if x not in set(only[0])]
-        why.append(f"{only[1]} {ranges(only[0])}")
-    return ids, ", ".join(why)
-
-
-def top_k(config: Mapping[str, Any] | None, n_experts: int, given: int | None,
-          where: str = "config.json", had_config: bool = True) -> tuple[int, str]:
-    """(top-k, where it came from): the config's, else ``given``; else RuleError."""
-    found = config_count(config, TOP_K_KEYS, where)
-    if found is None and given is None:
-        why = ("there is no config.json" if not had_config
-               else "it has none of " + ", ".join(TOP_K_KEYS))
-        raise RuleError(f"{where}: top-k unknown ({why}); give --top-k, or a "
-                        f"layout file ({LAYOUT_FILE}) with top_k")
-    k, key = found if found is not None else (given, "--top-k")
-    assert k is not None
-    if k > n_experts:
-        raise RuleError(f"{where}: {key} {k} is more than the {n_experts} "
-                        "experts per layer")
-    return k, key
-
 
 # ---------------------------------------------------------------- names
 
@@ -371,6 +158,63 @@ def is_mtp(template: str) -> bool:
     """Whether a group's template is a multi-token-prediction block's."""
     return MTP_MODULE in head_of(template).split(".")
 
+# ---------------------------------------------------------------- shared experts
+
+@dataclass(frozen=True)
+class Shared:
+    """A layer's shared experts: one pattern of names, never routed.
+
+    ``template`` holds ``{layer}`` and ``{tensor}`` (and ``{expert}`` when
+    the names number them); ``per_layer`` is how many a layer has and
+    ``count_from`` why: a config key (one module may hold several, as
+    DeepSeek's ``n_shared_experts`` widen it), the numbered names, or one
+    module when neither says more.
+    """
+
+    template: str
+    tensors: tuple[str, ...]
+    layers: tuple[int, ...]
+    per_layer: int
+    count_from: str
+
+
+def shared_experts(config: Mapping[str, Any] | None, names: Iterable[str]
+                   ) -> list[Shared]:
+    """The shared experts the names hold, one :class:`Shared` per pattern."""
+    found: dict[str, tuple[set[int], set[str], dict[int, set[int]]]] = {}
+    for name in names:
+        comps = name.split(".")
+        i = _layer_at(comps)
+        j = None if i is None else next(
+            (k for k in range(i + 2, len(comps) - 1) if comps[k] in SHARED_MODULES),
+            None)
+        if i is None or j is None:
+            continue
+        numbered = comps[j + 1].isdigit() and j + 2 < len(comps)
+        tail = comps[j + 2:] if numbered else comps[j + 1:]
+        tmpl = ".".join(comps[:i + 1] + ["{layer}"] + comps[i + 2:j + 1]
+                        + ["{expert}"] * numbered + ["{tensor}"])
+        layers, parts, experts = found.setdefault(tmpl, (set(), set(), {}))
+        layer = int(comps[i + 1])
+        layers.add(layer)
+        parts.add(".".join(tail))
+        experts.setdefault(layer, set()).update(
+            [int(comps[j + 1])] if numbered else [])
+    try:
+        said = config_count(config, SHARED_KEYS)
+    except RuleError:
+        said = None
+    out = []
+    for tmpl, (layers, parts, experts) in sorted(found.items()):
+        if "{expert}" in tmpl:
+            n, why = max(map(len, experts.values())), "numbered in the names"
+        elif said is not None:
+            n, why = said[0], f"{said[1]} {said[0]}"
+        else:
+            n, why = 1, "one module, no config key says more"
+        out.append(Shared(tmpl, tuple(sorted(parts)), tuple(sorted(layers)), n, why))
+    return out
+
 
 # ---------------------------------------------------------------- detection
 
@@ -431,8 +275,15 @@ def _no_experts(where: str, entries: Sequence[Entry], config: Any,
            if shown else "")
 
 
+#: What detection could not decide, in a layout file's terms: (the refusal,
+#: the layout key it leaves open, the comment on that key's line).
+Unsure = list[tuple[str, str, str]]
+#: A candidate template's layout and what in it is unsure (:func:`_fit`).
+Fit = Callable[[str], "tuple[Detected, Unsure]"]
+
+
 def _choose(where: str, groups: dict[str, list[tuple[Hit, Entry]]],
-            group: str | None) -> str:
+            group: str | None, fit: Fit, config_where: str) -> str:
     """The template of the expert group to use (docs/LAYOUT.md "Detection")."""
     if group is not None and group not in GROUPS:
         raise RuleError(f"expert group {group!r}: one of "
@@ -451,8 +302,50 @@ def _choose(where: str, groups: dict[str, list[tuple[Hit, Entry]]],
     said = ("several candidate expert layouts" if len(fits) > 1 else
             f"no {'multi-token-prediction' if want == 'mtp' else 'decoder'} "
             "expert group among the candidates")
+    text: list[str] = []
+    for tmpl in sorted(fits or groups):
+        try:
+            got = layout_text(*fit(tmpl))
+        except RuleError:  # a candidate no layout file makes whole
+            continue
+        text += [f"# or, for {tmpl}:", *("# " + x for x in got)] if text else got
     raise RuleError(f"{where}: {said}; give a layout file ({LAYOUT_FILE}) to "
-                    "choose: " + "; ".join(lines))
+                    "choose: " + "; ".join(lines)
+                    + (_settle(config_where, text) if text else ""))
+
+
+def layout_path(config_where: str) -> str:
+    """The layout file beside the config named ``config_where``."""
+    head, sep, _ = config_where.rpartition("/")
+    return head + sep + LAYOUT_FILE
+
+
+def _settle(config_where: str, text: list[str]) -> str:
+    """The end of a refusal a layout file settles: where, and its lines."""
+    return (f"; these lines in {layout_path(config_where)} settle it:\n"
+            + "\n".join("    " + line for line in text))
+
+
+def _toml_str(s: str) -> str:
+    """``s`` as a TOML basic string."""
+    return '"' + "".join(c if c >= " " and c not in '"\\\x7f' else f"\\u{ord(c):04x}"
+                         for c in s) + '"'
+
+
+def layout_text(d: Detected, unsure: Sequence[tuple[str, str, str]] = ()
+                ) -> list[str]:
+    """The lines of a layout file (docs/LAYOUT.md) holding ``d``'s five keys.
+
+    A key ``unsure`` names (detection could not decide it) ends with its
+    comment.
+    """
+    notes = {key: note for _, key, note in unsure}
+    values = {"expert_template": _toml_str(d.expert_template),
+              "tensors": "[" + ", ".join(map(_toml_str, d.tensors)) + "]",
+              "layers": "[" + ", ".join(map(str, d.layers)) + "]",
+              "n_experts": str(d.n_experts), "top_k": str(d.top_k)}
+    return [f"{k} = {v}" + (f"  # {notes[k]}" if k in notes else "")
+            for k, v in values.items()]
 
 
 def _order(entries: list[Entry], parts: list[str]) -> list[str]:
@@ -475,10 +368,11 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
     """The layout the rules give a checkpoint's config and tensors; else RuleError.
 
     ``where`` names the container and ``config_where`` its config in
-    messages; ``group`` is one of :data:`GROUPS` (None: the decoder's);
-    An expert whose tensors lie in several shards is accepted: its pieces
-    are read each from its own file (docs/LAYOUT.md).  ``given_top_k`` is the top-k when
-    the config has none (``--top-k``).
+    messages (the layout file a refusal offers is beside it:
+    :func:`layout_path`); ``group`` is one of :data:`GROUPS` (None: the
+    decoder's).  An expert whose tensors lie in several shards is accepted:
+    its pieces are read each from its own file (docs/LAYOUT.md).
+    ``given_top_k`` is the top-k when the config has none (``--top-k``).
     """
     es = list(entries)
     groups: dict[str, list[tuple[Hit, Entry]]] = {}
@@ -488,8 +382,43 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
             groups.setdefault(hit.template, []).append((hit, e))
     if not groups:
         raise RuleError(_no_experts(where, es, config, config_where))
-    template = _choose(where, groups, group)
-    hits = groups[template]
+
+    def fit(template: str) -> tuple[Detected, Unsure]:
+        return _fit(config, es, groups, template, config_where, given_top_k)
+
+    got, unsure = fit(_choose(where, groups, group, fit, config_where))
+    if unsure:
+        raise RuleError(unsure[0][0] + _settle(config_where,
+                                               layout_text(got, unsure)))
+    return got
+
+
+def _fit(config: Mapping[str, Any] | None, es: list[Entry],
+         groups: dict[str, list[tuple[Hit, Entry]]], template: str,
+         config_where: str, given_top_k: int | None) -> tuple[Detected, Unsure]:
+    """The layout of one candidate group, and what a layout file must settle.
+
+    A disagreement of config and names, a per-layer value that differs or
+    no top-k is :data:`Unsure` (the names' value, the largest, or 1 taken
+    meanwhile); any other problem is a RuleError -- after an unsure one,
+    that one's refusal (no layout of the names' values would be whole).
+    """
+    unsure: Unsure = []
+    try:
+        return _layout(config, es, groups[template], len(groups), template,
+                       config_where, given_top_k, unsure), unsure
+    except RuleError:
+        if unsure:
+            raise RuleError(unsure[0][0]) from None
+        raise
+
+
+def _layout(config: Mapping[str, Any] | None, es: list[Entry],
+            hits: list[tuple[Hit, Entry]], n_groups: int, template: str,
+            config_where: str, given_top_k: int | None,
+            unsure: Unsure) -> Detected:
+    """:func:`_fit`'s layout, adding to ``unsure`` what it could not decide."""
+    settle = f"; give a layout file ({LAYOUT_FILE}) with"
     family = hits[0][0].family
     layers = sorted({h.layer for h, _ in hits})
     mtp = is_mtp(template)
@@ -498,11 +427,17 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
                and (la := layer_of(e.name)) is not None}
     implied = None if mtp else config_moe_layers(config, present, config_where)
     if implied is not None and implied[0] != layers:
-        raise RuleError(
+        unsure.append((
             f"{config_where} and the tensor names disagree on the MoE layers: "
             f"config.json says {ranges(implied[0])} of the layers present "
-            f"({implied[1]}); the names have experts in layers {ranges(layers)}")
-    cfg_e = config_count(config, EXPERT_KEYS, config_where)
+            f"({implied[1]}); the names have experts in layers {ranges(layers)}"
+            f"{settle} the layers to use", "layers",
+            f"the names' (config.json: {ranges(implied[0])})"))
+    try:
+        cfg_e = config_count(config, EXPERT_KEYS, config_where)
+    except PerLayerError as e:
+        unsure.append((str(e), "n_experts", f"the largest of {e.key}'s values"))
+        cfg_e = (e.most, e.key)
     by_key: dict[tuple[int, int], dict[str, Entry]] = {}
     for h, e in hits:
         by_key.setdefault((h.layer, h.expert), {})[h.tensor] = e
@@ -519,17 +454,32 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
         if cfg_e is not None and (found > n or (same and found != n)):
             have = (f"0-{found - 1} in every layer" if same else
                     ranges(x for v in experts_of.values() for x in v))
-            raise RuleError(
+            unsure.append((
                 f"{config_where} and the tensor names disagree on the experts "
                 f"per layer: config.json says {n} ({cfg_e[1]}); the names "
-                f"have experts {have}")
+                f"have experts {have}{settle} the experts per layer",
+                "n_experts", f"the names' ({cfg_e[1]}: {n})"))
+            n = found
         lead = by_key.get((layers[0], 0), {})
     _check_complete(template, family, by_key, layers, n, parts)
     order = _order([lead[p] for p in parts if p in lead],
                    [p for p in parts if p in lead])
-    k, k_from = top_k(config, n, given_top_k, config_where, config is not None)
+    try:
+        got_k = config_count(config, TOP_K_KEYS, config_where)
+    except PerLayerError as e:
+        unsure.append((str(e), "top_k", f"the largest of {e.key}'s values"))
+        got_k = (e.most, e.key)
+    if got_k is None and given_top_k is None:
+        unsure.append((top_k_unknown(config_where, config is not None), "top_k",
+                       "unknown: the model's experts per token go here"))
+        got_k = (1, "a layout file")
+    k, k_from = got_k if got_k is not None else (given_top_k, "--top-k")
+    assert k is not None
+    if k > n:
+        raise RuleError(f"{config_where}: {k_from} {k} is more than the {n} "
+                        "experts per layer")
     return Detected(template, tuple(order), tuple(layers), n, k, family, k_from,
-                    len(groups), mtp)
+                    n_groups, mtp)
 
 
 def _fused_count(template: str, cfg_e: tuple[int, str] | None,

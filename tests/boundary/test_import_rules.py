@@ -165,11 +165,14 @@ def test_the_generator_is_the_whole_of_fixtures() -> None:
                   if (p / "__init__.py").exists()) == []
 
 
-@pytest.mark.parametrize("module", ["prog.py", "layout_rules.py"])
+@pytest.mark.parametrize("module", ["prog.py", "layout_rules.py",
+                                    "layout_config.py", "weightless.py"])
 def test_the_shared_root_modules_import_nothing_of_the_project(module: str) -> None:
-    """xcache/prog.py and xcache/layout_rules.py import no project package.
+    """xcache/prog.py, layout_rules.py, layout_config.py, weightless.py import
+    no project package.
 
     The engine and the generator both import them (the one layout rule set
-    lives in layout_rules), so they must sit below both.
+    lives in layout_rules and its config half; the one advice for a
+    checkpoint without weights in weightless), so they must sit below both.
     """
     assert _imports(ROOT / "xcache" / module) & (PROJECT | {"xcache"}) == set()

@@ -115,17 +115,32 @@ def test_a_bad_layout_file_is_fail_layout(k3, tmp_path):
 
 
 def test_detection_failure_is_fail_layout(k3, tmp_path):
-    """k3-mini without its spec and without config.json: top-k unknown."""
+    """k3-mini without its spec and without config.json: top-k unknown, and the
+    layout file's lines; written to that file, they make inspect pass."""
     folder = Path(shutil.copytree(k3, tmp_path / "k3"))
     idx = folder / "model.safetensors.index.json"
     j = json.loads(idx.read_text())
     del j["metadata"]["xcache.spec"]
     idx.write_text(json.dumps(j))
     rc, out = _run(str(folder))
+    lay = folder / "xcache-layout.toml"
+    lines = [
+        '    expert_template = "language_model.model.layers.{layer}.'
+        'block_sparse_moe.experts.{expert}.{tensor}"',
+        '    tensors = ["w1.weight_packed", "w1.weight_scale", '
+        '"w2.weight_packed", "w2.weight_scale", "w3.weight_packed", '
+        '"w3.weight_scale"]',
+        "    layers = [0]", "    n_experts = 24",
+        "    top_k = 1  # unknown: the model's experts per token go here"]
     assert (rc, out.splitlines()[1:]) == (1, [
         f"FAIL layout: {folder / 'config.json'}: top-k unknown (there is no "
         "config.json); give --top-k, or a layout file (xcache-layout.toml) "
-        "with top_k"])
+        f"with top_k; these lines in {lay} settle it:", *lines])
+    lay.write_text("\n".join(lines) + "\n")
+    rc, out = _run(str(folder))
+    assert (rc, out.splitlines()[1:]) == (0, [
+        f"layout: layout file {lay}", *K3_LINES[:3], "top-k: 1", *K3_LINES[4:]])
+    lay.unlink()
     (folder / "config.json").write_text(json.dumps(
         {"num_hidden_layers": 1, "num_local_experts": 24,
          "num_experts_per_tok": 4}))

@@ -249,6 +249,17 @@ def _err(path: Path) -> str:
     return str(ei.value)
 
 
+def _settled(folder: Path, message: str) -> Layout:
+    """The lines a refusal prints, written to the layout file it names: resolved."""
+    head, _, text = message.partition("\n")
+    path = folder / "xcache-layout.toml"
+    assert head.endswith(f"; these lines in {path} settle it:"), head
+    path.write_text(text + "\n")
+    lay = resolve(folder)
+    assert lay.source == f"layout file {path}"
+    return lay
+
+
 NO_FORM = ("no routed experts found: no tensor name has the form "
            "...layers.<N>....experts.<N>.<tensor> (one tensor per expert) or "
            "...layers.<N>....experts.<tensor> / ...layers.<N>....input_linear... "
@@ -280,7 +291,8 @@ def test_no_experts_in_a_dense_container(tmp_path):
 
 
 def test_several_candidate_groups_are_listed(tmp_path):
-    """Experts under two different modules are ambiguous: both are listed."""
+    """Experts under two different modules are ambiguous: both are listed, and
+    the first one's layout file lines (the other's commented) choose it."""
     t = {**_per_expert([0], 2), **_per_expert([0], 2, prefix="model.layers.{L}."
                                                             "moe.")}
     _write(tmp_path / "a", [t])
@@ -291,7 +303,20 @@ def test_several_candidate_groups_are_listed(tmp_path):
         "model.layers.{layer}.block_sparse_moe.experts.{expert}.{tensor} "
         "(per-expert, 4 tensors, layers 0); "
         "model.layers.{layer}.moe.experts.{expert}.{tensor} "
-        "(per-expert, 4 tensors, layers 0)")
+        f"(per-expert, 4 tensors, layers 0); these lines in {tmp_path / 'a'}"
+        "/xcache-layout.toml settle it:\n"
+        '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
+        '{expert}.{tensor}"\n'
+        '    tensors = ["w1.weight", "w2.weight"]\n'
+        "    layers = [0]\n    n_experts = 2\n    top_k = 1\n"
+        "    # or, for model.layers.{layer}.moe.experts.{expert}.{tensor}:\n"
+        '    # expert_template = "model.layers.{layer}.moe.experts.{expert}.'
+        '{tensor}"\n'
+        '    # tensors = ["w1.weight", "w2.weight"]\n'
+        "    # layers = [0]\n    # n_experts = 2\n    # top_k = 1")
+    lay = _settled(tmp_path / "a", _err(tmp_path / "a"))
+    assert lay.expert_template == ("model.layers.{layer}.block_sparse_moe."
+                                   "experts.{expert}.{tensor}")
 
 
 def test_per_expert_and_fused_together_are_ambiguous(tmp_path):
@@ -367,7 +392,8 @@ def test_a_fused_tensor_whose_leading_dim_is_not_n_experts(tmp_path):
 
 
 def test_config_and_names_disagreeing_on_layers_say_both(tmp_path):
-    """config.json's MoE layers and the names' layers differ: both are shown."""
+    """config.json's MoE layers and the names' layers differ: both are shown,
+    and the layout file's lines with the names' layers settle it."""
     _write(tmp_path / "c", [_per_expert([0, 1, 2], 2)])
     _config(tmp_path / "c", num_hidden_layers=3, first_k_dense_replace=1,
             num_experts_per_tok=1)
@@ -375,7 +401,16 @@ def test_config_and_names_disagreeing_on_layers_say_both(tmp_path):
         f"{tmp_path / 'c' / 'config.json'} and the tensor names disagree on "
         "the MoE layers: config.json says 1-2 of the layers present "
         "(num_hidden_layers 3, first_k_dense_replace 1); the names have "
-        "experts in layers 0-2")
+        "experts in layers 0-2; give a layout file (xcache-layout.toml) with "
+        f"the layers to use; these lines in {tmp_path / 'c'}/xcache-layout.toml "
+        "settle it:\n"
+        '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
+        '{expert}.{tensor}"\n'
+        '    tensors = ["w1.weight", "w2.weight"]\n'
+        "    layers = [0, 1, 2]  # the names' (config.json: 1-2)\n"
+        "    n_experts = 2\n    top_k = 1")
+    lay = _settled(tmp_path / "c", _err(tmp_path / "c"))
+    assert (lay.layers, lay.n_experts, lay.top_k) == ((0, 1, 2), 2, 1)
 
 
 def test_config_layers_absent_from_the_container_are_not_required(tmp_path):
@@ -387,29 +422,49 @@ def test_config_layers_absent_from_the_container_are_not_required(tmp_path):
 
 
 def test_config_and_names_disagreeing_on_experts_say_both(tmp_path):
-    """config.json says 8 experts, every layer has 0-3: a disagreement."""
+    """config.json says 8 experts, every layer has 0-3: a disagreement the
+    layout file's lines (the names' 4) settle."""
     _write(tmp_path / "c", [_per_expert([0, 1], 4)])
     _config(tmp_path / "c", num_local_experts=8, num_experts_per_tok=1)
     assert _err(tmp_path / "c") == (
         f"{tmp_path / 'c' / 'config.json'} and the tensor names disagree on "
         "the experts per layer: config.json says 8 (num_local_experts); the "
-        "names have experts 0-3 in every layer")
+        "names have experts 0-3 in every layer; give a layout file "
+        "(xcache-layout.toml) with the experts per layer; these lines in "
+        f"{tmp_path / 'c'}/xcache-layout.toml settle it:\n"
+        '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
+        '{expert}.{tensor}"\n'
+        '    tensors = ["w1.weight", "w2.weight"]\n'
+        "    layers = [0, 1]\n"
+        "    n_experts = 4  # the names' (num_local_experts: 8)\n"
+        "    top_k = 1")
+    lay = _settled(tmp_path / "c", _err(tmp_path / "c"))
+    assert (lay.layers, lay.n_experts, lay.top_k) == ((0, 1), 4, 1)
 
 
 def test_top_k_needs_the_config(tmp_path):
-    """No config.json, or one without a top-k key: top-k is unknown."""
+    """No config.json, or one without a top-k key: top-k is unknown; the
+    layout file's lines mark the top-k to set (1 until then)."""
     _write(tmp_path / "t", [_per_expert([0], 2)])
     cfg = tmp_path / "t" / "config.json"
+    lines = (f"; these lines in {tmp_path / 't'}/xcache-layout.toml settle it:\n"
+             '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
+             '{expert}.{tensor}"\n'
+             '    tensors = ["w1.weight", "w2.weight"]\n'
+             "    layers = [0]\n    n_experts = 2\n"
+             "    top_k = 1  # unknown: the model's experts per token go here")
     assert _err(tmp_path / "t") == (
         f"{cfg}: top-k unknown (there is no config.json); give --top-k, or a "
-        "layout file (xcache-layout.toml) with top_k")
+        "layout file (xcache-layout.toml) with top_k" + lines)
     _config(tmp_path / "t", num_local_experts=2)
     assert _err(tmp_path / "t") == (
         f"{cfg}: top-k unknown (it has none of num_experts_per_tok, "
         "experts_per_token, num_experts_per_token, moe_top_k, moe_topk, "
         "num_selected_experts, top_k_experts, moe_k, router_topk, top_k); give "
-        "--top-k, or a layout file (xcache-layout.toml) with top_k")
+        "--top-k, or a layout file (xcache-layout.toml) with top_k" + lines)
     assert detect(tmp_path / "t", top_k=2).top_k == 2
+    lay = _settled(tmp_path / "t", _err(tmp_path / "t"))
+    assert (lay.layers, lay.n_experts, lay.top_k) == ((0,), 2, 1)
 
 
 def test_a_bad_config_is_named(tmp_path):

@@ -15,14 +15,14 @@ from xcache.gate import CannotRun, pins
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_layout_rules_are_pinned_by_their_name():
-    """pins.json holds xcache/layout_rules.py's digest, the file's own."""
+@pytest.mark.parametrize("name", ["layout_rules.py", "layout_config.py"])
+def test_the_layout_rules_are_pinned_by_their_name(name: str):
+    """pins.json holds the digest of each half of the rules, the file's own."""
     got = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
-    rules = ROOT / "xcache" / "layout_rules.py"
-    assert got["xcache/layout_rules.py"] == hashlib.sha256(
-        rules.read_bytes()).hexdigest()
-    assert pins.current_digests(ROOT / "engine")["xcache/layout_rules.py"] \
-        == got["xcache/layout_rules.py"]
+    rules = ROOT / "xcache" / name
+    assert got[f"xcache/{name}"] == hashlib.sha256(rules.read_bytes()).hexdigest()
+    assert pins.current_digests(ROOT / "engine")[f"xcache/{name}"] \
+        == got[f"xcache/{name}"]
 
 
 def test_a_changed_rule_set_stops_the_replay_until_repinned(
@@ -34,8 +34,8 @@ def test_a_changed_rule_set_stops_the_replay_until_repinned(
                     ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     rules = tmp_path / "layout_rules.py"
     shutil.copyfile(ROOT / "xcache" / "layout_rules.py", rules)
-    monkeypatch.setattr(pins, "shared_files",
-                        lambda: {"xcache/layout_rules.py": rules})
+    shared = {**pins.shared_files(), "xcache/layout_rules.py": rules}
+    monkeypatch.setattr(pins, "shared_files", lambda: shared)
     assert pins.verify_pins(engine) == len(pins.current_digests(engine))
     rules.write_text(rules.read_text() + "\n# a new rule\n")
     with pytest.raises(CannotRun) as e:

@@ -11,7 +11,10 @@ spec in its metadata, or a tensor name that mentions experts), the expert
 layout ``engine.layout.resolve`` finds, one ``key: value`` line each:
 ``layout`` (its source), ``MoE layers`` (compact ranges), ``experts per
 layer``, ``top-k``, ``tensors per expert``, ``bytes per expert``, ``stored``
-(contiguous, or scattered with a count), ``fused`` (docs/LAYOUT.md), and
+(contiguous, or scattered with a count), ``fused`` (docs/LAYOUT.md), a
+``shared experts`` line for each pattern of a layer's shared experts (how
+many per layer and why, the names' pattern, its layers and tensors: never
+counted among the routed ``experts per layer``), and
 for a from-header twin with stand-in tensors a ``stand-ins`` line naming
 them (their shapes are declared stand-ins, not the checkpoint's).  Exits
 0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
@@ -35,11 +38,14 @@ from pathlib import Path
 
 from xcache.engine._lib import BuildError
 from xcache.engine.container import Container
+from xcache.engine.detect import read_config
 from xcache.engine.errors import EngineError, LayoutError, MisuseError, NotFoundError
 from xcache.engine.layout import INDEX_NAME, SPEC_KEY, has_layout, ranges, resolve
 from xcache.engine.layout import summarize as summarize_layout
+from xcache.engine.layout_core import folder_of
 from xcache.engine.regular import read_regular
 from xcache.engine.weightless import weightless_hint
+from xcache.layout_rules import shared_experts
 from xcache.prog import INSPECT, package_version, prog_name
 
 
@@ -89,7 +95,29 @@ def layout_lines(path: str, c: Container, layout: str | None = None
             + ", ".join(lay.tensors),
             f"bytes per expert: {s.expert_bytes}",
             f"stored: {stored}",
-            f"fused: {'yes' if lay.fused else 'no'}"]
+            f"fused: {'yes' if lay.fused else 'no'}",
+            *shared_lines(path, c)]
+
+
+def shared_lines(path: str, c: Container) -> list[str]:
+    """One line per pattern of shared experts the names hold (never routed).
+
+    How many a layer has comes from ``config.json`` beside the container
+    (``n_shared_experts`` and its aliases), else from numbered names, else
+    one module (``layout_rules.shared_experts``).
+    """
+    try:
+        config = read_config(folder_of(Path(path)))
+    except LayoutError:  # the layout came from elsewhere; a count is not needed
+        config = None
+    out = []
+    for s in shared_experts(config, (t.name for t in c.tensors())):
+        n = len(s.layers)
+        out.append(f"shared experts: {s.per_layer} per layer ({s.count_from}), "
+                   f"not routed: {s.template} in layers {ranges(s.layers)} "
+                   f"({n} layer{'s' * (n != 1)}); tensors {len(s.tensors)}: "
+                   + ", ".join(s.tensors))
+    return out
 
 
 def stand_in_line(path: str, c: Container) -> str | None:

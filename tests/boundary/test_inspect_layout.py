@@ -160,3 +160,30 @@ def test_a_container_without_experts_keeps_one_line(tmp_path):
     assert (rc, out) == (0, f"OK {tmp_path / 'm.safetensors'}: 1 tensors, "
                             "1 shard(s), 8 bytes of tensor data in 72 bytes of "
                             "shard files, dtypes F32x1\n")
+
+
+@pytest.mark.parametrize("model, line", [
+    ("deepseek-v2-lite", "shared experts: 2 per layer (n_shared_experts 2), not "
+     "routed: model.layers.{layer}.mlp.shared_experts.{tensor} in layers 1-2 "
+     "(2 layers); tensors 3: down_proj.weight, gate_proj.weight, up_proj.weight"),
+    ("qwen2-moe-lm", "shared experts: 1 per layer (one module, no config key "
+     "says more), not routed: model.language_model.layers.{layer}.mlp."
+     "shared_expert.{tensor} in layers 1-2 (2 layers); tensors 3: "
+     "down_proj.weight, gate_proj.weight, up_proj.weight"),
+    ("mixtral-8x7b", None),
+])
+def test_shared_experts_are_reported_apart_from_the_routed(tmp_path, model, line):
+    """A twin with shared experts: one line after fused naming their count, why,
+    pattern, layers and tensors; the routed count stays 'experts per layer'."""
+    from xcache.fixtures import realistic
+    from xcache.fixtures.from_header import from_header
+
+    desc = Path(__file__).resolve().parents[2] / "fixtures" / "models" / \
+        f"{model}.json"
+    src = realistic.expand(desc, tmp_path / "src", form="index", layers=[1, 2],
+                           experts=4)
+    from_header(src, tmp_path / "twin", scale=0.01)
+    rc, out = _run(str(tmp_path / "twin"))
+    lines = out.splitlines()
+    assert (rc, lines[4], lines[9]) == (0, "experts per layer: 4", "fused: no")
+    assert lines[10:] == ([line] if line else [])

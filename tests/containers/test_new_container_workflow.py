@@ -26,6 +26,7 @@ from xcache.fixtures.detect import detect_dir
 from xcache.fixtures.from_header import from_header
 from xcache.fixtures.reader import container_spec
 from xcache.fixtures.verify import verify
+from xcache.layout_rules import config_view
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "fixtures" / "models"
@@ -260,7 +261,7 @@ def test_replay_set_runs_at_top_1_and_top_k_equal_to_e(case, tmp_path):
                            form="index", layers=[0, 1, 2, 3], experts=experts)
     from_header(src, tmp_path / "twin", scale=0.005, top_k=top_k)
     spec = container_spec(tmp_path / "twin")
-    n = experts or realistic._cfg_view(moe)["num_local_experts"]
+    n = experts or config_view(moe)["num_local_experts"]
     assert (spec.top_k, spec.n_experts) == (top_k or 1, n)
     report = Report()
     names = run_scenarios(engine, tmp_path / "work", report, [],

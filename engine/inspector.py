@@ -19,10 +19,12 @@ for a from-header twin with stand-in tensors a ``stand-ins`` line naming
 them (their shapes are declared stand-ins, not the checkpoint's).  Exits
 0.  An invalid container prints ``FAIL <kind> <file> byte <offset>:
 <message>`` and exits 1 (a checkpoint's index and config without shard
-data add a ``hint:`` line naming ``xcache-fixtures from-header``,
-``engine.weightless``); a
+data get a ``hint:`` line naming ``xcache-fixtures from-header`` before it,
+``xcache.weightless``); a
 layout that cannot be found or does not fit prints (after the OK line)
-``FAIL layout: <message>`` and exits 1.  A path
+``FAIL layout: <message>`` and exits 1, the lines of a layout file that
+would settle it (``xcache.layout_rules``) before it.  The verdict is
+always the last line.  A path
 that names nothing, or that cannot be passed to the C reader, is a mistaken
 command: one line on stderr naming it, exit 2.  The C reader does every
 container check (docs/DESIGN.md §3); this only reports.
@@ -173,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 if (line := stand_in_line(ns.path, c)) is not None:
                     print(line)
             except LayoutError as e:
-                print(f"FAIL layout: {e}")
+                # the verdict is the last line: a layout file's lines that
+                # settle it (xcache.layout_rules) come before it
+                line, _, then = str(e).partition("\n")
+                if then:
+                    print(then)
+                print(f"FAIL layout: {line}")
                 return 1
     except (NotFoundError, MisuseError) as e:
         print(f"{ap.prog}: {ns.path!r}: {e}", file=sys.stderr)
@@ -183,10 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except EngineError as e:
         where = "" if e.offset is None else f" byte {e.offset}"
-        print(f"FAIL {e.kind}{where}: {e}")
         hint = weightless_hint(ns.path)
-        if hint:
+        if hint:  # what to do, before the verdict (the last line)
             print(f"hint: {hint}")
+        print(f"FAIL {e.kind}{where}: {e}")
         return 1
     return 0
 

@@ -321,8 +321,13 @@ def layout_path(config_where: str) -> str:
 
 
 def _settle(config_where: str, text: list[str]) -> str:
-    """The end of a refusal a layout file settles: where, and its lines."""
-    return (f"; these lines in {layout_path(config_where)} settle it:\n"
+    """The end of a refusal a layout file settles: where, then its lines.
+
+    The refusal stays its first line; a command prints the lines after it
+    on its standard output, before that line (which it prints last, as
+    one line: docs/LAYOUT.md "The layout file").
+    """
+    return (f"; these lines in {layout_path(config_where)} settle it\n"
             + "\n".join("    " + line for line in text))
 
 

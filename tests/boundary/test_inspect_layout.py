@@ -115,8 +115,8 @@ def test_a_bad_layout_file_is_fail_layout(k3, tmp_path):
 
 
 def test_detection_failure_is_fail_layout(k3, tmp_path):
-    """k3-mini without its spec and without config.json: top-k unknown, and the
-    layout file's lines; written to that file, they make inspect pass."""
+    """k3-mini without its spec and without config.json: top-k unknown, the
+    layout file's lines before the FAIL line; written there, inspect passes."""
     folder = Path(shutil.copytree(k3, tmp_path / "k3"))
     idx = folder / "model.safetensors.index.json"
     j = json.loads(idx.read_text())
@@ -133,9 +133,10 @@ def test_detection_failure_is_fail_layout(k3, tmp_path):
         "    layers = [0]", "    n_experts = 24",
         "    top_k = 1  # unknown: the model's experts per token go here"]
     assert (rc, out.splitlines()[1:]) == (1, [
+        *lines,
         f"FAIL layout: {folder / 'config.json'}: top-k unknown (there is no "
         "config.json); give --top-k, or a layout file (xcache-layout.toml) "
-        f"with top_k; these lines in {lay} settle it:", *lines])
+        f"with top_k; these lines in {lay} settle it"])
     lay.write_text("\n".join(lines) + "\n")
     rc, out = _run(str(folder))
     assert (rc, out.splitlines()[1:]) == (0, [

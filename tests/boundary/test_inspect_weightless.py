@@ -15,14 +15,15 @@ MODEL = ROOT / "fixtures" / "models" / "mixtral-8x7b.json"
 @pytest.mark.parametrize("at_index", [False, True])
 def test_checkpoint_without_shard_data_names_from_header(tmp_path, capsys, form,
                                                           at_index):
-    """Index + config, shards missing, LFS pointers or header-only: FAIL, a hint."""
+    """Index + config, shards missing, LFS pointers or header-only: a hint, then
+    FAIL (the verdict is the last line)."""
     ckpt = realistic.expand(MODEL, tmp_path / "ckpt", form=form, layers=[0],
                             experts=2)
     path = str(ckpt / "model.safetensors.index.json") if at_index else str(ckpt)
     assert main([path]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("FAIL ")
-    assert lines[1] == (
+    assert len(lines) == 2 and lines[1].startswith("FAIL ")
+    assert lines[0] == (
         f"hint: {path} is a checkpoint's index and config without shard data "
         f"(missing, Git-LFS pointers or header-only); make a twin the cache "
         f"can read with `xcache-fixtures from-header {path} TWIN --scale "

@@ -44,7 +44,7 @@ def _advice(ckpt: Path, then: str) -> str:
 
 @pytest.mark.parametrize("form", realistic.FORMS)
 def test_verify_adds_the_hint_after_its_verdict(tmp_path: Path, form: str) -> None:
-    """verify: the spec it cannot recover, FAIL, then the hint line; exit 1."""
+    """verify: the spec it cannot recover, the hint line, then FAIL; exit 1."""
     ckpt = realistic.expand(MODEL, tmp_path / "ckpt", form=form, layers=[0],
                             experts=2)
     rc, out, err = _run(fixtures_main, ["verify", str(ckpt)])
@@ -52,8 +52,8 @@ def test_verify_adds_the_hint_after_its_verdict(tmp_path: Path, form: str) -> No
     assert out.splitlines() == [
         f"cannot recover the spec: {ckpt / 'model.safetensors.index.json'}: no "
         "xcache.spec stored (not a fixture?)",
-        f"FAIL: 1 problem(s) in {ckpt}",
-        f"hint: {_advice(ckpt, 'verify TWIN')}"]
+        f"hint: {_advice(ckpt, 'verify TWIN')}",
+        f"FAIL: 1 problem(s) in {ckpt}"]
 
 
 @pytest.mark.parametrize("form", realistic.FORMS)

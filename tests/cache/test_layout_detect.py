@@ -253,7 +253,7 @@ def _settled(folder: Path, message: str) -> Layout:
     """The lines a refusal prints, written to the layout file it names: resolved."""
     head, _, text = message.partition("\n")
     path = folder / "xcache-layout.toml"
-    assert head.endswith(f"; these lines in {path} settle it:"), head
+    assert head.endswith(f"; these lines in {path} settle it"), head
     path.write_text(text + "\n")
     lay = resolve(folder)
     assert lay.source == f"layout file {path}"
@@ -304,7 +304,7 @@ def test_several_candidate_groups_are_listed(tmp_path):
         "(per-expert, 4 tensors, layers 0); "
         "model.layers.{layer}.moe.experts.{expert}.{tensor} "
         f"(per-expert, 4 tensors, layers 0); these lines in {tmp_path / 'a'}"
-        "/xcache-layout.toml settle it:\n"
+        "/xcache-layout.toml settle it\n"
         '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
         '{expert}.{tensor}"\n'
         '    tensors = ["w1.weight", "w2.weight"]\n'
@@ -403,7 +403,7 @@ def test_config_and_names_disagreeing_on_layers_say_both(tmp_path):
         "(num_hidden_layers 3, first_k_dense_replace 1); the names have "
         "experts in layers 0-2; give a layout file (xcache-layout.toml) with "
         f"the layers to use; these lines in {tmp_path / 'c'}/xcache-layout.toml "
-        "settle it:\n"
+        "settle it\n"
         '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
         '{expert}.{tensor}"\n'
         '    tensors = ["w1.weight", "w2.weight"]\n'
@@ -431,7 +431,7 @@ def test_config_and_names_disagreeing_on_experts_say_both(tmp_path):
         "the experts per layer: config.json says 8 (num_local_experts); the "
         "names have experts 0-3 in every layer; give a layout file "
         "(xcache-layout.toml) with the experts per layer; these lines in "
-        f"{tmp_path / 'c'}/xcache-layout.toml settle it:\n"
+        f"{tmp_path / 'c'}/xcache-layout.toml settle it\n"
         '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
         '{expert}.{tensor}"\n'
         '    tensors = ["w1.weight", "w2.weight"]\n'
@@ -447,7 +447,7 @@ def test_top_k_needs_the_config(tmp_path):
     layout file's lines mark the top-k to set (1 until then)."""
     _write(tmp_path / "t", [_per_expert([0], 2)])
     cfg = tmp_path / "t" / "config.json"
-    lines = (f"; these lines in {tmp_path / 't'}/xcache-layout.toml settle it:\n"
+    lines = (f"; these lines in {tmp_path / 't'}/xcache-layout.toml settle it\n"
              '    expert_template = "model.layers.{layer}.block_sparse_moe.experts.'
              '{expert}.{tensor}"\n'
              '    tensors = ["w1.weight", "w2.weight"]\n'

@@ -23,13 +23,17 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["HEADER_MAX_BYTES", "is_weightless", "weightless_hint"]
+__all__ = ["HEADER_MAX_BYTES", "INDEX_MAX_BYTES", "is_weightless",
+           "weightless_hint"]
 
 #: What a Git-LFS pointer file starts with (a repository without the weights).
 LFS_MAGIC = b"version https://git-lfs"
 #: The largest safetensors header the readers take (``XC_HEADER_MAX_BYTES``,
 #: ``oracle.bounds.HEADER_MAX_BYTES``): a longer one is no header-only shard.
 HEADER_MAX_BYTES = 100_000_000
+#: The largest index read (``oracle.bounded.MAX_JSON_BYTES``): a longer one,
+#: a sparse terabyte say, is refused unread, and the folder gets no hint.
+INDEX_MAX_BYTES = 256 << 20
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"
 
@@ -60,26 +64,32 @@ def is_weightless(path: str | os.PathLike[str]) -> bool:
     if not (index.is_file() and (folder / CONFIG_NAME).is_file()):
         return False
     try:
-        shards = set(json.loads(_read(index, None))["weight_map"].values())
+        shards = set(json.loads(_read(index, INDEX_MAX_BYTES, whole=True))[
+            "weight_map"].values())
         return bool(shards) and all(_no_data(folder / s) for s in shards)
     except (OSError, ValueError, KeyError, TypeError, AttributeError,
             RecursionError):
         return False
 
 
-def _read(path: Path, at_most: int | None, offset: int = 0) -> bytes:
-    """Up to ``at_most`` bytes (None: all) of a regular file from ``offset``.
+def _read(path: Path, at_most: int, offset: int = 0, whole: bool = False
+          ) -> bytes:
+    """Up to ``at_most`` bytes of a regular file from ``offset``.
 
     OSError for anything else: opened with ``O_NONBLOCK``, so a FIFO is
-    never waited on, then refused by ``fstat``.
+    never waited on, then refused by ``fstat``; with ``whole``, also for a
+    file of more than ``at_most`` bytes (asked before a byte is read).
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path}: not a regular file")
+        if whole and st.st_size > at_most:
+            raise OSError(f"{path}: larger than {at_most:,} bytes")
         with os.fdopen(os.dup(fd), "rb") as f:
             f.seek(offset)
-            return f.read() if at_most is None else f.read(at_most)
+            return f.read(at_most)
     finally:
         os.close(fd)
 

@@ -50,14 +50,18 @@ def as_gate(body: Callable[[], int]) -> int:
     """``body()``'s exit status, with the gate's error handling (``gate/cli.py``).
 
     CannotRun is its ``CANNOT RUN: ...`` line on stderr and exit 2, as is
-    an OSError, ImportError, KeyError or ValueError (setup that failed).
+    an OSError, ImportError, KeyError or ValueError (setup that failed);
+    a layout file's lines that would settle it go to stdout, as the gate
+    prints them (``gate.cli.cannot_run``).
     """
+    from xcache.gate.cli import cannot_run  # noqa: PLC0415 - its one printer
+
     try:
         return body()
     except CannotRun as e:
-        print(f"CANNOT RUN: {e}", file=sys.stderr)
+        cannot_run(str(e))
     except (OSError, ImportError, KeyError, ValueError) as e:  # as gate/cli.py
-        print(f"CANNOT RUN: {type(e).__name__}: {e}", file=sys.stderr)
+        cannot_run(f"{type(e).__name__}: {e}")
     return EXIT_CANNOT_RUN
 
 

@@ -93,3 +93,14 @@ def test_the_header_limit_is_the_readers() -> None:
 
     assert weightless.HEADER_MAX_BYTES == _lib.lib().XC_HEADER_MAX_BYTES \
         == HEADER_MAX_BYTES == 100_000_000
+
+
+def test_a_sparse_terabyte_index_is_no_checkpoint_and_is_not_read(tmp_path: Path
+                                                                  ) -> None:
+    """An index past the limit (a hole of 1 TiB): no hint, refused by its size."""
+    ckpt = realistic.expand(MODEL, tmp_path / "ckpt", form="index", layers=[0],
+                            experts=2)
+    with open(ckpt / "model.safetensors.index.json", "r+b") as f:
+        f.truncate(1 << 40)
+    assert weightless.INDEX_MAX_BYTES == 256 << 20
+    assert weightless.weightless_hint(ckpt) == ""

@@ -42,6 +42,26 @@ def test_a_shard_name_never_leaves_out(tmp_path, capsys, form, name):
     assert victim.read_text() == "precious\n"
 
 
+@pytest.mark.parametrize("files,says", [
+    (["a.safetensors", "b.safetensors", "a.safetensors"],
+     "shard 3: 'a.safetensors' is also shard 1's name"),
+    (["a.safetensors", "config.json", "c.safetensors"],
+     "shard 2: 'config.json' is the name of the checkpoint's config"),
+    (["model.safetensors.index.json", "b.safetensors", "c.safetensors"],
+     "shard 1: 'model.safetensors.index.json' is the name of the checkpoint's "
+     "index"),
+])
+def test_shard_names_are_distinct_from_each_other_and_the_other_files(
+        tmp_path, capsys, files, says):
+    """Two shards of one name, or a shard named as the config or the index: one
+    line, exit 2, nothing written (a broken checkpoint was written, exit 0)."""
+    desc = _description(tmp_path, shard_files=files)
+    rc = fixtures(["checkpoint", str(desc), str(tmp_path / "OUT"), "--form",
+                   "headers"])
+    assert (rc, capsys.readouterr().err) == (2, f"error: {desc}: {says}\n")
+    assert sorted(os.listdir(tmp_path)) == ["desc.json"]
+
+
 @pytest.mark.parametrize("key,value,says", [
     ("num_hidden_layers", 1e9, "config: num_hidden_layers: expected an integer "
      "in 1..4096, got 1000000000.0"),

@@ -1,12 +1,12 @@
-"""The gate on DeepSeek-V3's whole-index twin, beside the default gate, one run.
+"""The gate on a whole-index twin (DeepSeek-V3's by default), beside the default gate.
 
-    python bench/huge_twin.py [--work DIR]
+    python bench/huge_twin.py [--work DIR] [--model NAME]
 
-Writes the folder a user without the weights holds for DeepSeek-V3 (index
-+ config from ``fixtures/models/deepseek-v3.json``: 62 layers, 256
-experts, 163 shards named), twins it with ``xcache-fixtures from-header
-SRC OUT --scale auto``, then times ``replay.py WORK`` (the default gate)
-and ``replay.py --container TWIN WORK`` back to back and prints both, their
+Writes the folder a user without the weights holds (index + config from
+``fixtures/models/NAME.json``; DeepSeek-V3's: 62 layers, 256 experts, 163
+shards filled by size), twins it with ``xcache-fixtures from-header SRC
+OUT --scale auto``, then times ``replay.py WORK`` (the default gate) and
+``replay.py --container TWIN WORK`` back to back and prints both, their
 ratio and the load average, the figure docs/BENCHMARKS.md records.
 """
 
@@ -38,13 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=None,
                     help="a new folder to work in (default: a temporary one)")
+    ap.add_argument("--model", default="deepseek-v3",
+                    help="a description in fixtures/models/ (default: deepseek-v3)")
     a = ap.parse_args(argv)
     from xcache.fixtures import realistic  # noqa: PLC0415
 
     work = a.work or Path(tempfile.mkdtemp(prefix="huge-twin-"))
     src, twin = work / "src", work / "twin"
     if not twin.exists():
-        realistic.expand(ROOT / "fixtures" / "models" / "deepseek-v3.json", src,
+        realistic.expand(ROOT / "fixtures" / "models" / f"{a.model}.json", src,
                          form="index")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "xcache.fixtures", "from-header",

@@ -52,8 +52,8 @@ def weightless_hint(path: str | os.PathLike[str], then: str = "inspect TWIN"
         return ""
     return (f"{path} is a checkpoint's index and config without shard data "
             f"(missing, Git-LFS pointers or header-only); make a twin the "
-            f"cache can read with `xcache-fixtures from-header {path} TWIN "
-            f"--scale 0.01` and {then}")
+            f"cache can read, of at most 4 MiB, with `xcache-fixtures "
+            f"from-header {path} TWIN` and {then}")
 
 
 def is_weightless(path: str | os.PathLike[str]) -> bool:

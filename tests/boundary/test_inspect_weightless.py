@@ -26,8 +26,8 @@ def test_checkpoint_without_shard_data_names_from_header(tmp_path, capsys, form,
     assert lines[0] == (
         f"hint: {path} is a checkpoint's index and config without shard data "
         f"(missing, Git-LFS pointers or header-only); make a twin the cache "
-        f"can read with `xcache-fixtures from-header {path} TWIN --scale "
-        f"0.01` and inspect TWIN")
+        f"can read, of at most 4 MiB, with `xcache-fixtures from-header "
+        f"{path} TWIN` and inspect TWIN")
 
 
 def test_no_hint_when_a_shard_has_its_data_or_there_is_no_config(tmp_path,

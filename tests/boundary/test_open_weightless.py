@@ -24,8 +24,8 @@ def _advice(path: str) -> str:
     """What the error says first, for the checkpoint at ``path``."""
     return (f"{path} is a checkpoint's index and config without shard data "
             f"(missing, Git-LFS pointers or header-only); make a twin the "
-            f"cache can read with `xcache-fixtures from-header {path} TWIN "
-            f"--scale 0.01` and open TWIN instead (the reader: ")
+            f"cache can read, of at most 4 MiB, with `xcache-fixtures "
+            f"from-header {path} TWIN` and open TWIN instead (the reader: ")
 
 
 #: per form: the file the reader's own error names, and its kind

@@ -38,8 +38,8 @@ def _run(main: Callable[..., int], *args: object, **kw: object
 def _advice(ckpt: Path, then: str) -> str:
     return (f"{ckpt} is a checkpoint's index and config without shard data "
             "(missing, Git-LFS pointers or header-only); make a twin the cache "
-            f"can read with `xcache-fixtures from-header {ckpt} TWIN --scale "
-            f"0.01` and {then}")
+            f"can read, of at most 4 MiB, with `xcache-fixtures from-header "
+            f"{ckpt} TWIN` and {then}")
 
 
 @pytest.mark.parametrize("form", realistic.FORMS)

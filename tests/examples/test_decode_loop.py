@@ -138,6 +138,6 @@ def test_a_checkpoint_without_weights_is_one_line_naming_from_header(
     assert p.stderr.startswith(
         f"decode_loop.py: {ckpt} is a checkpoint's index and config without "
         f"shard data (missing, Git-LFS pointers or header-only); make a twin "
-        f"the cache can read with `xcache-fixtures from-header {ckpt} TWIN "
-        f"--scale 0.01` and open TWIN instead (the reader: ")
+        f"the cache can read, of at most 4 MiB, with `xcache-fixtures "
+        f"from-header {ckpt} TWIN` and open TWIN instead (the reader: ")
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr

@@ -399,5 +399,5 @@ def test_a_checkpoint_without_weights_is_refused_naming_from_header(tmp_path,
     assert text.endswith(
         f"; {ckpt} is a checkpoint's index and config without shard data "
         f"(missing, Git-LFS pointers or header-only); make a twin the cache "
-        f"can read with `xcache-fixtures from-header {ckpt} TWIN --scale "
-        f"0.01` and give --container TWIN")
+        f"can read, of at most 4 MiB, with `xcache-fixtures from-header "
+        f"{ckpt} TWIN` and give --container TWIN")

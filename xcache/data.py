@@ -51,8 +51,10 @@ def shipped(kind: str) -> dict[str, Path]:
     if kind == "cache":
         items = [p for p in folder.iterdir() if (p / "xcs.toml").is_file()]
         return {p.name: p for p in sorted(items)}
-    suffix = ".json" if kind == "model" else ".jsonl"
-    return {p.stem: p for p in sorted(folder.glob(f"*{suffix}"))}
+    if kind == "model":  # a nested config's description in a folder below
+        found = [*folder.glob("*.json"), *folder.glob("*/*.json")]
+        return {p.stem: p for p in sorted(found, key=lambda p: p.stem)}
+    return {p.stem: p for p in sorted(folder.glob("*.jsonl"))}
 
 
 def resolve(kind: str, arg: str | Path) -> Path:

@@ -16,8 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_shipped_lists_every_file_of_each_kind() -> None:
     """Each kind lists exactly the files of its folder, by stem or folder name."""
+    models = ROOT / "fixtures" / "models"
     assert data.shipped("model") == {
-        p.stem: p for p in sorted((ROOT / "fixtures" / "models").glob("*.json"))}
+        p.stem: p for p in sorted([*models.glob("*.json"), *models.glob("*/*.json")])}
+    # a nested config's description, in its folder, by its name too
+    assert data.shipped("model")["dbrx-base"] == models / "nested" / "dbrx-base.json"
     assert sorted(data.shipped("trace")) == ["mixtral8x7b_humaneval", "olmoe_299"]
     assert data.shipped("cache") == {
         name: ROOT / "examples" / name

@@ -328,6 +328,22 @@ def test_a_shard_that_is_a_symlink_loop_is_named_as_one(tmp_path, folders):
                             f"container: {line}\n")
 
 
+def test_a_container_path_that_is_a_symlink_loop_is_named_as_one(tmp_path):
+    """--container naming a link to itself (a shard's name in a folder) or
+    one of two links naming each other: exit 2 naming the loop (ELOOP),
+    not "no such file or folder, and not a preset"."""
+    (tmp_path / "K3loop").mkdir()
+    shard = tmp_path / "K3loop" / "model-00001-of-00001.safetensors"
+    shard.symlink_to(shard.name)
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    loop = f"a symlink loop: {os.strerror(errno.ELOOP)} (errno {errno.ELOOP})"
+    for path in (shard, tmp_path / "a"):
+        p = _replay("--container", str(path), str(tmp_path / "out"))
+        assert p.returncode == 2 and "Built" not in p.stdout
+        assert p.stderr == f"CANNOT RUN: container {str(path)!r}: {path}: {loop}\n"
+
+
 def test_a_container_without_a_layout_cannot_run(tmp_path):
     """A valid container with no layout file, spec or detectable names: CannotRun."""
     folder = _bare_container(tmp_path / "bare")

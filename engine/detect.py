@@ -25,7 +25,7 @@ from xcache import layout_rules as rules
 from xcache.engine.container import Container, TensorInfo
 from xcache.engine.errors import LayoutError
 from xcache.engine.layout_core import FUSED, Layout, folder_of, fused_slice
-from xcache.engine.regular import NotRegularFileError, read_regular
+from xcache.engine.regular import NotRegularFileError, TooLargeError, read_regular
 
 #: The expert groups :func:`detect` can be asked for (the rules' list).
 GROUPS = rules.GROUPS
@@ -39,7 +39,7 @@ def read_config(folder: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(read_regular(path))
-    except NotRegularFileError as e:
+    except (NotRegularFileError, TooLargeError) as e:
         raise LayoutError(str(e)) from None
     except (OSError, ValueError) as e:
         raise LayoutError(f"{path}: not valid JSON: {e}") from None

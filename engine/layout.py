@@ -54,9 +54,10 @@ from xcache.engine.layout_core import (
     fused_slice,
     is_int,
 )
-from xcache.engine.regular import read_regular
+from xcache.engine.regular import TooLargeError, read_regular
 from xcache.engine.weightless import explained
 from xcache.layout_rules import ranges
+from xcache.toml_nesting import check_nesting
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,6 +78,8 @@ INDEX_NAME = "model.safetensors.index.json"
 KEYS = ("expert_template", "tensors", "layers", "n_experts", "top_k")
 #: Keys a layout file or mapping may add: the family, else the template's.
 OPTIONAL_KEYS = ("family",)
+#: The largest layout file read (a real one is a few hundred bytes).
+MAX_LAYOUT_BYTES = 1 << 20
 
 
 # -- explicit layouts ---------------------------------------------------------
@@ -141,12 +144,20 @@ def from_mapping(data: Any, where: str = "layout", source: str = "given"
 
 
 def load_file(path: str | os.PathLike[str]) -> Layout:
-    """The Layout of a TOML layout file; LayoutError naming the file and key."""
+    """The Layout of a TOML layout file; LayoutError naming the file and key.
+
+    A regular file of at most :data:`MAX_LAYOUT_BYTES` (its size asked
+    before a byte is read), nested at most ``MAX_NESTING`` levels
+    (``xcache.toml_nesting``, measured before ``tomllib`` parses it).
+    """
     p = Path(os.fsdecode(path))
     where = f"layout file {p}"
     try:
-        text = read_regular(p).decode("utf-8")
+        text = read_regular(p, MAX_LAYOUT_BYTES, "a layout file").decode("utf-8")
+        check_nesting(text, where)
         data = tomllib.loads(text)
+    except TooLargeError as e:
+        raise LayoutError(f"{where}: {e.strerror}") from None
     except OSError as e:
         raise LayoutError(f"{where}: cannot read it: {e.strerror or e}"
                           ) from None
@@ -154,6 +165,8 @@ def load_file(path: str | os.PathLike[str]) -> Layout:
         raise LayoutError(f"{where}: not UTF-8 text: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise LayoutError(f"{where}: not valid TOML: {e}") from None
+    except ValueError as e:  # nested past the limit: names the line
+        raise LayoutError(str(e)) from None
     except RecursionError:
         raise LayoutError(f"{where}: not valid TOML: a value nested too "
                           "deeply") from None

@@ -16,6 +16,13 @@ docs/DESIGN.md, "Bounded sizes".  Three pieces, shared by the generator
   error naming the option ("argument --slots: 10**20 is past the limit of
   2147483647").  :func:`byte_count` reads a size such as ``512M``.
 
+The one reader, :func:`load_document`, reads every JSON or TOML file a
+user hands a tool: a regular file whose size is asked before a byte is
+read (a sparse terabyte is refused unread), at most its reader's limit,
+TOML nested at most :data:`MAX_TOML_NESTING` levels (``xcache.toml_nesting``,
+measured before ``tomllib``, which is quadratic in a dotted key's parts),
+every field checked by a :class:`Schema` when one is given.
+
 The engine keeps its own checks (``engine/layout.py``): it imports nothing
 from the oracle.
 """
@@ -26,10 +33,12 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xcache.oracle.regular import open_regular
+from xcache.oracle.regular import TooLargeError, open_regular, read_capped
+from xcache.toml_nesting import MAX_NESTING, check_nesting
 
 #: Largest JSON file a tool reads (DeepSeek-V3's index is about 9 MB).
 MAX_JSON_BYTES = 256 << 20
@@ -44,6 +53,9 @@ MAX_EXPERTS = 1 << 19
 MAX_SLOTS = MAX_LAYERS * MAX_EXPERTS
 #: The largest tensor dimension a config may name.
 MAX_DIM = 2**31 - 1
+#: The most levels a value of a user's TOML file sits at (dotted keys,
+#: tables, arrays and inline tables): ``xcache.toml_nesting``.
+MAX_TOML_NESTING = MAX_NESTING
 
 _MISSING: Any = object()
 
@@ -93,12 +105,16 @@ def load_json(path: str | os.PathLike[str], *,
     for a FIFO, a folder or a device).
     """
     name = os.fspath(path)
+    return parse_json(_read(name, max_bytes, "a JSON file"), name)
+
+
+def _read(name: str, max_bytes: int, what: str) -> bytes:
+    """The bytes of regular file ``name``; past ``max_bytes`` a UserFileError."""
     with open_regular(name) as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise UserFileError(f"{name}: larger than the limit of {max_bytes:,} "
-                            "bytes for a JSON file")
-    return parse_json(data, name)
+        try:  # its size first: a sparse terabyte is refused unread
+            return read_capped(f, name, max_bytes, what)
+        except TooLargeError as e:
+            raise UserFileError(str(e)) from None
 
 
 def expect_object(doc: Any, where: str, what: str = "") -> dict[str, Any]:
@@ -426,39 +442,51 @@ class Input:
 
 
 def parse_toml(data: bytes, where: str) -> Any:
-    """The TOML document in ``data``; UserFileError naming ``where`` if none."""
-    import tomllib  # noqa: PLC0415
+    """The TOML document in ``data``; UserFileError naming ``where`` if none.
+
+    Its nesting is measured first (``xcache.toml_nesting``: dotted keys,
+    tables, arrays and inline tables at most :data:`MAX_TOML_NESTING` levels):
+    ``tomllib`` is quadratic in the parts of a dotted key.
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa: PLC0415
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib  # noqa: PLC0415
 
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        check_nesting(text, where)
+        return tomllib.loads(text)
     except UnicodeDecodeError as e:
         raise UserFileError(f"{where}: not UTF-8 text ({e.reason} at byte "
                             f"{e.start})") from None
     except RecursionError:
         raise UserFileError(f"{where}: not valid TOML: a value nested too "
                             "deeply") from None
-    except ValueError as e:
+    except tomllib.TOMLDecodeError as e:
         raise UserFileError(f"{where}: not valid TOML: {e}") from None
+    except ValueError as e:  # nested past the limit: the line names the file
+        raise UserFileError(str(e)) from None
 
 
 def load_document(path: str | os.PathLike[str], *,
                   max_bytes: int = MAX_JSON_BYTES,
-                  schema: Schema | None = None) -> Any:
-    """A user's JSON or TOML file (TOML by its ``.toml`` name), bounded.
+                  schema: Schema | None = None,
+                  toml: bool | None = None) -> Any:
+    """A user's JSON or TOML file (TOML by its ``.toml`` name, or ``toml``), bounded.
 
     A regular file (``open_regular``: never a FIFO, a device or a folder)
-    of at most ``max_bytes``, nested no deeper than the parser manages,
+    of at most ``max_bytes`` (its size asked before a byte is read), JSON
+    nested no deeper than the parser manages, TOML no deeper than
+    :data:`MAX_TOML_NESTING` levels (measured before ``tomllib`` parses it),
     every field checked by ``schema`` when given: each failure one
     UserFileError (a ValueError) or OSError naming the file.
     """
     name = os.fspath(path)
-    if not name.lower().endswith(".toml"):
+    if toml is None:
+        toml = name.lower().endswith(".toml")
+    if not toml:
         doc = load_json(name, max_bytes=max_bytes)
     else:
-        with open_regular(name) as f:
-            data = f.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise UserFileError(f"{name}: larger than the limit of "
-                                f"{max_bytes:,} bytes")
-        doc = parse_toml(data, name)
+        doc = parse_toml(_read(name, max_bytes, "a TOML file"), name)
     return doc if schema is None else check_document(doc, schema, name)

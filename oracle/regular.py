@@ -78,7 +78,50 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb",
         raise
 
 
-def read_regular(path: str | os.PathLike[str]) -> bytes:
-    """All the bytes of a regular file; NotRegularFileError for anything else."""
+#: The most bytes :func:`read_regular` reads when its caller states no limit.
+MAX_READ_BYTES = 256 << 20
+
+
+class TooLargeError(OSError):
+    """A regular file past the limit of what reads it (a sparse TiB, say).
+
+    ``str()`` is the whole line ("PATH: larger than the limit of N bytes
+    for WHAT"); ``strerror`` the part after the path; ``limit`` the limit.
+    """
+
+    def __init__(self, path: str, limit: int, what: str = "") -> None:
+        why = f"larger than the limit of {limit:,} bytes" + (
+            f" for {what}" if what else "")
+        super().__init__(f"{path}: {why}")
+        self.strerror = why
+        self.filename = path
+        self.limit = limit
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def read_capped(f: IO[Any], path: str | os.PathLike[str], max_bytes: int,
+                what: str = "") -> Any:
+    """Every byte (or character) of the open regular file ``f``, at most ``max_bytes``.
+
+    Its size is asked first (a sparse terabyte is refused unread), then
+    one byte past the limit is read (a file that grew is refused too):
+    TooLargeError naming ``path``, the limit and ``what`` it is.
+    """
+    size = os.fstat(f.fileno()).st_size
+    data = f.read(max_bytes + 1) if size <= max_bytes else None
+    if data is None or len(data) > max_bytes:
+        raise TooLargeError(os.fsdecode(path), max_bytes, what)
+    return data
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int = MAX_READ_BYTES,
+                 what: str = "") -> bytes:
+    """All the bytes of a regular file of at most ``max_bytes``.
+
+    NotRegularFileError for anything but a regular file, TooLargeError
+    past the limit (both OSErrors naming the file).
+    """
     with open_regular(path) as f:
-        return f.read()
+        return read_capped(f, path, max_bytes, what)

@@ -12,7 +12,10 @@ The manifest (``xcs.toml`` in the adapter folder)::
     ops = ["get", "getmany", ...]
     ...
 
-Every listed source and the shim are checked against their digests before
+The manifest is read by the one reader (``oracle.bounded.load_document``:
+a regular file of at most :data:`MAX_MANIFEST_BYTES`, its nesting
+bounded).  Every listed source is checked against its digest, and it and
+the shim are regular files of at most :data:`MAX_SOURCE_BYTES`, before
 anything is built (a mismatch is ``CannotRun`` naming the file: exit 2);
 the ``.c`` files among them and the shim are compiled into one cffi
 extension (out-of-line API mode) in a scratch folder.
@@ -26,12 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from xcache.gate import CannotRun
 from xcache.gate.outside import HERE, MANIFEST_NAME
+from xcache.oracle.bounded import UserFileError, load_document
+from xcache.oracle.regular import (
+    NotRegularFileError,
+    TooLargeError,
+    open_regular,
+    read_capped,
+)
 
 HEADER = HERE / "xcs_shim.h"
+#: The largest manifest read (the examples' are about 2 KB).
+MAX_MANIFEST_BYTES = 1 << 20
+#: The largest source or shim of an adapter hashed or compiled.
+MAX_SOURCE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -94,17 +106,12 @@ def load_manifest(folder: Path) -> Manifest:
     if not path.is_file():
         raise CannotRun(f"--cache {folder}: no {MANIFEST_NAME} there (an "
                         "adapter folder holds its manifest)")
-    try:
-        text = path.read_bytes().decode("utf-8")
+    try:  # the one reader: a regular file, bounded in size and nesting
+        doc = load_document(path, max_bytes=MAX_MANIFEST_BYTES, toml=True)
     except OSError as e:
-        raise CannotRun(f"{path}: cannot be read ({e})") from e
-    except UnicodeDecodeError as e:
-        raise CannotRun(f"{path}: not UTF-8 (byte {e.start}: "
-                        f"{e.object[e.start:e.start + 1]!r})") from e
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise CannotRun(f"{path}: not a TOML manifest ({e})") from e
+        raise CannotRun(f"{path}: cannot be read ({e.strerror or e})") from e
+    except UserFileError as e:  # names the file: too large, nested, not TOML
+        raise CannotRun(str(e)) from e
     for key in ("name", "shim", "sources", "capabilities"):
         _need(key in doc, path, f"the manifest lacks {key!r}")
     for key in ("name", "shim"):
@@ -149,13 +156,33 @@ def load_manifest(folder: Path) -> Manifest:
                     tuple(cflags), dict(caps), dict(notes), served, design)
 
 
+def _source(path: Path) -> bytes:
+    """The bytes of one of an adapter's files compiled or hashed.
+
+    A regular file of at most :data:`MAX_SOURCE_BYTES` (a FIFO would
+    block the hash or the compiler, a sparse terabyte exhaust them), else
+    ``CannotRun`` naming the file.
+    """
+    try:
+        with open_regular(path) as f:
+            return read_capped(f, path, MAX_SOURCE_BYTES, "an adapter's file")
+    except (NotRegularFileError, TooLargeError) as e:
+        raise CannotRun(str(e)) from e
+    except OSError as e:
+        raise CannotRun(f"{path}: cannot be read ({e.strerror or e})") from e
+
+
 def digest(path: Path) -> str:
-    """The SHA-256 of ``path``'s bytes, in hex."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The SHA-256 of ``path``'s bytes, in hex (``CannotRun`` past the limit)."""
+    return hashlib.sha256(_source(path)).hexdigest()
 
 
 def verify_sources(m: Manifest) -> int:
-    """Check every pinned digest; how many (``CannotRun`` naming a mismatch)."""
+    """Check every pinned digest; how many (``CannotRun`` naming a mismatch).
+
+    The shim, which has no digest, is checked to be a regular file within
+    the same limit before anything is built.
+    """
     for p, want in m.sources.items():
         if not p.is_file():
             raise CannotRun(f"{m.folder / MANIFEST_NAME}: pinned source {p} "
@@ -164,6 +191,7 @@ def verify_sources(m: Manifest) -> int:
         if got != want:
             raise CannotRun(f"{p}: SHA-256 {got} does not match the pinned "
                             f"{want} of {m.folder / MANIFEST_NAME}")
+    _source(m.shim)
     return len(m.sources)
 
 

@@ -13,7 +13,6 @@ import os
 
 import numpy as np
 
-from xcache.oracle.regular import open_regular
 from xcache.oracle.traces.model import (
     MAX_EXPERTS,
     MAX_LAYERS,
@@ -29,6 +28,7 @@ from xcache.oracle.traces.model import (
     is_uint,
     json_records,
     layer_runs,
+    text_lines,
     trace_from_lists,
 )
 
@@ -48,49 +48,48 @@ def load_text_dump(path: str | os.PathLike, top_k: int | None = None,
     path = str(path)
     seq, tok, lay, exp = [], [], [], []
     s, prev = 0, None  # prev: (pos, layer) of the last line
-    with open_regular(path, "r", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            text = line.split("#", 1)[0].split()
-            if not text:
-                continue
-            head = [int_token(x) for x in text[:2]]
-            if len(text) < 3 or None in head:
-                raise TraceFormatError(path, number, "needs 'pos layer id0 ..' "
-                                       "with unsigned integer pos and layer")
-            pos, layer = head
-            rest = text[2:]
-            k = top_k
-            if k is None:
-                k = 0
-                while k < len(rest) and int_token(rest[k]) is not None:
-                    k += 1
-            ids = [int_token(x) for x in rest[:k]]
-            if k < 1 or None in ids or len(set(ids)) != len(ids):
-                raise TraceFormatError(path, number, f"expert ids must be "
-                                       f"{k or 'some'} distinct unsigned integers")
-            weights = rest[k:]
-            if weights:
-                if len(weights) != k:
-                    raise TraceFormatError(path, number, f"{len(weights)} weights "
-                                           f"for {k} expert ids")
-                try:
-                    [float(w) for w in weights]
-                except ValueError:
-                    raise TraceFormatError(path, number, "weights must be "
-                                           "numbers") from None
-            if prev is not None:
-                if pos < prev[0]:
-                    s += 1
-                elif pos == prev[0] and layer <= prev[1]:
-                    raise TraceFormatError(path, number, f"layer {layer} after "
-                                           f"layer {prev[1]} of the same token")
-            check_ids(path, number, layer, ids)
-            prev = (pos, layer)
-            for e in ids:
-                seq.append(s)
-                tok.append(pos)
-                lay.append(layer)
-                exp.append(e)
+    for number, line in text_lines(path):
+        text = line.split("#", 1)[0].split()
+        if not text:
+            continue
+        head = [int_token(x) for x in text[:2]]
+        if len(text) < 3 or None in head:
+            raise TraceFormatError(path, number, "needs 'pos layer id0 ..' "
+                                   "with unsigned integer pos and layer")
+        pos, layer = head
+        rest = text[2:]
+        k = top_k
+        if k is None:
+            k = 0
+            while k < len(rest) and int_token(rest[k]) is not None:
+                k += 1
+        ids = [int_token(x) for x in rest[:k]]
+        if k < 1 or None in ids or len(set(ids)) != len(ids):
+            raise TraceFormatError(path, number, f"expert ids must be "
+                                   f"{k or 'some'} distinct unsigned integers")
+        weights = rest[k:]
+        if weights:
+            if len(weights) != k:
+                raise TraceFormatError(path, number, f"{len(weights)} weights "
+                                       f"for {k} expert ids")
+            try:
+                [float(w) for w in weights]
+            except ValueError:
+                raise TraceFormatError(path, number, "weights must be "
+                                       "numbers") from None
+        if prev is not None:
+            if pos < prev[0]:
+                s += 1
+            elif pos == prev[0] and layer <= prev[1]:
+                raise TraceFormatError(path, number, f"layer {layer} after "
+                                       f"layer {prev[1]} of the same token")
+        check_ids(path, number, layer, ids)
+        prev = (pos, layer)
+        for e in ids:
+            seq.append(s)
+            tok.append(pos)
+            lay.append(layer)
+            exp.append(e)
     return trace_from_lists(path, seq, tok, lay, exp, n_layers, n_experts)
 
 

@@ -21,7 +21,6 @@ import os
 
 import numpy as np
 
-from xcache.oracle.regular import open_regular
 from xcache.oracle.traces.dumps import load_megatron
 from xcache.oracle.traces.model import (
     Trace,
@@ -32,6 +31,7 @@ from xcache.oracle.traces.model import (
     is_expert_list,
     is_uint,
     json_records,
+    text_lines,
     trace_from_lists,
 )
 
@@ -143,23 +143,22 @@ def load_csv(path: str | os.PathLike, n_layers: int | None = None,
     path = str(path)
     seq, tok, lay, exp = [], [], [], []
     passes = False
-    with open_regular(path, "r", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            text = line.strip()
-            if not text or (number == 1 and text == _CSV_HEADER):
-                continue
-            if number == 1 and text == _CSV_PASS_HEADER:
-                passes = True
-                continue
-            fields = [int_token(x.strip()) for x in text.split(",")]
-            if len(fields) not in (4, 5) or None in fields:
-                raise TraceFormatError(path, number, "needs unsigned integers "
-                                       "sequence,token,layer,expert[,key]")
-            check_ids(path, number, fields[2], [fields[3]])
-            seq.append(fields[0])
-            tok.append(fields[1])
-            lay.append(fields[2])
-            exp.append(fields[3])
+    for number, line in text_lines(path):
+        text = line.strip()
+        if not text or (number == 1 and text == _CSV_HEADER):
+            continue
+        if number == 1 and text == _CSV_PASS_HEADER:
+            passes = True
+            continue
+        fields = [int_token(x.strip()) for x in text.split(",")]
+        if len(fields) not in (4, 5) or None in fields:
+            raise TraceFormatError(path, number, "needs unsigned integers "
+                                   "sequence,token,layer,expert[,key]")
+        check_ids(path, number, fields[2], [fields[3]])
+        seq.append(fields[0])
+        tok.append(fields[1])
+        lay.append(fields[2])
+        exp.append(fields[3])
     return trace_from_lists(path, seq, tok, lay, exp, n_layers, n_experts, passes)
 
 

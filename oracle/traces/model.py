@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import IO, Any
 
 import numpy as np
 
-from xcache.oracle.regular import open_regular
+from xcache.oracle.regular import TooLargeError, open_regular
 
 #: The largest layer count and experts per layer a trace may have: every key
 #: ``layer * n_experts + expert`` then fits the simulator's 32-bit keys.
@@ -23,6 +24,10 @@ MAX_LAYERS = 1 << 12
 
 
 MAX_EXPERTS = 1 << 19
+#: The largest trace file read, in any format (its accesses take more room
+#: in memory than in the file), and the longest line of a text trace.
+MAX_TRACE_BYTES = 4 << 30
+MAX_LINE_CHARS = 64 << 20
 
 
 _I64_MAX = (1 << 63) - 1
@@ -113,10 +118,34 @@ def check_ids(path: str, number: int, layer: int, experts: Iterable[int]) -> Non
                                    f"limit of {MAX_EXPERTS} experts per layer")
 
 
+def _check_size(f: IO[Any], path: str | os.PathLike) -> None:
+    """Refuse an open trace file past :data:`MAX_TRACE_BYTES`, unread."""
+    if os.fstat(f.fileno()).st_size > MAX_TRACE_BYTES:
+        raise TooLargeError(os.fsdecode(path), MAX_TRACE_BYTES, "a trace")
+
+
 def fromfile(path: str | os.PathLike, dtype: object) -> np.ndarray:
-    """np.fromfile of a regular file only (a FIFO would block it; DESIGN.md)."""
+    """np.fromfile of a regular file only (a FIFO would block it; DESIGN.md),
+    of at most :data:`MAX_TRACE_BYTES` (TooLargeError, an OSError)."""
     with open_regular(path) as f:
+        _check_size(f, path)
         return np.fromfile(f, dtype=dtype)
+
+
+def text_lines(path: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text trace: a regular file of at most
+    :data:`MAX_TRACE_BYTES` (TooLargeError), each line at most
+    :data:`MAX_LINE_CHARS` (TraceFormatError naming the line)."""
+    with open_regular(path, "r", encoding="utf-8") as f:
+        _check_size(f, path)
+        number = 0
+        while line := f.readline(MAX_LINE_CHARS + 1):
+            number += 1
+            if len(line) > MAX_LINE_CHARS:
+                raise TraceFormatError(path, number, "longer than the limit of "
+                                       f"{MAX_LINE_CHARS:,} characters for a "
+                                       "line")
+            yield number, line
 
 
 def file_size(path: str | os.PathLike) -> int:
@@ -135,17 +164,16 @@ def is_expert_list(value: object) -> bool:
 
 
 def json_records(path: str) -> Iterable[tuple[int, dict]]:
-    with open_regular(path, "r", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(path, number, f"not JSON: {exc.msg}") from None
-            if not isinstance(obj, dict):
-                raise TraceFormatError(path, number, "not a JSON object")
-            yield number, obj
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(path, number, f"not JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(path, number, "not a JSON object")
+        yield number, obj
 
 
 def trace_from_lists(path: str, seq: list[int], tok: list[int], lay: list[int],

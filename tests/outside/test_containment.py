@@ -180,7 +180,7 @@ MANIFESTS = {
     "source-outside": ('path = "tinycache.h"', 'path = "/etc/passwd"',
                        "sources[1].path = '/etc/passwd' leaves the adapter "
                        "folder"),
-    "not-utf8": ("# The adapter", "# The \xff adapter", "not UTF-8 (byte"),
+    "not-utf8": ("# The adapter", "# The \xff adapter", "not UTF-8 text ("),
 }
 
 

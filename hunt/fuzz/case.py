@@ -11,7 +11,9 @@ documents 1 as "a check found problems" and printed no traceback) or exit
 
 A replaced file's bytes may be one of the markers :data:`DELETE` (the seed
 file is removed), :data:`FIFO` (a named pipe stands there) or :data:`DIR`
-(a folder does): only regular files are read as the tools' inputs.
+(a folder does): only regular files are read as the tools' inputs; or
+:func:`sparse` (a file of that many bytes, a hole with no block written:
+every reader has a limit of its size and asks it first).
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ PY = sys.executable
 #: Markers a case's file may hold instead of bytes: remove the seed file,
 #: put a FIFO there, put a folder there.
 DELETE, FIFO, DIR = b"\0DELETE", b"\0FIFO", b"\0DIR"
+#: The marker of a sparse file, its size after it in decimal.
+SPARSE = b"\0SPARSE "
+
+
+def sparse(size: int) -> bytes:
+    """The marker of a sparse file of ``size`` bytes (all a hole)."""
+    return SPARSE + str(size).encode()
 
 
 @dataclass
@@ -227,6 +236,9 @@ def run_case(case: Case, target: Target, work: Path) -> tuple[Outcome, Path]:
                 os.mkfifo(p)
             elif data == DIR:
                 p.mkdir()
+        elif data.startswith(SPARSE):
+            with open(p, "wb") as f:
+                f.truncate(int(data[len(SPARSE):]))
         else:
             p.write_bytes(data)
     cmd = target.argv(d) + case.args

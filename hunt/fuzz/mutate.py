@@ -2,9 +2,13 @@
 
 :func:`mutated_doc` changes one field of a document (JSON or TOML: set to
 a :func:`hostile_value`, deleted, or a field added) or replaces it whole;
-:func:`byte_edit` makes raw byte edits, truncates, or replaces the bytes
-with junk; :func:`dump_json` / :func:`dump_toml` write the result (NaN,
-inf and a :class:`_Nested` value 100,000 deep included).
+:func:`byte_edit` makes raw byte edits, truncates, replaces the bytes
+with junk or with a sparse file past every reader's size limit
+(:data:`LARGE`); :func:`deep_toml` nests a TOML document past every
+reader's limit (a dotted key or a table header of up to 200,000 parts,
+inline tables or arrays as deep); :func:`dump_json` / :func:`dump_toml`
+write the result (NaN, inf and a :class:`_Nested` value 100,000 deep
+included).
 :func:`json_file_case` / :func:`toml_file_case` make a case of one
 changed file, :func:`_opt` a hostile command-line value.
 """
@@ -18,9 +22,16 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from xcache.hunt.fuzz.case import Case
+from xcache.hunt.fuzz.case import Case, sparse
 
 NESTED = 100_000  # depth of a deeply nested JSON value
+#: Sizes of a sparse file past every reader's limit (the largest, a trace's,
+#: is 4 GiB): a terabyte, and one byte past 4 GiB.
+LARGE = [1 << 40, (4 << 30) + 1]
+#: Parts of a dotted key or table header, levels of inline tables or arrays:
+#: past the limit of 64 levels, up to the 400 KB line that ran tomllib for
+#: over a minute.
+DEEP = [65, 1000, 30_000, 200_000]
 
 HOSTILE: list[Any] = [
     None, True, False, "", "x", "\u00e9\u0000", -1, 0, 1, 1.5, -0.5,
@@ -175,7 +186,10 @@ def _show(v: Any) -> str:
 def byte_edit(draw: st.DrawFn, data: bytes) -> tuple[bytes, str]:
     """``data`` with a few raw byte edits, truncated, or replaced by junk."""
     kind = draw(st.sampled_from(["edit", "edit", "edit", "truncate", "junk",
-                                 "int"]))
+                                 "int", "sparse"]))
+    if kind == "sparse":
+        size = draw(st.sampled_from(LARGE))
+        return sparse(size), f"a sparse file of {size:,} bytes"
     if kind == "truncate":
         n = draw(st.integers(0, max(len(data) - 1, 0)))
         return data[:n], f"truncated to {n} bytes"
@@ -234,11 +248,35 @@ def json_file_case(draw: st.DrawFn, target: str, rel: str, doc: Any,
 
 
 @st.composite
+def deep_toml(draw: st.DrawFn, doc: dict) -> tuple[bytes, str]:
+    """``doc`` as TOML with one value nested past the limit of every reader:
+    under a dotted key or a table header of many parts, or in inline tables
+    or arrays nested as deep."""
+    n = draw(st.sampled_from(DEEP))
+    kind = draw(st.sampled_from(["key", "header", "inline", "array"]))
+    text = dump_toml(doc)
+    if kind == "key":
+        return ".".join(["a"] * n).encode() + b" = 1\n" + text, \
+            f"a dotted key of {n:,} parts"
+    if kind == "header":
+        return text + b"\n[" + ".".join(["a"] * n).encode() + b"]\nb = 1\n", \
+            f"a table header of {n:,} parts"
+    if kind == "inline":
+        return (b"x = " + b"{a = " * n + b"1" + b"}" * n + b"\n" + text,
+                f"inline tables nested {n:,} deep")
+    return (b"x = " + b"[" * n + b"]" * n + b"\n" + text,
+            f"arrays nested {n:,} deep")
+
+
+@st.composite
 def toml_file_case(draw: st.DrawFn, target: str, rel: str, doc: dict,
                    names: tuple[str, ...]) -> Case:
-    """``target`` with the TOML file ``rel`` changed."""
-    if draw(st.integers(0, 3)) == 0:
+    """``target`` with the TOML file ``rel`` changed (raw bytes, nesting, a field)."""
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
         data, note = draw(byte_edit(dump_toml(doc)))
+    elif kind == 1:
+        data, note = draw(deep_toml(doc))
     else:
         new, note = draw(mutated_doc(doc))
         data = dump_toml(new) if isinstance(new, dict) else dump_json(new)

@@ -15,7 +15,10 @@
 * ``desc.json``: the shipped Mixtral-8x7B description cut to 2 layers and 2
   shards (``fixtures checkpoint DESC OUT``);
 * ``model.json`` / ``model.toml``: the time lab's shipped disk and compute
-  model (``replay.py time --model FILE``), as JSON and as TOML.
+  model (``replay.py time --model FILE``), as JSON and as TOML;
+* ``adapter/``: an outside cache's adapter folder (``replay.py --cache``):
+  its manifest ``xcs.toml`` (a source pinned by its digest, capabilities,
+  a design, a deviation, a served container), the source and the shim.
 """
 
 from __future__ import annotations
@@ -211,6 +214,37 @@ def time_models(folder: Path) -> None:
     (folder / "model.toml").write_bytes(dump_toml(model))
 
 
+#: The seed adapter's files: a source its manifest pins, and its shim.
+ADAPTER_FILES = {"cache.c": "/* the tool fuzzer's seed cache: never compiled */\n"
+                            "int seed_cache;\n",
+                 "shim.c": "/* the tool fuzzer's seed shim: never compiled */\n"}
+
+
+def adapter(folder: Path) -> None:
+    """Write ``adapter/``: a manifest over a pinned source and a shim."""
+    import hashlib
+
+    from xcache.hunt.fuzz.mutate import dump_toml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in ADAPTER_FILES.items():
+        (folder / name).write_text(text)
+    manifest = {
+        "name": "seedcache", "shim": "shim.c", "cflags": ["-O2", "-std=c11"],
+        "capabilities": {
+            "ops": ["get", "hold", "prefetch", "reset_stats"],
+            "policies": ["lru"], "counters": ["requests", "hits", "misses"],
+            "facts": ["n_slots", "resident"], "pins": "flag",
+            "faults": ["io"], "errors": "typed"},
+        "design": {"holds": "whole-set", "policy": "sampled"},
+        "deviations": {"op:getmany": "no synchronous batch"},
+        "sources": [{"path": "cache.c", "sha256": hashlib.sha256(
+            ADAPTER_FILES["cache.c"].encode()).hexdigest()}],
+        "containers": [{"preset": "k3-mini"}],
+    }
+    (folder / "xcs.toml").write_bytes(dump_toml(manifest))
+
+
 def write_seeds(folder: Path = SEED) -> list[Path]:
     """Rewrite every seed input into ``folder``; return the files written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -222,4 +256,5 @@ def write_seeds(folder: Path = SEED) -> list[Path]:
     programs(folder)
     description(folder)
     time_models(folder)
+    adapter(folder / "adapter")
     return sorted(p for p in folder.rglob("*") if p.is_file())

@@ -4,23 +4,28 @@
 "Tool fuzzer").  Each *case* is one command of a tool -- ``engine.inspector``,
 the gate's container step (``hunt.fuzz.gate_container``, what
 ``replay.py --container`` does before its scenarios), the gate's scenario
-and programs files (``hunt.fuzz.gate_files``), ``python -m xcache.fixtures``
+and programs files (``hunt.fuzz.gate_files``), an outside cache's adapter
+folder (``hunt.fuzz.gate_cache``: what ``replay.py --cache`` does before
+it compiles the cache), ``python -m xcache.fixtures``
 new / verify / from-header / identify / checkpoint, ``replay.py`` lab /
 predict / time (its trace and its ``--model`` file) -- run in
 a fresh folder holding the seed inputs (``hunt/fuzz/corpus-tools/seed``)
 with one of them changed.  hypothesis draws the change: a valid document
 with one field set to a hostile value (wrong type, NaN, inf, negative,
 zero, 1e9, 2**62, 1e12, a deeply nested value, a list for an object), the
-whole document replaced, raw byte edits and truncation of a seed, a FIFO
-or a folder in a file's place, or a hostile command-line value.
+whole document replaced, raw byte edits and truncation of a seed, a
+sparse file past every reader's size limit, a TOML key, table header,
+inline table or array nested past the readers' limit, a FIFO or a folder
+in a file's place, or a hostile command-line value.
 
 The modules: :mod:`hunt.fuzz.case` (a case, its limits -- 2 GiB of
 address space, :data:`CPU_SECONDS` of CPU, a wall-clock timeout -- and
 :func:`judge`: only success, or exit 2 with exactly one line on stderr
 that names the changed file or option), :mod:`hunt.fuzz.mutate` (the
 hostile edits), one module per group of targets under
-:mod:`hunt.fuzz.targets` (containers, fixtures, traces, gate_files, models: each
-its :class:`Target` rows and strategies), and this one: the run.  A
+:mod:`hunt.fuzz.targets` (containers, fixtures, traces, gate_files, models,
+adapters: each its :class:`Target` rows and strategies), and this one: the
+run.  A
 finding whose signature (target, exception or outcome, innermost project
 file) is in :data:`KNOWN` is counted as known and does not fail the run.
 
@@ -60,10 +65,17 @@ from xcache.hunt.fuzz.case import (  # noqa: F401 - the fuzzer's names, in one p
     judge,
 )
 from xcache.hunt.fuzz.mutate import dump_json, dump_toml  # noqa: F401
-from xcache.hunt.fuzz.targets import containers, fixtures, gate_files, models, traces
+from xcache.hunt.fuzz.targets import (
+    adapters,
+    containers,
+    fixtures,
+    gate_files,
+    models,
+    traces,
+)
 from xcache.hunt.fuzz.targets.traces import TRACES  # noqa: F401
 
-_GROUPS = (containers, fixtures, traces, gate_files, models)
+_GROUPS = (containers, fixtures, traces, gate_files, models, adapters)
 #: Every target by name.
 TARGETS: dict[str, Target] = {t.name: t for g in _GROUPS for t in g.TARGETS}
 #: Every drawn target's strategy (``new`` draws ``new-toml`` too).
@@ -77,6 +89,7 @@ STRATEGIES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
 #: in :data:`NOT_FUZZED` (that test fails otherwise).
 INPUTS: dict[str, tuple[str, ...]] = {
     "gate container": ("gate-container", "gate-spec"),
+    "gate cache": ("gate-cache",),
     "gate programs_file": ("gate-programs",),
     "lab trace": ("lab",),
     "predict trace": ("predict",),
@@ -98,9 +111,6 @@ NOT_FUZZED: dict[str, str] = {
                        "digests before it builds anything (a changed file is "
                        "one refusal naming it); the engine's own parsers are "
                        "fuzzed in hunt/fuzz's reader corpus",
-    "gate cache": "an outside cache's adapter folder: a C shim built and run "
-                  "in a contained child (tests/outside/test_containment.py "
-                  "breaks each of its parts)",
 }
 
 

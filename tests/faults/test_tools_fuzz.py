@@ -38,7 +38,7 @@ def _fail_on_new(report: Report) -> None:
 
 @pytest.mark.parametrize("group,examples", [
     (("inspect", "inspect-layout"), 32),
-    (("gate-container", "gate-spec"), 30),
+    (("gate-container", "gate-spec", "gate-cache"), 30),
     (("new", "verify"), 30),
     (("from-header", "identify"), 30),
     (("lab",), 20),
@@ -133,6 +133,36 @@ def test_a_case_is_bounded_to_2_gib(work: Path, tmp_path: Path) -> None:
         del tools.TARGETS["probe"]
     assert out.rc == 1 and out.stderr.strip().endswith("MemoryError")
     assert out.signature() == ("MemoryError", "")
+
+
+def test_a_sparse_case_file_is_a_hole(tmp_path: Path) -> None:
+    """A case's sparse marker lays out a file of that size with no block written."""
+    from xcache.hunt.fuzz.case import sparse
+
+    t = Target("probe", lambda d: [sys.executable, "-c", "import os; s = os.stat("
+                                   "'big.json'); print(s.st_size, s.st_blocks)"], ())
+    tools.TARGETS["probe"] = t
+    try:
+        out, d = tools.run_case(Case("probe", "1 TiB", {"big.json": sparse(1 << 40)}),
+                                tmp_path)
+    finally:
+        del tools.TARGETS["probe"]
+    assert (out.rc, out.stdout) == (0, "1099511627776 0\n")
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@pytest.mark.parametrize("note", [
+    "a sparse file of 1,099,511,627,776 bytes", "a sparse file of 4,294,967,297 bytes",
+    "a dotted key of 200,000 parts", "a table header of 65 parts",
+    "inline tables nested 30,000 deep", "arrays nested 1,000 deep"])
+def test_the_manifest_target_draws_large_files_and_deep_keys(note: str) -> None:
+    """The adapter target (replay --cache's xcs.toml) draws each large and deep edit."""
+    from hypothesis import find
+
+    from xcache.hunt.fuzz.targets.adapters import gate_cache_case
+
+    c = find(gate_cache_case(), lambda c: c.note == f"adapter/xcs.toml: {note}")
+    assert (c.target, c.names) == ("gate-cache", ("xcs.toml",))
 
 
 # -- the findings fixed so far, each also a case in corpus-tools/cases/ -----------

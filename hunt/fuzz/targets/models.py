@@ -16,7 +16,17 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from xcache.hunt.fuzz.case import DELETE, DIR, FIFO, PY, ROOT, SEED, Case, Target
+from xcache.hunt.fuzz.case import (
+    DELETE,
+    DIR,
+    FIFO,
+    PY,
+    ROOT,
+    SEED,
+    SPARSE,
+    Case,
+    Target,
+)
 from xcache.hunt.fuzz.mutate import _opt, json_file_case, toml_file_case
 from xcache.hunt.fuzz.targets.traces import TRACES, trace_case
 
@@ -60,7 +70,8 @@ def checkpoint_case(draw: st.DrawFn) -> Case:
     if draw(st.booleans()):  # the config: where the counts are
         c = draw(json_file_case("checkpoint", "desc.json", desc["config"],
                                 ("desc.json",)))
-        if c.files["desc.json"] in (DELETE, FIFO, DIR):
+        if c.files["desc.json"] in (DELETE, FIFO, DIR) or \
+                c.files["desc.json"].startswith(SPARSE):
             return Case("checkpoint", c.note, c.files, form, c.names)
         try:
             config = json.loads(c.files["desc.json"])

@@ -1,0 +1,2 @@
+/* the tool fuzzer's seed cache: never compiled */
+int seed_cache;

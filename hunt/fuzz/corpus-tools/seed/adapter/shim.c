@@ -1,0 +1,1 @@
+/* the tool fuzzer's seed shim: never compiled */

@@ -3,12 +3,12 @@
 ``tomllib`` is quadratic in the parts of a dotted key (``a.a.a... = 1``:
 it builds and hashes every prefix of the key), so one 400 KB line of
 200,000 parts runs past a minute and 30,000 parts exhaust 1.5 GB of
-address space; its arrays and inline tables recurse.  :func:`check_nesting` reads the text once, in
-linear time, and refuses the first place nested deeper than a limit -- the
-parts of the table header a key is under, plus the parts of the dotted
-key, plus the arrays and inline tables around a value -- in one line
-naming the file, the line and the limit.  Every reader of a user's TOML
-file asks it before ``tomllib`` does: the oracle's
+address space; its arrays and inline tables recurse. :func:`check_nesting`
+reads the text once, in linear time, and refuses the first place nested
+deeper than a limit -- the parts of the table header a key is under, plus
+the parts of the dotted key, plus the arrays and inline tables around a
+value -- in one line naming the file, the line and the limit. Every reader
+of a user's TOML file asks it before ``tomllib`` does: the oracle's
 (``oracle.bounded.load_document``) and the engine's layout file
 (``engine.layout.load_file``).
 

@@ -32,6 +32,7 @@ import json
 import os
 import struct
 from collections.abc import Callable
+from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -127,19 +128,51 @@ def _dump(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(", ", ": "))
 
 
+def _members(text: str, at: int) -> list[tuple[str, int, int, int]]:
+    """The members of the JSON object whose ``{`` is at ``at`` in ``text``,
+    in the text's order (a repeated key each time): (key, its opening
+    quote, its value's first character, the value's end).
+
+    Whatever the writer's spacing and escapes (the official writer's
+    compact JSON, this project's spaced one)."""
+    end = json.JSONDecoder().raw_decode(text, at)[1]  # a valid object, or raise
+    ws = " \t\n\r"
+    out, i = [], at + 1
+    while True:
+        while text[i] in ws:
+            i += 1
+        if i >= end - 1:  # its closing brace
+            return out
+        if text[i] == ",":
+            i += 1
+            continue
+        quote = i
+        key, i = scanstring(text, i + 1)
+        while text[i] in ws + ":":
+            i += 1
+        value_end = json.JSONDecoder().raw_decode(text, i)[1]
+        out.append((key, quote, i, value_end))
+        i = value_end
+
+
+def _entry(header: str, name: str, nth: int = 0) -> tuple[int, int]:
+    """(opening quote of entry ``name``'s key, its value's ``{``): its
+    ``nth`` occurrence in the header."""
+    found = [(q, v) for k, q, v, _ in _members(header, header.index("{"))
+             if k == name]
+    return found[nth]
+
+
 def _name_at(header: str, name: str, nth: int = 0) -> int:
     """Absolute file offset of the opening quote of entry ``name`` (nth occurrence)."""
-    at = -1
-    for _ in range(nth + 1):
-        at = header.index(json.dumps(name) + ": {", at + 1)
+    at = _entry(header, name, nth)[0]
     return HEADER_START + len(header[:at].encode())
 
 
 def _value_at(header: str, name: str, field: str) -> int:
     """Absolute file offset of the value of ``field`` in entry ``name``."""
-    at = header.index(json.dumps(name) + ": {")
-    key = json.dumps(field) + ": "
-    at = header.index(key, at) + len(key)
+    at = next(v for k, _, v, _ in _members(header, _entry(header, name)[1])
+              if k == field)
     return HEADER_START + len(header[:at].encode())
 
 
@@ -237,8 +270,8 @@ def make_duplicate(src: Path, dst: Path) -> Corruption:
     """The second entry renamed to the first's name (same text, same length)."""
     _, header = _header_of(read_head(src)[0])
     first, second = _names(header)[:2]
-    at = header.index(json.dumps(second) + ": {")
-    text = header[:at] + json.dumps(first) + header[at + len(json.dumps(second)):]
+    at = _entry(header, second)[0]
+    text = header[:at] + json.dumps(first) + header[scanstring(header, at + 1)[1]:]
     write_with_header(src, dst, text, pad=False)
     return Corruption("duplicate", _name_at(text, first, nth=1))
 

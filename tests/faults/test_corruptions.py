@@ -229,3 +229,30 @@ def test_replace_same_size_keeps_a_sparse_shard_sparse(sparse_shard, tmp_path):
         assert b.read(128) == b"\xee" * 128
         b.seek(os.path.getsize(src) - 64)
         assert b.read() == b"\xdd" * 64
+
+
+@pytest.fixture(scope="module")
+def official_shard(tmp_path_factory):
+    """A shard the official ``safetensors`` writer made: compact JSON, its own
+    key order, a name that is not ASCII."""
+    np = pytest.importorskip("numpy")
+    st = pytest.importorskip("safetensors.numpy")
+    path = tmp_path_factory.mktemp("official") / "model.safetensors"
+    rng = np.random.default_rng(7)
+    st.save_file({name: rng.standard_normal((4, 8)).astype(np.float32)
+                  for name in ("a.weight", "b.w\u00e9ight", "c.weight",
+                               "d.weight")}, str(path), metadata={"format": "pt"})
+    return path
+
+
+@pytest.mark.parametrize("maker", sorted(corrupt.MAKERS))
+def test_each_kind_from_the_official_writers_file(official_shard, tmp_path, maker):
+    """Each corruptor works on a header in the official writer's style (no
+    spaces, raw UTF-8 names) and claims what the engine reports; the oracle
+    agrees on the kind."""
+    dst = tmp_path / "bad.safetensors"
+    want = corrupt.MAKERS[maker](official_shard, dst)
+    with pytest.raises(engine.FormatError) as info:
+        engine.Container(str(dst))
+    assert (info.value.kind, info.value.offset) == tuple(want)
+    assert _oracle_kind(dst) == want.kind

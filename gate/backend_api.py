@@ -77,6 +77,10 @@ class Op(enum.Enum):
     #: calls from other threads while a read is under way: a get that waits
     #: for it and counts a hit after waiting (the ``wait_hits`` value)
     CONCURRENT = "concurrent"
+    #: the Python face's objects and their lifetimes: held experts, layer
+    #: holds and streams' yields read through their views, released (twice:
+    #: misuse), dropped, left by a ``with`` block (:meth:`Backend.face`)
+    LIFETIME = "lifetime"
 
 
 class Option(enum.Enum):
@@ -441,6 +445,12 @@ class Backend(ABC):
 
     def drain(self) -> None:
         """``op:drain``: wait for every read-ahead under way."""
+        raise NotImplementedError
+
+    def face(self) -> Any:
+        """``op:lifetime``: the cache's Python face -- ``get``, ``hold_layer``
+        and ``stream`` returning the objects whose lifetimes docs/CACHE.md
+        "The Python face: lifetimes" gives (gate/face_ops.py drives them)."""
         raise NotImplementedError
 
     def stream_open(self, keys: list[Key]) -> Stream:

@@ -132,6 +132,10 @@ class EngineBackend(Backend):
         handles, n = handle
         _lib.check(_lib.lib().xc_cache_unhold_many(self.cache._ptr, handles, n))
 
+    def face(self) -> Any:
+        """The engine's Python face itself: its ``ExpertCache``."""
+        return self.cache
+
     def stream_begin(self, keys: list[tuple[int, int]]) -> Any:
         """Begin a stream of ``keys`` (counted and reserved now)."""
         return self.cache.stream(keys)

@@ -161,7 +161,16 @@ def _corrupt(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     return {"needs": [*step.get("needs", []), "op:reader_index"]}
 
 
+def _face_stream(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
+    """The keys, and ``count`` as a number when it is given (else: all)."""
+    out = {"keys": ctx.keys(step)}
+    if "count" in step:
+        out["count"] = ctx.value(step["count"])
+    return out
+
+
 _GET_FIRST = {"get_first": ("op:get",)}
+_FACE = ("op:lifetime",)
 
 #: Every scenario operation, by the name a step's ``op`` gives.
 OPERATIONS: dict[str, Operation] = {
@@ -201,6 +210,12 @@ OPERATIONS: dict[str, Operation] = {
     "stream_rest": Operation(None, ("op:stream",)),
     "trace": Operation(None, ("op:trace",)),
     "break_check": Operation(None, ("op:break_check",)),
+    "face_get": Operation(_keys, _FACE),
+    "face_hold_layer": Operation(_keys, _FACE),
+    "face_stream": Operation(_face_stream, _FACE),
+    "face_read": Operation(None, _FACE),
+    "face_release": Operation(None, _FACE),
+    "face_drop": Operation(None, _FACE),
     "check": Operation(),
 }
 
@@ -220,6 +235,7 @@ VALUE_NEEDS: dict[str, tuple[str, ...]] = {
     "check_broken": ("op:break_check",),
     "wait_hits": ("op:concurrent",),
     "open_files": ("fault:open",),
+    "face": ("op:lifetime",),
 }
 
 _FACTS = {f.value for f in Fact}

@@ -9,7 +9,7 @@ error at import).  A handler uses only the run's public step API
 (:class:`~gate.scenario_run.ScenarioRun`: ``attempt``, ``get``,
 ``served``, ``record``, ``open``, ``close``, ``first_piece``, ``check`` and
 its declared attributes).  Handlers of the contract families live in their
-own modules (:mod:`gate.race_ops`, :mod:`gate.state_ops`,
+own modules (:mod:`gate.race_ops`, :mod:`gate.state_ops`, :mod:`gate.face_ops`,
 :mod:`gate.trace_check`, :mod:`gate.check_probe`); the rest are here.
 Nothing below this module imports it: the registry's readers (the schema,
 the step compiler, the program generator) read :mod:`gate.operations`.
@@ -30,6 +30,7 @@ from xcache.gate import (
     CannotRun,
     check_probe,
     corruptions,
+    face_ops,
     race_ops,
     state_ops,
     trace_check,
@@ -285,7 +286,11 @@ HANDLERS: dict[str, Handler] = {
     "release": state_ops.release, "release_copy": state_ops.release_copy,
     "stream_open": state_ops.stream_open, "stream_next": state_ops.stream_next,
     "stream_rest": state_ops.stream_rest, "trace": _trace,
-    "break_check": _break_check, "check": _check,
+    "break_check": _break_check, "face_get": face_ops.face_get,
+    "face_hold_layer": face_ops.face_hold_layer,
+    "face_stream": face_ops.face_stream, "face_read": face_ops.face_read,
+    "face_release": face_ops.face_release, "face_drop": face_ops.face_drop,
+    "check": _check,
 }
 
 

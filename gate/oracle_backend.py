@@ -38,6 +38,7 @@ from xcache.gate.failure_kinds import kind_of
 from xcache.oracle.cache import POLICIES as ORACLE_POLICIES
 from xcache.oracle.call_outcomes import WaitsForever
 from xcache.oracle.errors import NotModelled
+from xcache.oracle.face import Face
 from xcache.oracle.reading_cache import ReadingCache
 from xcache.oracle.streams import ModelStream
 
@@ -177,6 +178,10 @@ class OracleBackend(Backend):
         """``op:hold_copy`` in the model."""
         with _judged():
             self.oracle.release_copy(copy)
+
+    def face(self) -> Face:
+        """``op:lifetime``: the model's Python face over its reading cache."""
+        return Face(self.oracle)
 
     def drain(self) -> None:
         """``op:drain`` in the model."""

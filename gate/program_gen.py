@@ -57,6 +57,8 @@ class _Gen:
         self.released: list[tuple[str, str]] = []  # (op, label) given back
         self.pinned: dict[int, int] = {}     # flat key -> pins asked
         self.stream: tuple[str, int] | None = None  # open label, keys
+        self.face: dict[str, int] = {}  # face label -> holds it may keep
+        self.face_released: list[str] = []  # face labels given back
         self.serial = 0
         # a small hot set makes hits, the rest of the keys misses
         self.hot = rng.sample(range(self.n_keys), min(self.n_keys, 2 * self.k))
@@ -83,7 +85,8 @@ class _Gen:
         """Slots that may be held, pinned or reserved now (an upper bound)."""
         stream = self.stream[1] if self.stream else 0
         return (sum(self.holds.values()) + sum(self.layer_holds.values())
-                + sum(1 for v in self.pinned.values() if v > 0) + stream)
+                + sum(1 for v in self.pinned.values() if v > 0) + stream
+                + sum(self.face.values()))
 
     def room(self) -> int:
         """Slots surely free for new misses."""
@@ -315,6 +318,81 @@ class _Gen:
         for st in steps:
             self.add(st)
 
+    def op_face(self, rng: random.Random) -> None:
+        """One step of the Python face (gate/face_ops.py), drawn from ``rng``.
+
+        Held experts, layer holds and streams taken (some in a ``with``
+        block left by an exception), read, released (again: misuse) or
+        dropped; a layer hold naming an expert twice or more experts than
+        slots; a stream or layer hold under an armed fault (two failed
+        reads: which error, and when).  Streams only without readers (the
+        order they yield in is then fixed).
+        """
+        what = rng.choices(["get", "hold_layer", "stream", "read", "release",
+                            "drop", "fault"], [3, 3, 3, 2, 3, 1, 2])[0]
+        serial = not self.readers and not self.opts.get("direct")
+        live = sorted(self.face)
+        if what == "read" and (live or self.face_released):
+            self.add({"op": "face_read",
+                      "label": rng.choice(live + self.face_released)})
+        elif what in ("release", "drop") and live:
+            label = rng.choice(live)
+            del self.face[label]
+            if what == "drop":
+                self.add({"op": "face_drop", "label": label})
+                return
+            self.face_released.append(label)
+            self.add({"op": "face_release", "label": label})
+        elif what == "release" and self.face_released:  # again: misuse
+            self.add({"op": "face_release",
+                      "label": rng.choice(self.face_released)})
+        elif what == "fault" and serial and self.room() > 2:
+            start = len(self.steps)
+            self.add({"op": "inject", "fault": rng.choice(["eio", "eof"]),
+                      "nth": rng.randint(1, 2)})
+            if rng.random() < 0.5:  # a second read fails too
+                self.add({"op": "inject", "fault": rng.choice(["eio", "eof"]),
+                          "nth": 1, "second": True})
+            # a layer's reads in parallel would meet the faults in any order
+            one = self.opts.get("batch_threads", 2) == 1
+            self.face_step(rng, rng.choice(["stream", "hold_layer"])
+                           if one else "stream")
+            self.add({"op": "clear"})
+            for i in range(start, len(self.steps) - 1):  # checked once
+                self.steps[i]["then"] = self.steps[i + 1]["op"]
+        elif what in ("get", "hold_layer") or (what == "stream" and serial):
+            self.face_step(rng, what)
+
+    def face_step(self, rng: random.Random, what: str) -> None:
+        """A face step taking objects under a new label: ``what`` is
+        ``get``, ``hold_layer`` or ``stream`` (each miss needs a slot)."""
+        most = min(self.k + 1, self.E, self.room() - 1)
+        if most < 1:
+            return
+        step: dict[str, Any] = {"op": "face_" + what, "label": self.label("f")}
+        if what == "get":
+            step["keys"] = self.keys(min(2, most))
+        elif what == "hold_layer":
+            base = rng.randrange(len(self.layers)) * self.E
+            experts = rng.sample(range(self.E), rng.randint(1, most))
+            if rng.random() < 0.1:  # misuse: an expert named twice
+                experts.append(experts[0])
+            elif rng.random() < 0.05:  # misuse: more experts than slots
+                experts = [e % self.E for e in range(self.n_slots + 1)]
+            step["keys"] = [base + e for e in experts]
+        else:
+            step["keys"] = self.keys(most)
+            if rng.random() < 0.5:
+                step["count"] = rng.randint(0, len(step["keys"]))
+            if rng.random() < 0.5:
+                step["keep"] = True
+        if rng.random() < 0.3:
+            step["with"] = rng.choice(["end", "raise", "release",
+                                       "release_raise"])
+        kept = step.get("keep") if what == "stream" else "with" not in step
+        self.face[step["label"]] = len(step["keys"]) if kept else 0
+        self.add(step)
+
     def op_file_time(self, rng: random.Random) -> None:
         """With verify: a shard's mtime moved alone, or rewritten in place
         with its mtime put back, then gets (refused: changed)."""
@@ -325,6 +403,9 @@ class _Gen:
         self.add({**step, "then": "get"})
         self.add({"op": "get", "keys": [k, *self.keys(1)]})
 
+
+#: The share of a program's operations a step of the Python face follows.
+FACE_SHARE = 0.25
 
 #: Operation -> weight in a program (sums need not be 100).
 _WEIGHTS: dict[str, int] = {
@@ -358,8 +439,13 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     gen = _Gen(rng, target, opts, n_slots)
     names = list(_WEIGHTS)
     weights = [_WEIGHTS[n] for n in names]
+    # the Python face's steps come from a generator of their own, between
+    # the operations drawn (which draw as they did before the face's)
+    face = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/face")
     for _ in range(length):
         getattr(gen, "op_" + rng.choices(names, weights)[0])()
+        if face.random() < FACE_SHARE:
+            gen.op_face(face)
     gen.op_stream_rest()
     tail = rng.random()
     if tail < 0.25:

@@ -68,6 +68,8 @@ COMPARED: tuple[str, ...] = (
     "reads", "errors", "published", "last_error",
     # each failure's layer, expert and offset (gate.error_fields)
     "error_fields",
+    # each call of the Python face: outcome and words (gate.face_ops)
+    "face",
 )
 
 def operations(program: dict[str, Any]) -> list[dict[str, Any]]:
@@ -144,8 +146,8 @@ class Outcome:
 
 
 #: The wrong values that say most of how a program failed, first.
-_FIRST = ("wrong_reads", "invariants", "errors", "last_error", "held",
-          "pinned", "resident")
+_FIRST = ("wrong_reads", "invariants", "errors", "last_error", "face",
+          "held", "pinned", "resident")
 
 
 #: ``backends(target, opts)``: the factories a program runs on, the judge
@@ -222,14 +224,21 @@ def _rebuild(program: dict[str, Any], ops: list[dict[str, Any]]
     taken: set[str] = set()
     for s in ops:
         op = s["op"]
-        if op in ("hold", "hold_layer", "stream_open"):
+        if op in TAKE_LABEL:
             taken.add(str(s.get("label", "")))
-        elif op in ("release", "unhold_many", "stream_next", "stream_rest"):
+        elif op in NEED_LABEL:
             if str(s.get("label", "")) not in taken:
                 return None
-            if op == "stream_rest":
+            if op in ("stream_rest", "face_drop"):
                 taken.discard(str(s.get("label", "")))
     return {**program, "steps": with_checks(ops)}
+
+
+#: The steps that take a label, and those that need one taken before.
+TAKE_LABEL = ("hold", "hold_layer", "stream_open", "face_get",
+              "face_hold_layer", "face_stream")
+NEED_LABEL = ("release", "unhold_many", "stream_next", "stream_rest",
+              "face_read", "face_release", "face_drop")
 
 
 def _ddmin(items: list[Any], fails: Callable[[list[Any]], bool]) -> list[Any]:

@@ -52,8 +52,9 @@ class ScenarioRun:
     values a probe step sets for the next check), ``published``,
     ``last_error``, ``error_offset``, ``offset_as_claimed``, and what the
     handlers keep by label between steps (``layer_holds``, ``held_refs``,
-    ``held_copies``, ``released_labels``, ``open_streams``, ``race``,
-    ``trace_of``/``trace_seen``).
+    ``held_copies``, ``released_labels``, ``open_streams``, ``face_held``,
+    ``race``, ``trace_of``/``trace_seen``) and ``face`` (the records of the
+    Python face's calls since the last check, :mod:`gate.face_ops`).
     """
 
     def __init__(self, scenario: dict[str, Any], variant: dict[str, Any],
@@ -110,6 +111,10 @@ class ScenarioRun:
         self.released_labels: set[str] = set()
         #: ``stream_open`` label -> its stream (None: the open failed)
         self.open_streams: dict[str, Any] = {}
+        #: a face step's label -> the face's objects it keeps, and the
+        #: records of the face's calls since the last check (gate.face_ops)
+        self.face_held: dict[str, list[Any]] = {}
+        self.face: list[list[Any]] = []
         #: the race ops' background calls and counted waits (gate.race_ops)
         self.race = race_ops.RaceState()
         #: the backend whose trace records a ``trace`` step has taken, and
@@ -262,6 +267,7 @@ class ScenarioRun:
         self.errors = []
         self.error_fields = []
         self.extra = {}
+        self.face = []
 
     def check(self, step: dict[str, Any]) -> None:
         """Judge one ``check`` step: a PASS, FAIL or N/A line per its values."""
@@ -310,7 +316,7 @@ class ScenarioRun:
         values.update(reads=self.reads, wrong_reads=self.wrong,
                       published=self.published, last_error=self.last_error,
                       error_offset=self.error_offset, errors=self.errors,
-                      error_fields=self.error_fields,
+                      error_fields=self.error_fields, face=self.face,
                       offset_as_claimed=self.offset_as_claimed)
         if caps.has("op:concurrent"):
             values.update(race_ops.values(self))
@@ -397,6 +403,7 @@ class ScenarioRun:
         self.errors = []
         self.error_fields = []
         self.extra = {}
+        self.face = []
 
 
 #: the fewest demand requests on which a sampled policy's hits are judged

@@ -177,7 +177,7 @@ def test_programs_alone_catch_planted_defects(tmp_path: Path) -> None:
     assert set(row["left_out"]) <= {"op:stream", "op:hold_layer", "pins:count",
                                     "op:prefetch_speculative", "fault:alloc",
                                     "fault:evict_first", "op:reader",
-                                    "op:drain"}
+                                    "op:drain", "op:lifetime", "op:concurrent"}
     for d in PROGRAM_DEFECTS:
         out = tmp_path / f"d{d}"
         bad = _run(out, [], d, plan=PROGRAMS, scenarios=False)["programs"]

@@ -1,0 +1,82 @@
+"""The gate's Python face steps: their words, labels and share of programs."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from xcache.gate.backend_api import Op
+from xcache.gate.backend_factory import EngineBackend, OracleBackend
+from xcache.gate.face_ops import WORDS, words
+from xcache.gate.operations import OPERATIONS, value_needs
+from xcache.gate.programs import _rebuild
+
+
+def test_a_refusal_keeps_the_first_phrase_its_message_holds():
+    """The most specific of the contract's phrases wins; another message keeps ""."""
+    assert words("the hold of these views was released: the slot may show "
+                 "another expert now") == "the hold of these views was released"
+    assert words("expert (0, 1) was released") == "was released"
+    assert words("layer 0 experts [1, 2] were released") == "were released"
+    assert words("hold_layer: layer 0 expert 5 is named twice") == "is named twice"
+    assert words("hold_layer: 9 experts cannot be held at once in 5 slots") == \
+        "cannot be held at once"
+    assert words("the cache is closed") == "the cache is closed"
+    assert words("release of a reference of another cache") == ""
+    assert len(WORDS) == 7
+
+
+def test_every_face_step_needs_the_lifetime_capability():
+    """The six face_* ops need op:lifetime alone, and so does the face value."""
+    face = sorted(op for op in OPERATIONS if op.startswith("face_"))
+    assert face == ["face_drop", "face_get", "face_hold_layer", "face_read",
+                    "face_release", "face_stream"]
+    assert {OPERATIONS[op].needs for op in face} == {("op:lifetime",)}
+    assert value_needs("face") == ("op:lifetime",)
+    assert Op.LIFETIME in EngineBackend.capabilities.ops
+    assert Op.LIFETIME in OracleBackend.capabilities.ops
+
+
+def test_a_face_label_must_be_taken_before_it_is_used():
+    """A shrunk program keeps a face step on a label only after the step taking it."""
+    program = {"name": "p", "container": "k3-mini", "cache": {"n_slots": 6},
+               "steps": []}
+    get = {"op": "face_get", "keys": [0], "label": "f1"}
+    for op in ("face_read", "face_release", "face_drop"):
+        assert _rebuild(program, [{"op": op, "label": "f1"}]) is None
+        assert _rebuild(program, [get, {"op": op, "label": "f1"}]) is not None
+    drop = {"op": "face_drop", "label": "f1"}
+    assert _rebuild(program, [get, drop, {"op": "face_read",
+                                         "label": "f1"}]) is None
+
+
+def test_the_pinned_programs_draw_every_face_step():
+    """Over the 96 pinned programs: how many of each face step, of each with
+    block, and under an armed fault (exact: generation is deterministic)."""
+    from xcache.gate.containers import make_target
+    from xcache.gate.programs import generate, load_programs
+
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"xc-facegen-{os.getpid()}"
+    targets: dict = {}
+    ops: Counter[str] = Counter()
+    withs: Counter[str] = Counter()
+    faulted: Counter[str] = Counter()
+    for row in load_programs():
+        ref = row["container"]
+        if ref not in targets:
+            targets[ref] = make_target(ref, work)
+        program = generate(row["seed"], targets[ref], row["option_set"],
+                           length=row["length"])
+        steps = [s for s in program["steps"] if s["op"] != "check"]
+        for before, s in zip([{}, *steps], steps, strict=False):
+            if s["op"].startswith("face_"):
+                ops[s["op"]] += 1
+                withs[s.get("with", "-")] += 1
+                faulted[s["op"]] += before.get("op") == "inject"
+    assert dict(ops) == {"face_drop": 14, "face_get": 89, "face_hold_layer": 93,
+                         "face_read": 48, "face_release": 65,
+                         "face_stream": 90}
+    assert dict(withs) == {"-": 316, "end": 19, "raise": 19, "release": 19,
+                           "release_raise": 26}
+    assert +faulted == Counter({"face_stream": 24, "face_hold_layer": 15})

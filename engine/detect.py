@@ -29,7 +29,6 @@ from xcache.engine.regular import NotRegularFileError, TooLargeError, read_regul
 
 #: The expert groups :func:`detect` can be asked for (the rules' list).
 GROUPS = rules.GROUPS
-is_mtp = rules.is_mtp
 
 
 def read_config(folder: Path) -> dict[str, Any] | None:
@@ -58,8 +57,8 @@ def detect(path: str | os.PathLike[str], *,
     """Detect the layout from ``config.json`` and the tensor names (docs/LAYOUT.md).
 
     ``group`` is one of :data:`GROUPS` (None: the decoder's, when the names
-    hold a multi-token-prediction group beside it); ``top_k`` is the top-k
-    when the config gives none.
+    hold an encoder's, attention experts' or multi-token-prediction group
+    beside it); ``top_k`` is the top-k when the config gives none.
     """
     p = Path(os.fsdecode(path))
     if container is None:
@@ -85,8 +84,7 @@ def _detect(p: Path, c: Container, group: str | None = None,
     source = ("detected (config.json and tensor names" if config is not None
               else "detected (tensor names")
     if got.groups > 1 or group is not None:
-        source += (", the multi-token-prediction expert group" if got.mtp
-                   else ", the decoder's expert group")
+        source += f", the {rules.GROUP_WORDS[got.group]} expert group"
     if got.top_k_from == "--top-k":
         source += ", top-k given"
     layout = Layout(got.expert_template, got.tensors, got.layers, got.n_experts,

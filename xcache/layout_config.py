@@ -1,5 +1,8 @@
 """The config.json half of the layout rules: keys, per-layer values, MoE layers.
 
+And the layout file that settles what the config leaves open (its lines,
+:func:`layout_text`, and where a refusal says they go, :func:`settle_lines`).
+
 :mod:`xcache.layout_rules` (the one rule set every detector asks) reads a
 checkpoint's config through this module, and re-exports every name of it:
 which keys give the routed experts, the top-k, the layer count and the
@@ -19,10 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["BLOCK_SCOPES", "EXPERT_KEYS", "I32_MAX", "INNER_SCOPES", "LAYER_KEYS",
-           "LAYOUT_FILE", "PER_LAYER_KEYS", "SHARED_KEYS", "TOP_K_KEYS",
-           "PerLayerError", "RuleError", "config_count", "config_get",
-           "config_moe_layers", "config_set", "config_view", "ranges",
-           "top_k_unknown"]
+           "LAYOUT_FILE", "PER_LAYER_KEYS", "SHARED_KEYS", "STACK_LAYER_KEYS",
+           "TOP_K_KEYS", "PerLayerError", "RuleError", "config_count",
+           "config_get", "config_groups", "config_moe_layers", "config_set",
+           "config_view", "layout_path", "layout_text", "ranges",
+           "settle_lines", "top_k_unknown"]
 
 #: Keys giving the routed experts per layer, the first present wins.
 EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts",
@@ -39,6 +43,10 @@ SHARED_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts
 PER_LAYER_KEYS = EXPERT_KEYS + TOP_K_KEYS + SHARED_KEYS
 #: Keys giving the number of decoder layers.
 LAYER_KEYS = ("num_hidden_layers", "n_layers", "num_layers", "n_layer")
+#: An encoder-decoder model's layer count of each stack, read before
+#: :data:`LAYER_KEYS` (T5's ``num_layers`` is then the encoder's).
+STACK_LAYER_KEYS = {"decoder": ("num_decoder_layers", "decoder_layers"),
+                    "encoder": ("num_encoder_layers", "encoder_layers")}
 #: Sub-documents holding a multimodal model's text model, read first.
 INNER_SCOPES = ("text_config", "language_config", "llm_config")
 #: Sub-documents of one block's settings, read after the top level.
@@ -144,7 +152,9 @@ def config_count(config: Mapping[str, Any] | None, keys: Sequence[str],
     not an integer is a RuleError naming ``where`` and the key.  A key of
     :data:`PER_LAYER_KEYS` may give one value per layer (Hunyuan's
     ``moe_topk: [8, 8, ...]``): each is checked, and they must be one value
-    (:func:`_one_value`).
+    (:func:`_one_value`).  A list shorter than the layer count gives one
+    value per expert group (ERNIE-VL's ``moe_num_experts: [64, 64]``, text
+    then vision: :func:`config_groups`): the first group's counts.
     """
     for k in keys:
         got = config_get(config, k)
@@ -153,12 +163,42 @@ def config_count(config: Mapping[str, Any] | None, keys: Sequence[str],
         name, v = got
         if k == "top_k" and v == 0:
             continue
+        if _per_group(config, v):
+            for i, x in enumerate(v):
+                _check_count(x, f"{name}[{i}]", where, lo)
+            return int(v[0]), f"{name}[0]"
         if isinstance(v, list) and v and k in PER_LAYER_KEYS:
             for i, x in enumerate(v):
                 _check_count(x, f"{name}[{i}]", where, lo)
             return _one_value(v, name, where), name
         _check_count(v, name, where, lo)
         return int(v), name
+    return None
+
+
+def _per_group(config: Mapping[str, Any] | None, v: Any) -> bool:
+    """Whether ``v`` is a list shorter than the layer count: one value per group."""
+    n = next((got[1] for k in LAYER_KEYS if (got := config_get(config, k))), None)
+    return isinstance(v, list) and bool(v) and _is_int(n) and len(v) < n
+
+
+def config_groups(config: Mapping[str, Any] | None, keys: Sequence[str],
+                  where: str = "config.json") -> tuple[list[int], str] | None:
+    """(values, key) of the first of ``keys`` when it gives one value per group.
+
+    A multimodal model may give its MoE keys per expert group, as lists
+    shorter than the layer count (ERNIE-VL: text experts 0-63, then vision
+    experts 64-127 in the same names); the first group is the decoder's
+    default (docs/LAYOUT.md "One group").  None when the key is absent or
+    one value.
+    """
+    for k in keys:
+        got = config_get(config, k)
+        if got is not None:
+            if not _per_group(config, got[1]):
+                return None
+            config_count(config, (k,), where)  # each value checked
+            return [int(x) for x in got[1]], got[0]
     return None
 
 
@@ -199,7 +239,8 @@ def _int_list(config: Mapping[str, Any], key: str, where: str
 
 def config_moe_layers(config: Mapping[str, Any] | None,
                       present: Iterable[int] | None = None,
-                      where: str = "config.json") -> tuple[list[int], str] | None:
+                      where: str = "config.json", stack: str = "decoder"
+                      ) -> tuple[list[int], str] | None:
     """The MoE layer ids the config implies (among ``present``), and why; or None.
 
     None when the config gives no layer count.  The layers are the
@@ -212,18 +253,28 @@ def config_moe_layers(config: Mapping[str, Any] | None,
     L % period == offset); dense-first counts drop the first layers
     (``first_k_dense_replace``, ``moe_layer_start_index``, and
     ``moe_layer_end_index`` the last); ``mlp_only_layers`` are dense.
+    ``stack`` "encoder" (an encoder-decoder model's other stack) counts
+    its layers by :data:`STACK_LAYER_KEYS` and keeps every
+    ``encoder_sparse_step``-th alone; a key given per expert group is the
+    first group's (:func:`config_count`).
     """
-    n = config_count(config, LAYER_KEYS, where, lo=0)
+    n = config_count(config, STACK_LAYER_KEYS[stack] + LAYER_KEYS, where, lo=0)
     if n is None:
         return None
     total, why = n[0], [f"{n[1]} {n[0]}"]
     extra = config_count(config, ("num_nextn_predict_layers",), where, lo=0)
-    if extra and extra[0]:
+    if extra and extra[0] and stack == "decoder":
         total += extra[0]
         why.append(f"{extra[1]} {extra[0]}")
     keep = set(present) if present is not None else None
     ids = [x for x in (sorted(keep) if keep is not None else range(total))
            if 0 <= x < total]
+    if stack == "encoder":
+        step = config_count(config, ("encoder_sparse_step",), where)
+        if step is not None:
+            ids = [x for x in ids if not (x + 1) % step[0]]
+            why.append(f"{step[1]} {step[0]}")
+        return ids, ", ".join(why)
     listed = _int_list(config, "moe_layers", where)
     freq = config_get(config, "moe_layer_freq")
     if listed is None and freq is not None and isinstance(freq[1], list):
@@ -257,6 +308,8 @@ def config_moe_layers(config: Mapping[str, Any] | None,
             ids = [x for x in ids if x >= first[0]]
             why.append(f"{first[1]} {first[0]}")
     last = config_get(config, "moe_layer_end_index")
+    if last is not None and _per_group(config, last[1]):
+        last = (f"{last[0]}[0]", last[1][0])
     if last is not None and _is_int(last[1]) and last[1] >= 0:
         ids = [x for x in ids if x <= last[1]]
         why.append(f"{last[0]} {last[1]}")
@@ -265,6 +318,47 @@ def config_moe_layers(config: Mapping[str, Any] | None,
         ids = [x for x in ids if x not in set(only[0])]
         why.append(f"{only[1]} {ranges(only[0])}")
     return ids, ", ".join(why)
+
+
+def layout_path(config_where: str) -> str:
+    """The layout file beside the config named ``config_where``."""
+    head, sep, _ = config_where.rpartition("/")
+    return head + sep + LAYOUT_FILE
+
+
+def settle_lines(config_where: str, text: list[str]) -> str:
+    """The end of a refusal a layout file settles: where, then its lines.
+
+    The refusal stays its first line; a command prints the lines after it
+    on its standard output, before that line (which it prints last, as
+    one line: docs/LAYOUT.md "The layout file").
+    """
+    return (f"; these lines in {layout_path(config_where)} settle it\n"
+            + "\n".join("    " + line for line in text))
+
+
+def _toml_str(s: str) -> str:
+    """``s`` as a TOML basic string."""
+    return '"' + "".join(c if c >= " " and c not in '"\\\x7f' else f"\\u{ord(c):04x}"
+                         for c in s) + '"'
+
+
+def layout_text(d: Any, unsure: Sequence[tuple[str, str, str]] = ()
+                ) -> list[str]:
+    """The lines of a layout file (docs/LAYOUT.md) holding ``d``'s five keys.
+
+    ``d`` is a detected layout (``layout_rules.Detected``, or anything with
+    its five attributes).
+    A key ``unsure`` names (detection could not decide it) ends with
+    its comment.
+    """
+    notes = {key: note for _, key, note in unsure}
+    values = {"expert_template": _toml_str(d.expert_template),
+              "tensors": "[" + ", ".join(map(_toml_str, d.tensors)) + "]",
+              "layers": "[" + ", ".join(map(str, d.layers)) + "]",
+              "n_experts": str(d.n_experts), "top_k": str(d.top_k)}
+    return [f"{k} = {v}" + (f"  # {notes[k]}" if k in notes else "")
+            for k, v in values.items()]
 
 
 def top_k_unknown(where: str, had_config: bool = True) -> str:

@@ -5,40 +5,38 @@ generator's detector (``fixtures.detect``, from names and possibly
 header-less shards), ``from-header``, the engine's detector
 (``engine.detect``, from the table its C reader validated), hence the
 inspector and the gate -- asks this module, so one checkpoint gets one
-answer and one refusal gets one message (docs/LAYOUT.md "Detection").
-Its config half (which keys, where they are looked up, the MoE-layer rule)
-is :mod:`xcache.layout_config`, every name of which it re-exports; the two
-import nothing else of the project (docs/DESIGN.md §2): the engine and the
-generator may both import them.  What only a caller can do stays with it:
-reading files, and the engine's check of fused slices against the byte
-sizes its reader validated.
+answer and one refusal one message.  Its config half (keys, where they are
+looked up, the MoE-layer rule, the layout file's lines) is
+:mod:`xcache.layout_config`, every name of which it re-exports; the two
+import nothing else of the project (docs/DESIGN.md §2).  What only a caller
+can do stays with it: reading files, and the engine's check of fused
+slices against the byte sizes its reader validated.
 
-The rules, all generic (no model is named):
+The rules, all generic (no model is named; docs/LAYOUT.md "Detection"):
 
-* a tensor's *layer* is the number after a layer module component
-  (:data:`LAYER_MODULES`: ``layers.<N>``, ``blocks.<N>``, ``h.<N>``, ...);
-* a *per-expert* tensor has ``experts.<E>.<tensor>`` after its layer, a
+* a tensor's *layer* is the number after a module of :data:`LAYER_MODULES`;
+* a *per-expert* tensor has ``experts.<E>.<tensor>`` after its layer (the
+  number may be glued to a name part of :data:`GLUED`: ``expert_<E>``), a
   *fused* one ``experts.<tensor>`` (or a module of :data:`FUSED_MODULES`):
   one tensor per (layer, part) whose leading dimension holds the experts,
-  ``[E, ...]`` or stacked ``[E*I, ...]`` rows;
+  ``[E, ...]`` or stacked ``[E*I, ...]`` rows; a fused module's vector
+  other than ``[E]`` is not an expert tensor;
 * components of :data:`NOT_ROUTED` (shared experts, routers) are never
-  routed experts; those of :data:`SHARED_MODULES` are the shared experts
-  (:func:`shared_experts`); a group under :data:`MTP_MODULE` is a
-  multi-token-prediction block's, chosen only when asked (:data:`GROUPS`);
-* config keys are read from a multimodal model's text model first
-  (:data:`INNER_SCOPES`), then the top level, then the sub-blocks of
-  :data:`BLOCK_SCOPES` (``ffn_config.moe_top_k``, ``attn_config.kv_n_heads``),
-  each list of aliases in order (:data:`EXPERT_KEYS`, :data:`TOP_K_KEYS`,
-  :data:`LAYER_KEYS`); an expert count or top-k given per layer (a list)
-  counts when its values are one (:data:`PER_LAYER_KEYS`);
-* MoE layers follow :func:`config_moe_layers` (explicit lists, interleave
-  steps, dense-first counts, the dense complement);
+  routed experts; :data:`SHARED_MODULES` are the shared experts;
+* several templates are groups (:func:`group_of`): the decoder's is taken,
+  an encoder's, attention experts' or multi-token-prediction block's only
+  when asked (:data:`GROUPS`);
+* config keys (:mod:`xcache.layout_config`): a list shorter than the layer
+  count is one value per expert group (text, then vision: the first is
+  the decoder's), one as long is one value per layer;
+* every expert of a layout has one size: experts of two sizes in one
+  group's names make a layout of the first (:func:`_one_size`);
 * the top-k is the config's, else the caller's (``--top-k``), else refused.
 
 A refusal a layout file settles (the config and the names disagree, no
-top-k, per-layer values that differ, several candidate groups) ends with
-the lines of that file for this checkpoint (:func:`layout_text`), the keys
-detection could not decide marked by a comment.
+top-k, per-layer values that differ, experts of two sizes, several
+candidate groups) ends with the lines of that file for this checkpoint
+(:func:`layout_text`), the keys detection could not decide commented.
 """
 
 from __future__ import annotations
@@ -56,24 +54,31 @@ from xcache.layout_config import (
     LAYOUT_FILE,
     PER_LAYER_KEYS,
     SHARED_KEYS,
+    STACK_LAYER_KEYS,
     TOP_K_KEYS,
     PerLayerError,
     RuleError,
     config_count,
     config_get,
+    config_groups,
     config_moe_layers,
     config_set,
     config_view,
+    layout_path,
+    layout_text,
     ranges,
+    settle_lines,
     top_k_unknown,
 )
 
-__all__ = ["BLOCK_SCOPES", "EXPERT_KEYS", "FUSED", "FUSED_MODULES", "GROUPS",
-           "I32_MAX", "INNER_SCOPES", "LAYER_KEYS", "LAYER_MODULES", "LAYOUT_FILE",
+__all__ = ["ATTENTION_MODULES", "BLOCK_SCOPES", "ENCODER_MODULE", "EXPERT_KEYS",
+           "FUSED", "FUSED_MODULES", "GROUPS", "GROUP_WORDS", "I32_MAX",
+           "INNER_SCOPES", "LAYER_KEYS", "LAYER_MODULES", "LAYOUT_FILE",
            "MTP_MODULE", "NOT_ROUTED", "PER_EXPERT", "PER_LAYER_KEYS",
-           "SHARED_KEYS", "SHARED_MODULES", "TOP_K_KEYS", "Hit", "PerLayerError",
-           "RuleError", "Shared", "classify", "config_count", "config_get",
-           "config_moe_layers", "config_set", "config_view", "detect", "is_mtp",
+           "SHARED_KEYS", "SHARED_MODULES", "STACK_LAYER_KEYS", "TOP_K_KEYS",
+           "Hit", "PerLayerError", "RuleError", "Shared", "classify",
+           "config_count", "config_get", "config_groups", "config_moe_layers",
+           "config_set", "config_view", "detect", "group_of",
            "layer_of", "layout_path", "layout_text", "ranges", "shared_experts"]
 
 #: One tensor per expert: the template holds ``{expert}``.
@@ -92,8 +97,18 @@ SHARED_MODULES = ("shared_expert", "shared_experts", "shared_mlp")
 NOT_ROUTED = (*SHARED_MODULES, "router", "gate", "e_score_correction_bias")
 #: The module before ``layers.<N>`` that marks a multi-token-prediction block.
 MTP_MODULE = "mtp"
-#: The expert groups detection can be asked for.
-GROUPS = ("decoder", "mtp")
+#: The module before ``layers.<N>`` that marks an encoder-decoder's encoder.
+ENCODER_MODULE = "encoder"
+#: Modules after the layer whose experts are attention heads' (JetMoE's
+#: ``self_attention.experts``), not the feed-forward's.
+ATTENTION_MODULES = ("self_attention", "self_attn", "attention", "attn")
+#: The expert groups detection can be asked for (:func:`group_of`).
+GROUPS = ("decoder", "encoder", "attention", "mtp")
+#: Each group in a sentence: "the decoder's expert group".
+GROUP_WORDS = {"decoder": "decoder's", "encoder": "encoder's",
+               "attention": "attention", "mtp": "multi-token-prediction"}
+#: A name part the expert number is glued to: ``experts.expert_3.wi.weight``.
+GLUED = ("expert_", "expert")
 
 # ---------------------------------------------------------------- names
 
@@ -134,12 +149,14 @@ def classify(name: str) -> Hit | None:
     for j in range(i + 2, len(comps) - 1):
         if comps[j] == "experts":
             nxt = comps[j + 1]
-            if nxt.isdigit():
+            glue = next((g for g in GLUED if nxt.startswith(g)
+                         and nxt[len(g):].isdigit()), "")
+            if nxt[len(glue):].isdigit():
                 if j + 2 >= len(comps):
                     return None
                 return Hit(".".join(head + comps[i + 2:j + 1]
-                                    + ["{expert}", "{tensor}"]), PER_EXPERT,
-                           layer, int(nxt), ".".join(comps[j + 2:]))
+                                    + [glue + "{expert}", "{tensor}"]), PER_EXPERT,
+                           layer, int(nxt[len(glue):]), ".".join(comps[j + 2:]))
             return Hit(".".join(head + comps[i + 2:j + 1] + ["{tensor}"]),
                        FUSED, layer, -1, ".".join(comps[j + 1:]))
     for k in range(i + 2, len(comps)):
@@ -154,9 +171,13 @@ def head_of(template: str) -> str:
     return template.split("{layer}")[0]
 
 
-def is_mtp(template: str) -> bool:
-    """Whether a group's template is a multi-token-prediction block's."""
-    return MTP_MODULE in head_of(template).split(".")
+def group_of(template: str) -> str:
+    """The group of :data:`GROUPS` a template's experts are (docs/LAYOUT.md)."""
+    head = head_of(template).split(".")
+    middle = template.split("{layer}")[1].split(".")
+    return ("mtp" if MTP_MODULE in head else "encoder" if ENCODER_MODULE in head
+            else "attention" if any(c in ATTENTION_MODULES for c in middle)
+            else "decoder")
 
 # ---------------------------------------------------------------- shared experts
 
@@ -164,11 +185,9 @@ def is_mtp(template: str) -> bool:
 class Shared:
     """A layer's shared experts: one pattern of names, never routed.
 
-    ``template`` holds ``{layer}`` and ``{tensor}`` (and ``{expert}`` when
-    the names number them); ``per_layer`` is how many a layer has and
-    ``count_from`` why: a config key (one module may hold several, as
-    DeepSeek's ``n_shared_experts`` widen it), the numbered names, or one
-    module when neither says more.
+    ``per_layer`` is how many a layer has and ``count_from`` why: a config
+    key (one module may hold several), the numbered names (``{expert}``
+    in ``template``), or one module when neither says more.
     """
 
     template: str
@@ -240,7 +259,7 @@ class Detected:
     family: str
     top_k_from: str
     groups: int  # how many expert groups the names hold
-    mtp: bool  # the chosen group is a multi-token-prediction block's
+    group: str  # the chosen group's kind, one of GROUPS
 
 
 def _generic(name: str) -> str:
@@ -289,18 +308,19 @@ def _choose(where: str, groups: dict[str, list[tuple[Hit, Entry]]],
         raise RuleError(f"expert group {group!r}: one of "
                         f"{', '.join(map(repr, GROUPS))}")
     want = group or "decoder"
-    fits = [t for t in groups if is_mtp(t) == (want == "mtp")]
+    fits = [t for t in groups if group_of(t) == want]
     if len(fits) == 1 and (len(groups) > 1 or group is not None):
         return fits[0]
     if len(groups) == 1 and group is None:
         return next(iter(groups))
     lines = []
     for tmpl, hits in sorted(groups.items()):
-        kind = "multi-token prediction, " if is_mtp(tmpl) else ""
+        kind = group_of(tmpl)
+        kind = "" if kind == "decoder" else _word(kind) + ", "
         lines.append(f"{tmpl} ({kind}{hits[0][0].family}, {len(hits)} tensors, "
                      f"layers {ranges(h.layer for h, _ in hits)})")
     said = ("several candidate expert layouts" if len(fits) > 1 else
-            f"no {'multi-token-prediction' if want == 'mtp' else 'decoder'} "
+            f"no {_word(want)} "
             "expert group among the candidates")
     text: list[str] = []
     for tmpl in sorted(fits or groups):
@@ -311,46 +331,12 @@ def _choose(where: str, groups: dict[str, list[tuple[Hit, Entry]]],
         text += [f"# or, for {tmpl}:", *("# " + x for x in got)] if text else got
     raise RuleError(f"{where}: {said}; give a layout file ({LAYOUT_FILE}) to "
                     "choose: " + "; ".join(lines)
-                    + (_settle(config_where, text) if text else ""))
+                    + (settle_lines(config_where, text) if text else ""))
 
 
-def layout_path(config_where: str) -> str:
-    """The layout file beside the config named ``config_where``."""
-    head, sep, _ = config_where.rpartition("/")
-    return head + sep + LAYOUT_FILE
-
-
-def _settle(config_where: str, text: list[str]) -> str:
-    """The end of a refusal a layout file settles: where, then its lines.
-
-    The refusal stays its first line; a command prints the lines after it
-    on its standard output, before that line (which it prints last, as
-    one line: docs/LAYOUT.md "The layout file").
-    """
-    return (f"; these lines in {layout_path(config_where)} settle it\n"
-            + "\n".join("    " + line for line in text))
-
-
-def _toml_str(s: str) -> str:
-    """``s`` as a TOML basic string."""
-    return '"' + "".join(c if c >= " " and c not in '"\\\x7f' else f"\\u{ord(c):04x}"
-                         for c in s) + '"'
-
-
-def layout_text(d: Detected, unsure: Sequence[tuple[str, str, str]] = ()
-                ) -> list[str]:
-    """The lines of a layout file (docs/LAYOUT.md) holding ``d``'s five keys.
-
-    A key ``unsure`` names (detection could not decide it) ends with its
-    comment.
-    """
-    notes = {key: note for _, key, note in unsure}
-    values = {"expert_template": _toml_str(d.expert_template),
-              "tensors": "[" + ", ".join(map(_toml_str, d.tensors)) + "]",
-              "layers": "[" + ", ".join(map(str, d.layers)) + "]",
-              "n_experts": str(d.n_experts), "top_k": str(d.top_k)}
-    return [f"{k} = {v}" + (f"  # {notes[k]}" if k in notes else "")
-            for k, v in values.items()]
+def _word(group: str) -> str:
+    """A group's word in a listing: ``encoder``, ``multi-token-prediction``."""
+    return GROUP_WORDS[group].removesuffix("'s")
 
 
 def _order(entries: list[Entry], parts: list[str]) -> list[str]:
@@ -385,6 +371,12 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
         hit = classify(e.name)
         if hit is not None:
             groups.setdefault(hit.template, []).append((hit, e))
+    try:
+        cfg_n = config_count(config, EXPERT_KEYS, config_where)
+    except RuleError:  # refused by the layout itself, naming the key
+        cfg_n = None
+    groups = {t: got for t, hits in groups.items()
+              if (got := _with_expert_dim(hits, cfg_n and cfg_n[0]))}
     if not groups:
         raise RuleError(_no_experts(where, es, config, config_where))
 
@@ -393,9 +385,26 @@ def detect(config: Mapping[str, Any] | None, entries: Iterable[Entry], *,
 
     got, unsure = fit(_choose(where, groups, group, fit, config_where))
     if unsure:
-        raise RuleError(unsure[0][0] + _settle(config_where,
+        raise RuleError(unsure[0][0] + settle_lines(config_where,
                                                layout_text(got, unsure)))
     return got
+
+
+def _with_expert_dim(hits: list[tuple[Hit, Entry]], n: int | None
+                     ) -> list[tuple[Hit, Entry]]:
+    """A group's tensors that hold the expert dimension (all, unless fused).
+
+    A fused module's vector other than ``[E]`` is the module's own, shared
+    by its experts (an ``experts.bias [H]``).  ``E`` is the config's count,
+    else the one leading dimension of the group's other tensors.
+    """
+    if hits[0][0].family != FUSED:
+        return hits
+    leads = {e.shape[0] for _, e in hits if e.shape is not None and len(e.shape) > 1}
+    n = n or (next(iter(leads)) if len(leads) == 1 else None)
+    return hits if n is None else [
+        (h, e) for h, e in hits
+        if e.shape is None or len(e.shape) != 1 or e.shape[0] == n]
 
 
 def _fit(config: Mapping[str, Any] | None, es: list[Entry],
@@ -426,11 +435,13 @@ def _layout(config: Mapping[str, Any] | None, es: list[Entry],
     settle = f"; give a layout file ({LAYOUT_FILE}) with"
     family = hits[0][0].family
     layers = sorted({h.layer for h, _ in hits})
-    mtp = is_mtp(template)
+    group = group_of(template)
     head = head_of(template)
     present = {la for e in es if e.name.startswith(head)
                and (la := layer_of(e.name)) is not None}
-    implied = None if mtp else config_moe_layers(config, present, config_where)
+    implied = None if group == "mtp" else config_moe_layers(
+        config, present, config_where,
+        "encoder" if group == "encoder" else "decoder")
     if implied is not None and implied[0] != layers:
         unsure.append((
             f"{config_where} and the tensor names disagree on the MoE layers: "
@@ -455,16 +466,23 @@ def _layout(config: Mapping[str, Any] | None, es: list[Entry],
                       for la in layers}
         found = max(max(v) for v in experts_of.values()) + 1
         n = found if cfg_e is None else cfg_e[0]
+        # experts given per group (text 0-63, vision 64-127): the first's;
+        # the names may hold every group's, or the first's alone (a twin)
+        per = config_groups(config, EXPERT_KEYS, config_where)
+        said = (sum(per[0]), f"{per[1]} " + " + ".join(map(str, per[0]))) \
+            if per else (n, cfg_e and cfg_e[1])
         same = all(v == list(range(found)) for v in experts_of.values())
-        if cfg_e is not None and (found > n or (same and found != n)):
+        if cfg_e is not None and (found > said[0]
+                                  or (same and found not in (n, said[0]))):
             have = (f"0-{found - 1} in every layer" if same else
                     ranges(x for v in experts_of.values() for x in v))
             unsure.append((
                 f"{config_where} and the tensor names disagree on the experts "
-                f"per layer: config.json says {n} ({cfg_e[1]}); the names "
+                f"per layer: config.json says {said[0]} ({said[1]}); the names "
                 f"have experts {have}{settle} the experts per layer",
-                "n_experts", f"the names' ({cfg_e[1]}: {n})"))
+                "n_experts", f"the names' ({said[1]}: {said[0]})"))
             n = found
+        n = _one_size(template, by_key, layers, n, parts, unsure)
         lead = by_key.get((layers[0], 0), {})
     _check_complete(template, family, by_key, layers, n, parts)
     order = _order([lead[p] for p in parts if p in lead],
@@ -484,7 +502,36 @@ def _layout(config: Mapping[str, Any] | None, es: list[Entry],
         raise RuleError(f"{config_where}: {k_from} {k} is more than the {n} "
                         "experts per layer")
     return Detected(template, tuple(order), tuple(layers), n, k, family, k_from,
-                    n_groups, mtp)
+                    n_groups, group)
+
+
+def _one_size(template: str, by_key: dict[tuple[int, int], dict[str, Entry]],
+              layers: list[int], n: int, parts: list[str], unsure: Unsure) -> int:
+    """How many experts, from 0, have their layer's expert 0's shapes.
+
+    The engine takes one size: experts of two sizes in one group's names
+    (text then vision experts) make a layout of the first (:data:`Unsure`).
+    """
+    m, said = n, ""
+    for la in layers:
+        ref = by_key.get((la, 0), {})
+        for x in range(1, m):
+            have = by_key.get((la, x), {})
+            odd = next((p for p in parts if p in have and p in ref
+                        and None not in (have[p].shape, ref[p].shape)
+                        and have[p].shape != ref[p].shape), None)
+            if odd is not None:
+                m, said = x, (f"layer {la} expert {x} has {odd} "
+                              f"{_shape_text(have[odd].shape or ())}, expert 0 "
+                              f"{_shape_text(ref[odd].shape or ())}")
+                break
+    if m < n:
+        unsure.append((
+            f"experts of different sizes under {template}: {said}: one layout "
+            f"takes experts 0-{m - 1}; give a layout file ({LAYOUT_FILE}) with "
+            "the experts per layer", "n_experts",
+            f"experts 0-{m - 1}: one size ({m}-{n - 1} another)"))
+    return m
 
 
 def _fused_count(template: str, cfg_e: tuple[int, str] | None,
@@ -507,13 +554,15 @@ def _fused_count(template: str, cfg_e: tuple[int, str] | None,
                 f"{leads or 'unknown'}")
         return leads[0]
     n, key = cfg_e
+    per_group = key.endswith("]")  # stacked rows could be another group's
     for la, e in shaped:
         assert e.shape is not None
-        if not e.shape or e.shape[0] % n:
+        if not e.shape or e.shape[0] % n or (per_group and e.shape[0] != n):
             raise RuleError(
                 f"fused expert tensor {e.name} (layer {la}) has shape "
                 f"{_shape_text(e.shape)}: its leading dimension must be the "
-                f"{n} experts ({key}) or a multiple of them", layer=la)
+                f"{n} experts ({key})" + " or a multiple of them" * (not per_group),
+                layer=la)
     return n
 
 

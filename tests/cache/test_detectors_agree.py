@@ -47,6 +47,15 @@ TWO_GROUPS = {"qwen3-next-80b-a3b": ("model.layers.{layer}.mlp.experts.{expert}"
                                      ".{tensor}",
                                      "mtp.layers.{layer}.mlp.experts.{expert}"
                                      ".{tensor}")}
+#: descriptions with an encoder's or attention experts' group beside the
+#: decoder's MLP experts: (the group, its template, its tensors)
+OTHER_GROUPS = {
+    "switch-base-128": ("encoder", "encoder.block.{layer}.layer.1.mlp.experts."
+                        "expert_{expert}.{tensor}", ("wi.weight", "wo.weight")),
+    "jetmoe-8b": ("attention", "model.layers.{layer}.self_attention.experts."
+                  "{tensor}", ("input_linear.weight", "output_linear.weight"))}
+#: how a Layout's source names each group
+WORDS = {"encoder": "encoder's", "attention": "attention"}
 
 
 
@@ -109,7 +118,7 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         src = realistic.expand(desc, root / path.stem / "src", form="index",
                                layers=moe[:2], experts=4)
         twin = root / path.stem / "twin"
-        from_header(src, twin, scale=0.01)
+        from_header(src, twin, scale=0.01, top_k=realistic.given_top_k(desc))
         out[path.stem] = (src, twin)
     return out
 
@@ -122,7 +131,8 @@ def test_both_detectors_agree_on_every_real_model(twins, model):
     assert detect_dir(twin) == engine_view
     assert engine_view["family"] == MODEL_FAMILY[model]
     # from the index alone the fixtures' detector sees the same layout
-    from_index = detect_dir(src)
+    from_index = detect_dir(src, top_k=realistic.given_top_k(
+        realistic.load(DATA / f"{model}.json")))
     assert from_index["family"] == MODEL_FAMILY[model]
     assert {k: from_index[k] for k in ("expert_template", "layers")} == {
         k: engine_view[k] for k in ("expert_template", "layers")}
@@ -154,6 +164,20 @@ def test_both_detectors_choose_the_decoder_group_and_the_mtp_one_when_asked(
         with pytest.raises((engine.LayoutError, DetectError)) as e:
             ask()
         assert "'both'" in str(e.value) and "mtp" in str(e.value)
+
+
+@pytest.mark.parametrize("model", sorted(OTHER_GROUPS))
+def test_both_detectors_take_an_encoders_or_attention_group_when_asked(twins, model):
+    """Asked for it, both take the other group and say so in the source."""
+    src, twin = twins[model]
+    group, template, tensors = OTHER_GROUPS[model]
+    lay = detect(twin, group=group)
+    assert _engine_view_of(lay) == detect_dir(twin, group=group)
+    assert (lay.expert_template, lay.tensors, lay.n_experts) == (
+        template, tensors, 4)
+    assert lay.source == ("detected (config.json and tensor names, the "
+                          f"{WORDS[group]} expert group)")
+    assert detect(twin).expert_template != template
 
 
 def test_both_detectors_refuse_an_mtp_group_the_names_lack(twins):

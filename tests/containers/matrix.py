@@ -85,7 +85,8 @@ class Cell:
         from xcache.fixtures.from_header import from_header  # noqa: PLC0415
 
         assert self.model is not None
-        ckpt = realistic.expand(DATA / f"{self.model}.json", work / "checkpoint",
+        desc = realistic.load(DATA / f"{self.model}.json")
+        ckpt = realistic.expand(desc, work / "checkpoint",
                                 form="index",
                                 layers=None if self.expand_layers is None
                                 else list(self.expand_layers),
@@ -94,7 +95,8 @@ class Cell:
         with contextlib.redirect_stdout(io.StringIO()):
             from_header(ckpt, twin, scale=self.scale,
                         layers=None if self.layers is None else list(self.layers),
-                        experts=self.experts, group=self.group)
+                        experts=self.experts, group=self.group,
+                        top_k=realistic.given_top_k(desc))  # a config without
         return str(twin)
 
 

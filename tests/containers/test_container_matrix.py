@@ -47,6 +47,9 @@ ALLOWED_SKIPS = {DIRECT_ONLY, "batch-residents-pins", "key-bounds",
                  "check-cross-s3fifo",
                  # shrunk findings: their home's keys, slots and reads
                  "found-stream-victim-hit"}
+#: scenarios a top-1 model (Llama-4-Scout, Switch-Transformers) skips by
+#: their own requirement (two stalled reads at once: 2*k >= 3)
+TOP_1_SKIPS = {"stalled-reads"}
 
 
 def _choose() -> tuple[str, list[Cell]]:
@@ -106,6 +109,7 @@ def test_every_scenario_passes_on_the_cell(cell, tmp_path):
     out = run_cell(cell, tmp_path)
     rerun = f"(chosen by {HOW}; rerun: XC_MATRIX_CELLS={cell.name})"
     assert out.ok, f"{out.line()} {rerun}\n" + "\n".join(out.failed[:10])
-    odd = [s for s, _ in out.skipped if s not in ALLOWED_SKIPS]
+    odd = [s for s, why in out.skipped if s not in ALLOWED_SKIPS
+           and not (s in TOP_1_SKIPS and why.endswith("here k = 1"))]
     assert not odd, f"{cell.name}: unexpected skips {odd} {rerun}"
     assert out.runs >= 39, (out.runs, rerun)

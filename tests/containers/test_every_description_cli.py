@@ -4,7 +4,8 @@ Each description, top level and ``nested/`` (DBRX's config as DBRX writes
 it), goes from the folder a user without the weights holds to an inspected
 twin by the command lines alone, run in process: ``xcache-fixtures
 checkpoint DESC CKPT --layers L`` (index + config), ``xcache-fixtures
-from-header CKPT TWIN --scale auto``, ``xcache-fixtures verify TWIN`` and
+from-header CKPT TWIN --scale auto`` (``--top-k`` where the config names
+none), ``xcache-fixtures verify TWIN`` and
 ``xcache-inspect TWIN``, exit 0 each, no layout file.  ``L`` is the first
 two MoE layers and the dense layer before them if there is one (a whole
 DeepSeek-V3 takes half a minute in from-header alone; these two or three
@@ -28,7 +29,7 @@ from xcache.fixtures import realistic
 from xcache.fixtures.__main__ import main as fixtures_main
 from xcache.fixtures.detect import config_moe_layers, detect_dir
 from xcache.fixtures.layout_file import LAYOUT_FILE
-from xcache.layout_rules import ranges
+from xcache.layout_rules import classify, ranges
 
 DATA = Path(__file__).resolve().parents[2] / "fixtures" / "models"
 DESCRIPTIONS = sorted(DATA.glob("*.json")) + sorted(DATA.glob("nested/*.json"))
@@ -39,6 +40,7 @@ SHARED = {"deepseek-moe-16b": (2, "n_shared_experts 2"),
           "deepseek-v2-lite": (2, "n_shared_experts 2"),
           "deepseek-v3": (1, "n_shared_experts 1"),
           "ernie-4.5-21b-a3b": (2, "moe_num_shared_experts 2"),
+          "ernie-4.5-vl-28b-a3b": (2, "moe_num_shared_experts 2"),
           "glm-4.5-air": (1, "n_shared_experts 1"),
           "hunyuan-a13b-instruct": (1, "num_shared_expert 1"),
           "llama-4-scout-17b-16e": (1, "one module, no config key says more"),
@@ -65,8 +67,8 @@ def _kept(desc: dict) -> list[int]:
 
 
 def test_every_description_is_a_case() -> None:
-    """Both folders' descriptions are here: 23 at the top level, DBRX nested."""
-    assert len(DESCRIPTIONS) == 24
+    """Both folders' descriptions are here: 26 at the top level, DBRX nested."""
+    assert len(DESCRIPTIONS) == 27
     assert DESCRIPTIONS[-1] == DATA / "nested" / "dbrx-base.json"
 
 
@@ -86,15 +88,21 @@ def test_the_four_commands_take_the_description_to_an_inspected_twin(
                           "config.json; ")
     names = json.loads((ckpt / "model.safetensors.index.json").read_text())[
         "weight_map"]
-    want = detect_dir(ckpt)
+    top_k = realistic.given_top_k(desc)  # a config without one: --top-k
+    want = detect_dir(ckpt, top_k=top_k)
     rc, out, err = _run(fixtures_main, ["from-header", str(ckpt), str(twin),
-                                        "--scale", "auto"])
+                                        "--scale", "auto"]
+                        + ["--top-k", str(top_k)] * (top_k is not None))
     assert rc == 0, err
     assert "--scale auto: " in out
     rc, out, err = _run(fixtures_main, ["verify", str(twin)])
     assert (rc, err) == (0, ""), out
+    # every tensor but another expert group's numbered past the layout's
+    # (ERNIE-VL's vision experts 64-127 beside the text experts' layout)
+    past = [n for n in names if (hit := classify(n)) and hit.expert >= want[
+        "n_experts"] and hit.template == want["expert_template"]]
     assert out == (f"OK: {twin} is exactly the from-header:checkpoint container "
-                   f"({len(names)} tensors)\n")
+                   f"({len(names) - len(past)} tensors)\n")
     rc, out, err = _run(inspect_main, [str(twin)])
     assert (rc, err) == (0, ""), out
     lines = out.splitlines()

@@ -119,7 +119,7 @@ def twins(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         src = realistic.expand(DATA / f"{model}.json", root / model / "checkpoint",
                                form="index", layers=layers, experts=experts)
         twin = root / model / "twin"
-        from_header(src, twin, scale=0.01)
+        from_header(src, twin, scale=0.01, top_k=_given(model))
         out[model] = (src, twin)
     return out
 
@@ -132,6 +132,11 @@ FAMILY = {"mixtral-8x7b": "per-expert", "qwen2-moe-lm": "per-expert",
 
 
 _from_expect()
+
+
+def _given(model: str) -> int | None:
+    """The top-k a user gives the model's checkpoint (its config names none)."""
+    return realistic.given_top_k(realistic.load(DATA / f"{model}.json"))
 
 
 def _expected(model: str) -> dict:
@@ -151,7 +156,7 @@ def test_both_detectors_agree_on_the_checkpoint_and_its_twin(model, twins):
     if model in TWO_GROUPS:  # the names hold an MTP block's group too
         assert "mtp.layers.0.mlp.experts.0.up_proj.weight" in json.loads(
             (src / "model.safetensors.index.json").read_text())["weight_map"]
-    got_src = detect_dir(src)
+    got_src = detect_dir(src, top_k=_given(model))
     # from an index alone the fixtures order tensors by name; from headers by
     # (shard, offset) as the engine does, so the sets agree and the twin's
     # order is the one the cache uses

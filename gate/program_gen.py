@@ -59,24 +59,28 @@ class _Gen:
         self.stream: tuple[str, int] | None = None  # open label, keys
         self.face: dict[str, int] = {}  # face label -> holds it may keep
         self.face_released: list[str] = []  # face labels given back
+        self.face_serial = 0  # face labels have their own numbers
         self.serial = 0
         # a small hot set makes hits, the rest of the keys misses
         self.hot = rng.sample(range(self.n_keys), min(self.n_keys, 2 * self.k))
 
     # -- helpers -------------------------------------------------------------
 
-    def key(self) -> int:
-        """A flat key index: mostly from the hot set."""
-        if self.rng.random() < 0.6:
-            return self.rng.choice(self.hot)
-        return self.rng.randrange(self.n_keys)
+    def key(self, rng: random.Random | None = None) -> int:
+        """A flat key index: mostly from the hot set (drawn from ``rng``,
+        default the program's)."""
+        rng = rng or self.rng
+        if rng.random() < 0.6:
+            return rng.choice(self.hot)
+        return rng.randrange(self.n_keys)
 
-    def keys(self, most: int) -> list[int]:
+    def keys(self, most: int, rng: random.Random | None = None) -> list[int]:
         """One to ``most`` distinct flat key indices."""
-        n = self.rng.randint(1, max(1, min(most, self.n_keys)))
+        rng = rng or self.rng
+        n = rng.randint(1, max(1, min(most, self.n_keys)))
         out: list[int] = []
         while len(out) < n:
-            k = self.key()
+            k = self.key(rng)
             if k not in out:
                 out.append(k)
         return out
@@ -319,15 +323,32 @@ class _Gen:
             self.add(st)
 
     def op_face(self, rng: random.Random) -> None:
-        """One step of the Python face (gate/face_ops.py), drawn from ``rng``.
+        """A few steps of the Python face (gate/face_ops.py), drawn from ``rng``.
 
         Held experts, layer holds and streams taken (some in a ``with``
         block left by an exception), read, released (again: misuse) or
         dropped; a layer hold naming an expert twice or more experts than
         slots; a stream or layer hold under an armed fault (two failed
         reads: which error, and when).  Streams only without readers (the
-        order they yield in is then fixed).
+        order they yield in is then fixed).  What the steps still hold at
+        the end is released or dropped, so the slots the operations drawn
+        after them see free are those they saw before the face had steps
+        (and they are drawn the same); the labels given back stay, for a
+        read or a release again later.
         """
+        for _ in range(rng.randint(1, 2)):
+            self.face_action(rng)
+        for label in sorted(self.face):
+            held = self.face.pop(label)
+            if held and rng.random() < 0.2:
+                self.add({"op": "face_drop", "label": label})
+                continue
+            self.face_released.append(label)
+            if held:
+                self.add({"op": "face_release", "label": label})
+
+    def face_action(self, rng: random.Random) -> None:
+        """One step of :meth:`op_face`."""
         what = rng.choices(["get", "hold_layer", "stream", "read", "release",
                             "drop", "fault"], [3, 3, 3, 2, 3, 1, 2])[0]
         serial = not self.readers and not self.opts.get("direct")
@@ -369,9 +390,11 @@ class _Gen:
         most = min(self.k + 1, self.E, self.room() - 1)
         if most < 1:
             return
-        step: dict[str, Any] = {"op": "face_" + what, "label": self.label("f")}
+        self.face_serial += 1
+        step: dict[str, Any] = {"op": "face_" + what,
+                                "label": f"f{self.face_serial}"}
         if what == "get":
-            step["keys"] = self.keys(min(2, most))
+            step["keys"] = self.keys(min(2, most), rng)
         elif what == "hold_layer":
             base = rng.randrange(len(self.layers)) * self.E
             experts = rng.sample(range(self.E), rng.randint(1, most))
@@ -381,7 +404,7 @@ class _Gen:
                 experts = [e % self.E for e in range(self.n_slots + 1)]
             step["keys"] = [base + e for e in experts]
         else:
-            step["keys"] = self.keys(most)
+            step["keys"] = self.keys(most, rng)
             if rng.random() < 0.5:
                 step["count"] = rng.randint(0, len(step["keys"]))
             if rng.random() < 0.5:
@@ -405,7 +428,7 @@ class _Gen:
 
 
 #: The share of a program's operations a step of the Python face follows.
-FACE_SHARE = 0.25
+FACE_SHARE = 0.2
 
 #: Operation -> weight in a program (sums need not be 100).
 _WEIGHTS: dict[str, int] = {

@@ -74,9 +74,51 @@ def test_the_pinned_programs_draw_every_face_step():
                 ops[s["op"]] += 1
                 withs[s.get("with", "-")] += 1
                 faulted[s["op"]] += before.get("op") == "inject"
-    assert dict(ops) == {"face_drop": 14, "face_get": 89, "face_hold_layer": 93,
-                         "face_read": 48, "face_release": 65,
-                         "face_stream": 90}
-    assert dict(withs) == {"-": 316, "end": 19, "raise": 19, "release": 19,
-                           "release_raise": 26}
-    assert +faulted == Counter({"face_stream": 24, "face_hold_layer": 15})
+    assert dict(ops) == {"face_drop": 48, "face_get": 115,
+                         "face_hold_layer": 140, "face_read": 40,
+                         "face_release": 246, "face_stream": 110}
+    assert dict(withs) == {"-": 579, "end": 27, "raise": 27, "release": 32,
+                           "release_raise": 34}
+    assert +faulted == Counter({"face_stream": 25, "face_hold_layer": 24})
+
+
+def _without_face(steps: list[dict]) -> list[dict]:
+    """A program's operation steps less the face's (its steps, and the
+    faults armed for one and cleared after it)."""
+    ops = [s for s in steps if s["op"] != "check"]
+    out = []
+    for i, s in enumerate(ops):
+        then = s.get("then", "")
+        if s["op"].startswith("face_") or (
+                s["op"] == "inject" and (then.startswith("face_") or (
+                    then == "inject" and
+                    ops[i + 1].get("then", "").startswith("face_")))) or (
+                s["op"] == "clear" and ops[i - 1]["op"].startswith("face_")):
+            continue
+        out.append(s)
+    return out
+
+
+def test_the_face_steps_leave_the_other_steps_as_drawn(monkeypatch):
+    """With the face's steps taken out, every pinned program is the one drawn
+    with no face step at all (its own generator, its holds given back)."""
+    from xcache.gate import program_gen
+    from xcache.gate.containers import make_target
+    from xcache.gate.programs import generate, load_programs
+
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"xc-facegen-{os.getpid()}"
+    targets: dict = {}
+    rows = load_programs()
+    for row in rows:
+        ref = row["container"]
+        if ref not in targets:
+            targets[ref] = make_target(ref, work)
+    drawn = [generate(r["seed"], targets[r["container"]], r["option_set"],
+                      length=r["length"]) for r in rows]
+    monkeypatch.setattr(program_gen, "FACE_SHARE", 0.0)
+    for row, program in zip(rows, drawn, strict=True):
+        plain = generate(row["seed"], targets[row["container"]],
+                         row["option_set"], length=row["length"])
+        assert not any(s["op"].startswith("face_") for s in plain["steps"])
+        assert plain["cache"] == program["cache"]
+        assert _without_face(program["steps"]) == _without_face(plain["steps"])

@@ -31,9 +31,9 @@ from xcache.layout_rules import config_view
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "fixtures" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
-SCENARIO_RUNS = 77
+SCENARIO_RUNS = 83
 #: the scenario files those runs come from (one line each in the output)
-SCENARIOS = 58
+SCENARIOS = 64
 #: scenarios written for their home container's keys (the programs' shrunk
 #: findings and the hold_layer refusals, and check-cross-s3fifo's five
 #: slots filled as written): a twin may lack those keys or that top-k

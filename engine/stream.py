@@ -107,7 +107,11 @@ class Stream:
                     _lib.check(rc)
                 except EngineError as e:  # the stream goes on; raised last
                     if self._error is None:
-                        self._error = e
+                        # kept without its traceback: that holds this frame,
+                        # whose ``ref`` becomes the next yielded expert's, and
+                        # ``self``: a cycle only the cyclic collector would
+                        # break, the hold kept until it runs
+                        self._error = e.with_traceback(None)
                     continue
             return Expert(cache, ref, self._keys[self._index[0]])
 

@@ -111,7 +111,10 @@ def test_planted_short_read_bug_is_caught(tmp_path):
 
     p = _replay("--engine-src", str(cand), out)
     assert p.returncode == 2
-    assert "changed   csrc/xc_slot.c" in p.stderr
+    assert p.stderr.startswith("CANNOT RUN: pinned source digests do not match ")
+    assert "changed csrc/xc_slot.c; re-pin deliberately" in p.stderr
+    assert p.stderr.count("\n") == 1  # one line; the list is on stdout
+    assert "  changed   csrc/xc_slot.c" in p.stdout
     assert "Built" not in p.stdout  # never built
 
     p = _replay("--engine-src", str(cand), "--repin")

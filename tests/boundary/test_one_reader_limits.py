@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.boundary.test_one_writer_one_reader import _argv, _inputs
+from tests.boundary.cli_walk import _argv, _inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "hunt" / "fuzz" / "corpus-tools" / "seed"

@@ -90,9 +90,20 @@ def _scattered(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
 
 
 def _key_at(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
-    """``key`` (a flat index) and ``at`` (and the scattered need)."""
-    return {"key": ctx.key(step["key"]), "at": ctx.value(step.get("at", 0)),
-            **_scattered(ctx, step)}
+    """``key`` (a flat index), ``at`` and ``piece`` (the index in the key's
+    pieces of the one whose shard the step changes; absent: the first in
+    file order), and the scattered need."""
+    key = ctx.key(step["key"])
+    out = {"key": key, "at": ctx.value(step.get("at", 0)),
+           **_scattered(ctx, step)}
+    if "piece" in step:
+        n = len(ctx.target.pieces(*key))
+        i = ctx.value(step["piece"])
+        if not 0 <= i < n:
+            raise ctx.fail(f"{step['op']} piece {i}: the key has pieces "
+                           f"0..{n - 1}")
+        out["piece"] = i
+    return out
 
 
 def _counts(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:

@@ -193,9 +193,10 @@ def _replace(run: Any, step: dict[str, Any]) -> None:
 
 
 def _truncate(run: Any, step: dict[str, Any]) -> None:
-    """Cut the shard holding the key's first bytes (in file order) there,
-    or ``at`` bytes into that first piece (capped at its last byte)."""
-    first = run.first_piece(step["key"])
+    """Cut the shard holding the key's first bytes (in file order), or its
+    ``piece``, there, or ``at`` bytes into that piece (capped at its last
+    byte)."""
+    first = run.changed_piece(step)
     path = run.scratch / Path(first.shard).name
     if path.is_symlink():
         raise run.fail(f"{path} would be "
@@ -206,8 +207,9 @@ def _truncate(run: Any, step: dict[str, Any]) -> None:
 
 
 def _shard_in_place(run: Any, step: dict[str, Any]) -> Path:
-    """The shard holding the step's key's first bytes, a private copy."""
-    path = run.scratch / Path(run.first_piece(step["key"]).shard).name
+    """The shard holding the step's key's first bytes (or its ``piece``),
+    a private copy."""
+    path = run.scratch / Path(run.changed_piece(step).shard).name
     if path.is_symlink():
         raise run.fail(f"{path} would be "
                         f"changed through a symlink by a {step['op']} step")
@@ -241,10 +243,11 @@ def _touch(run: Any, step: dict[str, Any]) -> None:
 
 
 def _rewrite(run: Any, step: dict[str, Any]) -> None:
-    """Rewrite the key's first piece in place (every byte inverted): the same
-    file and size; with ``keep_mtime`` its mtime is put back afterwards
-    (``utime``), so only the ctime tells (docs/LAYOUT.md, faults F27)."""
-    first = run.first_piece(step["key"])
+    """Rewrite the key's first piece (or its ``piece``) in place (every byte
+    inverted): the same file and size; with ``keep_mtime`` its mtime is put
+    back afterwards (``utime``), so only the ctime tells (docs/LAYOUT.md,
+    faults F27)."""
+    first = run.changed_piece(step)
     path = _shard_in_place(run, step)
     st = os.stat(path)
     fd = os.open(path, os.O_RDWR)

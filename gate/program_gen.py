@@ -63,6 +63,7 @@ class _Gen:
         self.serial = 0
         # a small hot set makes hits, the rest of the keys misses
         self.hot = rng.sample(range(self.n_keys), min(self.n_keys, 2 * self.k))
+        self.target = target
 
     # -- helpers -------------------------------------------------------------
 
@@ -285,10 +286,26 @@ class _Gen:
         self.add({"op": "clear"})
         return None
 
+    def piece(self, key: int, rng: random.Random) -> dict[str, Any]:
+        """Which of ``key``'s pieces a file change acts on, drawn from
+        ``rng`` over all of them (``{}``: the first in file order, 30 % of
+        the time): a shard other than the first one's of an expert that
+        lies across shards, a tensor other than the first."""
+        pieces = self.target.pieces(self.layers[key // self.E], key % self.E)
+        if len(pieces) < 2 or rng.random() < 0.3:
+            return {}
+        # a shard first (the expert's own, each as likely), then its piece
+        shards = sorted({p.shard for p in pieces})
+        shard = rng.choice(shards)
+        return {"piece": rng.choice([i for i, p in enumerate(pieces)
+                                     if p.shard == shard])}
+
     def op_truncate(self) -> None:
         k = self.key()
+        # the piece from a generator of its own: the draws after it stay
+        piece = self.piece(k, random.Random(f"{self.rng.random()}/piece"))
         self.add({"op": "truncate", "key": k, "then": "get",
-                  "at": self.rng.choice([0, 1, 100, 4096])})
+                  "at": self.rng.choice([0, 1, 100, 4096]), **piece})
         self.add({"op": "get", "keys": [k]})
 
     def op_replace(self) -> None:
@@ -417,14 +434,17 @@ class _Gen:
         self.add(step)
 
     def op_file_time(self, rng: random.Random) -> None:
-        """With verify: a shard's mtime moved alone, or rewritten in place
-        with its mtime put back, then gets (refused: changed)."""
+        """With verify: a shard's mtime moved alone, or a piece rewritten in
+        place with its mtime put back (the shard of any of the key's pieces,
+        :meth:`piece`), then gets and a getmany (refused: changed)."""
         k = self.key()
         step: dict[str, Any] = ({"op": "touch", "key": k} if rng.random() < 0.5
                                 else {"op": "rewrite", "key": k,
                                       "keep_mtime": True})
-        self.add({**step, "then": "get"})
-        self.add({"op": "get", "keys": [k, *self.keys(1)]})
+        self.add({**step, **self.piece(k, rng), "then": "get"})
+        self.add({"op": "get", "keys": [k, *self.keys(1, rng)], "then": "getmany"})
+        # more loads, so that experts not yet resident meet the change too
+        self.add({"op": "getmany", "keys": self.keys(self.k + 1, rng)})
 
 
 #: The share of a program's operations a step of the Python face follows.
@@ -470,6 +490,9 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         if face.random() < FACE_SHARE:
             gen.op_face(face)
     gen.op_stream_rest()
+    if opts.get("verify"):  # a verified cache always meets a file changed
+        gen.op_file_time(random.Random(
+            f"{seed}/{target.ref}/{option_set}/{policy}/file"))
     tail = rng.random()
     if tail < 0.25:
         gen.op_truncate()
@@ -483,8 +506,8 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         held = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/held")
         if held.random() < 0.5:
             gen.op_held_read(held)
-        if opts.get("verify") and held.random() < 0.5:
-            gen.op_file_time(held)
+        if opts.get("verify"):
+            held.random()  # (the draw that once decided a change here)
     return {
         "name": f"program-{target.ref}-{option_set}-{seed}",
         "title": f"generated program: seed {seed}, {target.ref}, "

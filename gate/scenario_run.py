@@ -128,6 +128,15 @@ class ScenarioRun:
         """The piece of ``key`` that comes first in file order."""
         return min(self.target.pieces(*key), key=lambda p: (p.shard, p.offset))
 
+    def changed_piece(self, step: dict[str, Any]) -> Any:
+        """The piece a file-changing step (truncate, touch, rewrite) acts on:
+        its ``piece`` (an index in the key's pieces), else the first in
+        file order."""
+        key = step["key"]
+        if "piece" in step:
+            return self.target.pieces(*key)[step["piece"]]
+        return self.first_piece(key)
+
     def fail(self, message: str) -> CannotRun:
         """The error for a step this scenario cannot run (to raise), naming it."""
         return CannotRun(f"scenario {self.sc['name']}: {message}")

@@ -27,6 +27,7 @@ const xc_io *xc_fault_io(const xc_fault *f);
 int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
                  int64_t arg, const char *path_filter);
 int xc_fault_place(xc_fault *f, uint64_t at);
+int xc_fault_progress(xc_fault *f, uint64_t bytes);
 void xc_fault_disarm(xc_fault *f);
 uint64_t xc_fault_reads(const xc_fault *f);
 uint64_t xc_fault_fired(const xc_fault *f);

@@ -23,7 +23,26 @@ KINDS: dict[str, int] = {
     "eintr": 4,    # the pread fails with EINTR (the loop must retry)
     "delay": 5,    # sleep `arg` microseconds, then read normally
     "stall": 6,    # block until release() (or disarm), at most `arg` us
+    "eagain": 7,   # the pread fails with EAGAIN (retried as EINTR is)
+    # `arg` (>= 1) preads in a row fail with EINTR / EAGAIN, then one reads
+    # at most `progress` bytes; persistent: the cycle repeats
+    "eintr_burst": 8,
+    "eagain_burst": 9,
+    # page-cache copies (pread_nowait calls only, never preads)
+    "nowait_partial": 10,  # copies at most `arg` bytes: the rest is not cached
+    "nowait_eagain": 11,   # EAGAIN: the first byte is not cached
+    "nowait_eof": 12,      # copies nothing: the file seems to end there
+    "nowait_eio": 13,      # fails with EIO (an errno that cannot tell)
 }
+
+#: The kinds that meet the loader's page-cache copies (``pread_nowait``)
+#: instead of preads.  While one is armed, every other copy is whole (as if
+#: the page cache held the file, short only at its real end); while none
+#: is, the injector cannot tell (EOPNOTSUPP) and every piece is preaded.
+NOWAIT_KINDS = frozenset(k for k in KINDS if k.startswith("nowait_"))
+
+#: The kinds that interleave bursts of interrupts with progress.
+BURST_KINDS = frozenset({"eintr_burst", "eagain_burst"})
 
 #: The bound of a stall armed without one: it ends by itself after this.
 STALL_BOUND_US = 10_000_000
@@ -33,10 +52,13 @@ STALL_BOUND_US = 10_000_000
 class Fault:
     """One armed fault: which kind, at which matching read, for how long.
 
-    ``arg`` is bytes for ``partial``, microseconds for ``delay`` and the
-    bound of a ``stall`` (0: :data:`STALL_BOUND_US`).  ``at`` places it:
-    only preads covering that byte of a matching file count, and a placed
-    ``partial`` returns the bytes before it (``xc_fault_place``).
+    ``arg`` is bytes for ``partial`` and ``nowait_partial``, microseconds
+    for ``delay`` and the bound of a ``stall`` (0: :data:`STALL_BOUND_US`),
+    the interrupts in a row of a burst.  ``progress`` is the most bytes the
+    pread after each burst returns (0: as asked).  ``at`` places it: only
+    preads covering that byte of a matching file count, and a placed
+    ``partial`` returns the bytes before it (``xc_fault_place``; kinds
+    ``partial`` to ``eagain`` only).
     """
 
     kind: str
@@ -45,6 +67,7 @@ class Fault:
     arg: int = 0
     path_filter: str = ""
     at: int | None = None
+    progress: int = 0
 
 
 class IOFaults:
@@ -86,6 +109,10 @@ class IOFaults:
         _lib.check(_lib.lib().xc_fault_arm(self._ptr, KINDS[fault.kind],
                                            fault.nth, int(fault.persistent),
                                            arg, flt))
+        if fault.progress:
+            if fault.progress < 0:
+                raise ValueError(f"burst progress {fault.progress}: below 0")
+            _lib.check(_lib.lib().xc_fault_progress(self._ptr, fault.progress))
         if fault.at is not None:
             if fault.at < 0:
                 raise ValueError(f"fault placed at byte {fault.at}: below 0")
@@ -133,7 +160,8 @@ class IOFaults:
 
     @property
     def reads(self) -> int:
-        """Matching preads since the fault was armed."""
+        """Matching preads (page-cache copies, for a ``nowait_`` kind) since
+        the fault was armed."""
         self._require_open()
         return int(_lib.lib().xc_fault_reads(self._ptr))
 

@@ -318,7 +318,9 @@ def option_needs(opts: dict[str, Any]) -> list[str]:
 
 
 #: The fault kinds an ``inject`` step may arm (faults/io.py).
-FAULT_KINDS = ("eof", "eio", "eintr", "partial", "delay", "stall")
+FAULT_KINDS = ("eof", "eio", "eintr", "partial", "delay", "stall", "eagain",
+               "eintr_burst", "eagain_burst", "nowait_partial",
+               "nowait_eagain", "nowait_eof", "nowait_eio")
 
 
 def holding(slots: list[tuple[Any, int]]) -> list[list[int]]:

@@ -331,6 +331,7 @@ class EngineBackend(Backend):
         which.arm(Fault(step["fault"], nth=step.get("nth", 1),
                         persistent=step.get("persistent", False),
                         arg=step.get("arg", 0),
+                        progress=step.get("progress", 0),
                         path_filter=Path(place["path"]).name if place else "",
                         at=place["offset"] if place else None))
 

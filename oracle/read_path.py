@@ -30,6 +30,9 @@ from xcache.oracle.safetensors import Container
 #: A key: (layer id, expert).
 Key = tuple[int, int]
 
+#: Faults that interleave bursts of interrupted preads with progress.
+_BURSTS = {"eintr_burst": "eintr", "eagain_burst": "eagain"}
+
 
 class ReadPath:
     """The modelled reads of one :class:`oracle.reading_cache.ReadingCache`.
@@ -71,15 +74,18 @@ class ReadPath:
         modelled injectors (faults/io.py, xc_fault.c).
 
         Returns how many bytes it may return (``want``, or fewer for a
-        ``partial`` fault), or ``"eof"``, ``"eio"`` or ``"eintr"``.  A fault
-        counts the preads that reach it from its arming -- a placed one only
-        those of its file covering its byte, a placed partial returning the
-        bytes before it; the first injector's EOF, EIO or EINTR never
-        reaches the second.
+        ``partial`` fault or a burst's progress), or ``"eof"``, ``"eio"``,
+        ``"eintr"`` or ``"eagain"``.  A fault counts the preads that reach
+        it from its arming -- a placed one only those of its file covering
+        its byte, a placed partial returning the bytes before it; the first
+        injector's EOF, EIO or EINTR never reaches the second.  A burst of
+        ``arg`` fails that many preads in a row from its nth, then lets one
+        read at most ``progress`` bytes (0: as asked); persistent, the cycle
+        repeats.  Page-cache faults (``nowait_*``) count no pread.
         """
         limit = want
         for f in self.faults:
-            if f is None:
+            if f is None or f["fault"].startswith("nowait_"):
                 continue
             place = f.get("place")
             if place is not None:
@@ -89,20 +95,60 @@ class ReadPath:
                         (f["fault"] == "partial" and at == pos):
                     continue
             f["reads"] += 1
-            if not (f["reads"] == f["nth"] or
-                    (f["persistent"] and f["reads"] > f["nth"])):
+            pos = f["reads"] - f["nth"]
+            burst = _BURSTS.get(f["fault"])
+            if pos < 0 or (not f["persistent"] and
+                           pos > (f["arg"] if burst else 0)):
                 continue
             f["fired"] = f.get("fired", 0) + 1
             if f["fault"] == "stall":  # the read goes on; it ends later
                 self._stalled_now = True
                 continue
-            if f["fault"] in ("eof", "eio", "eintr"):
+            if burst is not None:
+                if pos % (f["arg"] + 1) < f["arg"]:
+                    return burst
+                if 0 < f.get("progress", 0) < limit:
+                    limit = int(f["progress"])
+                continue
+            if f["fault"] in ("eof", "eio", "eintr", "eagain"):
                 return str(f["fault"])
             if f["fault"] == "partial" and place is not None:
                 limit = min(limit, place[1] - pos)
             elif f["fault"] == "partial" and 0 <= f["arg"] < limit:
                 limit = int(f["arg"])
         return limit
+
+    def _nowait(self, want: int, shard: str, pos: int) -> int | str:
+        """The loader's page-cache copy of a buffered piece (``pread_nowait``
+        through the modelled injectors, xc_fault.c): the bytes it copies, or
+        ``"eagain"``, ``"eio"`` or ``"unsupported"``.
+
+        The first injector with a ``nowait_*`` fault armed answers: the call
+        that meets it (its nth, or any after it if persistent) copies at
+        most ``arg`` bytes, fails EAGAIN or EIO, or copies nothing (EOF);
+        every other copy is whole up to the real end of file.  With none
+        armed the injectors cannot tell.
+        """
+        for f in self.faults:
+            if f is None or not f["fault"].startswith("nowait_"):
+                continue
+            f["reads"] += 1
+            limit = want
+            if f["reads"] == f["nth"] or (f["persistent"] and
+                                          f["reads"] > f["nth"]):
+                f["fired"] = f.get("fired", 0) + 1
+                kind = f["fault"][len("nowait_"):]
+                if kind in ("eagain", "eio"):
+                    return kind
+                limit = 0 if kind == "eof" else min(want, int(f["arg"]))
+            size = os.fstat(self.fds[shard][0]).st_size
+            return max(0, min(limit, size - pos))
+        return "unsupported"
+
+    def _nowait_armed(self) -> bool:
+        """Whether a page-cache fault is armed (then every copy is modelled)."""
+        return any(f is not None and f["fault"].startswith("nowait_")
+                   for f in self.faults)
 
     def _steady_limit(self) -> int | None:
         """The limit every further pread has, when only a persistent partial
@@ -113,8 +159,12 @@ class ReadPath:
         """
         limit = None
         for f in self.faults:
-            if f is None or f["fault"] in ("delay", "stall"):
+            if f is None or f["fault"] in ("delay", "stall") or \
+                    f["fault"].startswith("nowait_"):
                 continue
+            if f["fault"] in _BURSTS and (f["persistent"] or
+                                          f["reads"] <= f["nth"] + f["arg"]):
+                return None  # interrupts still to come
             if f.get("place") is not None and (f["persistent"] or
                                                 f["reads"] < f["nth"]):
                 return None  # meets only the preads over its byte
@@ -131,7 +181,9 @@ class ReadPath:
         """Whether no armed fault can act on a further pread (none is armed,
         or each is a delay, or has fired once and is not persistent)."""
         return all(f is None or f["fault"] == "delay" or
-                   (not f["persistent"] and f["reads"] >= f["nth"])
+                   (not f["persistent"] and not f["fault"].startswith("nowait_")
+                    and f["reads"] >= f["nth"] + (f["arg"] if f["fault"]
+                                                  in _BURSTS else 0))
                    for f in self.faults)
 
     def _read_runs(self, reads: list[tuple[str, int, int]], key: Key
@@ -202,7 +254,7 @@ class ReadPath:
                     return None, "short"
                 return bytes(buf + data), None
             r = self._pread(n - len(buf), shard, offset + len(buf))
-            if r == "eintr":
+            if r in ("eintr", "eagain"):
                 retries += 1
                 if retries < IO_MAX_RETRIES:
                     continue
@@ -274,6 +326,11 @@ class ReadPath:
         for shard, offset, nbytes in reads:
             fd, _ = self.fds[shard]
             self.asked[(layer, expert)] += nbytes
+            # the page-cache copy first (xc_load.c read_piece): whole, the
+            # piece is read; else all of it again through the read loop
+            if nbytes and self._nowait(nbytes, shard, offset) == nbytes:
+                parts.append(os.pread(fd, nbytes, offset))
+                continue
             data, failure = self._read_full(fd, offset, nbytes, shard)
             if failure is not None:
                 return self._end_load([shard], None, failure)
@@ -359,7 +416,7 @@ def _read_window(backend: ReadPath, fd: int, offset: int, n: int,
     size = os.fstat(fd).st_size
     while len(buf) < n:
         r = backend._pread(n - len(buf), shard, offset + len(buf))
-        if r == "eintr":
+        if r in ("eintr", "eagain"):
             retries += 1
             if retries < IO_MAX_RETRIES:
                 continue

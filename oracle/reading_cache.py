@@ -541,6 +541,7 @@ class ReadingCache(ReadPath):
             "fault": step["fault"], "nth": step.get("nth", 1),
             "persistent": step.get("persistent", False),
             "arg": step.get("arg", 0), "reads": 0, "fired": 0,
+            "progress": step.get("progress", 0),
             # placed: (the shard's file name, the byte's offset in it)
             "place": None if place is None else (
                 Path(place["path"]).name, int(place["offset"]))}

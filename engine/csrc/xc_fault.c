@@ -27,6 +27,17 @@
  * sleeping, and a stall nobody releases still ends.  xc_fault_stalled says
  * how many preads are blocked now: the test knows the read has begun (its
  * slot reserved, INFLIGHT) before it makes the call that races it.
+ *
+ * A *burst* (XC_FAULT_EINTR_BURST, XC_FAULT_EAGAIN_BURST) interleaves arg
+ * interrupted preads in a row with a pread that makes some progress, so a
+ * read meets more interrupts in total than the read loop's retry budget
+ * but never that many in a row.  The *page-cache* kinds (XC_FAULT_NOWAIT_*)
+ * meet the optional pread_nowait calls the loader makes before a piece's
+ * preads, never preads: a partial copy, EAGAIN, a copy that meets end of
+ * file, another errno.  While one is armed every other pread_nowait copies
+ * as if the page cache held the file; while none is, pread_nowait answers
+ * -EOPNOTSUPP ("cannot tell"), so the loader reads every piece with pread
+ * and the pread faults count the same preads as without the hook.
  */
 #ifndef XC_TEST_SEAMS
 #error "xc_fault.c is a test seam: it is compiled into the instrumented build only (-DXC_TEST_SEAMS; engine/_build.py SEAM_SOURCES)"
@@ -47,6 +58,8 @@ typedef struct handle_path {
 struct xc_fault {
     xc_io vt;             /* our vtable; vt.ctx points back here */
     xc_io inner;          /* copied at open */
+    xc_io base;           /* the innermost vtable (no injector): copies */
+    int inner_is_fault;   /* inner is another injector's vtable */
     pthread_mutex_t mu;
     handle_path *handles; /* open handles and their paths */
     size_t n_handles, cap_handles;
@@ -56,6 +69,7 @@ struct xc_fault {
     uint64_t nth;
     int persistent;
     int64_t arg;
+    uint64_t progress;    /* bursts: bytes the pread after one may return */
     char *filter;         /* NULL = every file */
     int placed;           /* only preads covering byte `at` match */
     uint64_t at;
@@ -120,13 +134,24 @@ static int fault_open(void *ctx, const char *path, int direct,
     return 0;
 }
 
-/* Decides whether this pread of [offset, offset + len) meets the fault;
- * caller holds f->mu. */
+static int is_nowait_kind(int kind)
+{
+    return kind >= XC_FAULT_NOWAIT_PARTIAL && kind <= XC_FAULT_NOWAIT_EIO;
+}
+
+static int is_burst_kind(int kind)
+{
+    return kind == XC_FAULT_EINTR_BURST || kind == XC_FAULT_EAGAIN_BURST;
+}
+
+/* Decides whether this pread (nowait: pread_nowait call) of [offset,
+ * offset + len) meets the fault, and at which position *pos from its nth
+ * (0 = the nth); caller holds f->mu. */
 static int meets_fault(xc_fault *f, int64_t handle, uint64_t offset,
-                       size_t len)
+                       size_t len, int nowait, uint64_t *pos)
 {
     const char *path;
-    if (f->kind == XC_FAULT_NONE)
+    if (f->kind == XC_FAULT_NONE || is_nowait_kind(f->kind) != nowait)
         return 0;
     if (f->placed && (f->at < offset || f->at - offset >= len ||
                       (f->kind == XC_FAULT_PARTIAL && f->at == offset)))
@@ -137,11 +162,15 @@ static int meets_fault(xc_fault *f, int64_t handle, uint64_t offset,
             return 0;
     }
     f->reads++;
-    if (f->reads == f->nth || (f->persistent && f->reads > f->nth)) {
-        f->fired++;
-        return 1;
-    }
-    return 0;
+    if (f->reads < f->nth)
+        return 0;
+    *pos = f->reads - f->nth;
+    /* a transient burst is its arg interrupts and the progress after them */
+    if (!f->persistent &&
+        *pos > (is_burst_kind(f->kind) ? (uint64_t)f->arg : 0))
+        return 0;
+    f->fired++;
+    return 1;
 }
 
 /* The CLOCK_MONOTONIC time us microseconds (>= 0) from now. */
@@ -183,11 +212,13 @@ static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
     xc_fault *f = ctx;
     int kind = XC_FAULT_NONE;
     int64_t arg = 0;
+    uint64_t pos = 0, progress = 0;
     pthread_mutex_lock(&f->mu);
-    if (meets_fault(f, handle, offset, len)) {
+    if (meets_fault(f, handle, offset, len, 0, &pos)) {
         kind = f->kind;
         arg = f->placed && kind == XC_FAULT_PARTIAL ? (int64_t)(f->at - offset)
                                                     : f->arg;
+        progress = f->progress;
     }
     if (kind == XC_FAULT_STALL)
         stall(f, arg); /* then read normally */
@@ -203,6 +234,15 @@ static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
         return -EIO;
     case XC_FAULT_EINTR:
         return -EINTR;
+    case XC_FAULT_EAGAIN:
+        return -EAGAIN;
+    case XC_FAULT_EINTR_BURST:
+    case XC_FAULT_EAGAIN_BURST:
+        if (pos % ((uint64_t)arg + 1) < (uint64_t)arg)
+            return kind == XC_FAULT_EINTR_BURST ? -EINTR : -EAGAIN;
+        if (progress > 0 && progress < len)
+            len = (size_t)progress;
+        break;
     case XC_FAULT_DELAY: {
         struct timespec ts;
         ts.tv_sec = (time_t)(arg / 1000000);
@@ -215,6 +255,46 @@ static int64_t fault_pread(void *ctx, int64_t handle, void *buf, size_t len,
         break;
     }
     return f->inner.pread(f->inner.ctx, handle, buf, len, offset);
+}
+
+/* pread_nowait: a page-cache fault when one is armed here (else every copy
+ * is whole, as if all were cached); none armed: the inner injector's
+ * answer, or -EOPNOTSUPP over the default vtable. */
+static int64_t fault_pread_nowait(void *ctx, int64_t handle, void *buf,
+                                  size_t len, uint64_t offset)
+{
+    xc_fault *f = ctx;
+    int kind = XC_FAULT_NONE, armed;
+    int64_t arg = 0;
+    uint64_t pos = 0;
+    pthread_mutex_lock(&f->mu);
+    armed = is_nowait_kind(f->kind);
+    if (meets_fault(f, handle, offset, len, 1, &pos)) {
+        kind = f->kind;
+        arg = f->arg;
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!armed)
+        return f->inner_is_fault ? f->inner.pread_nowait(f->inner.ctx, handle,
+                                                         buf, len, offset)
+                                 : -EOPNOTSUPP;
+    switch (kind) {
+    case XC_FAULT_NOWAIT_PARTIAL:
+        if ((uint64_t)arg < len)
+            len = (size_t)arg;
+        break;
+    case XC_FAULT_NOWAIT_EAGAIN:
+        return -EAGAIN;
+    case XC_FAULT_NOWAIT_EOF:
+        return 0;
+    case XC_FAULT_NOWAIT_EIO:
+        return -EIO;
+    default:
+        break;
+    }
+    if (len == 0)
+        return 0;
+    return f->base.pread(f->base.ctx, handle, buf, len, offset);
 }
 
 static int fault_size(void *ctx, int64_t handle, uint64_t *out_bytes)
@@ -247,10 +327,13 @@ int xc_fault_open(const xc_io *inner, xc_fault **out)
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "out of memory creating a fault injector");
     f->inner = inner ? *inner : *xc_io_default();
+    f->inner_is_fault = f->inner.pread == fault_pread;
+    f->base = f->inner_is_fault ? ((xc_fault *)f->inner.ctx)->base : f->inner;
     f->vt.open = fault_open;
     f->vt.pread = fault_pread;
     f->vt.size = fault_size;
     f->vt.close = fault_close;
+    f->vt.pread_nowait = fault_pread_nowait;
     f->vt.ctx = f;
     {
         pthread_condattr_t ca;
@@ -292,10 +375,13 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
                  int64_t arg, const char *path_filter)
 {
     char *filter = NULL;
-    if (kind < XC_FAULT_PARTIAL || kind > XC_FAULT_STALL)
+    if (kind < XC_FAULT_PARTIAL || kind > XC_FAULT_NOWAIT_EIO)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "unknown fault kind %d (valid: 1 partial, 2 eof, "
-                       "3 eio, 4 eintr, 5 delay, 6 stall)", kind);
+                       "3 eio, 4 eintr, 5 delay, 6 stall, 7 eagain, "
+                       "8 eintr burst, 9 eagain burst, 10 nowait partial, "
+                       "11 nowait eagain, 12 nowait eof, 13 nowait eio)",
+                       kind);
     if (nth == 0)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "fault countdown must start at 1, not 0");
@@ -306,6 +392,9 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
     if (kind == XC_FAULT_STALL && arg == 0)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "a stall needs its bound: arg microseconds above 0");
+    if (is_burst_kind(kind) && arg == 0)
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "a burst needs its length: arg interrupts above 0");
     if (path_filter != NULL && path_filter[0] != '\0') {
         filter = xc_strdup(path_filter);
         if (filter == NULL)
@@ -319,6 +408,7 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
     f->nth = nth;
     f->persistent = persistent != 0;
     f->arg = arg;
+    f->progress = 0;
     f->reads = 0;
     f->fired = 0;
     f->placed = 0;
@@ -335,10 +425,32 @@ int xc_fault_place(xc_fault *f, uint64_t at)
         return xc_fail(XC_E_MISUSE, -1, -1, -1,
                        "a fault is placed after it is armed: none is armed");
     }
+    if (is_burst_kind(f->kind) || is_nowait_kind(f->kind)) {
+        int kind = f->kind;
+        pthread_mutex_unlock(&f->mu);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1, "fault kind %d cannot be "
+                       "placed (only kinds 1 to 7: a burst or a page-cache "
+                       "fault counts its own calls)", kind);
+    }
     f->placed = 1;
     f->at = at;
     f->reads = 0;
     f->fired = 0;
+    pthread_mutex_unlock(&f->mu);
+    return XC_OK;
+}
+
+int xc_fault_progress(xc_fault *f, uint64_t bytes)
+{
+    assert(f != NULL);
+    pthread_mutex_lock(&f->mu);
+    if (!is_burst_kind(f->kind)) {
+        pthread_mutex_unlock(&f->mu);
+        return xc_fail(XC_E_MISUSE, -1, -1, -1,
+                       "a burst's progress is set after it is armed: none "
+                       "is armed");
+    }
+    f->progress = bytes;
     pthread_mutex_unlock(&f->mu);
     return XC_OK;
 }

@@ -85,6 +85,26 @@ enum {
     XC_FAULT_STALL = 6,   /* block until xc_fault_release or a disarm, or
                            * at most arg microseconds (> 0), then read
                            * normally: a read held under way */
+    XC_FAULT_EAGAIN = 7,  /* fail with -EAGAIN (retried as EINTR is) */
+    /* Bursts: from the nth matching pread, arg (>= 1) preads in a row fail
+     * with -EINTR (-EAGAIN), then one reads at most the progress bytes
+     * (xc_fault_progress; 0: as asked); persistent: the cycle of arg + 1
+     * repeats, else it runs once.  Interrupts spread between partial
+     * reads: the read loop's retry budget must restart after progress. */
+    XC_FAULT_EINTR_BURST = 8,
+    XC_FAULT_EAGAIN_BURST = 9,
+    /* Page-cache copies: these meet the vtable's pread_nowait calls only
+     * (the kinds above meet only preads).  While one is armed, a
+     * pread_nowait that does not meet it copies as if the page cache held
+     * the whole file (a real pread of the innermost vtable: short at the
+     * real end of file); while none is, the injector forwards pread_nowait
+     * to an inner injector, or, over the default vtable, answers
+     * -EOPNOTSUPP (cannot tell), so that every piece goes through pread. */
+    XC_FAULT_NOWAIT_PARTIAL = 10, /* copy at most arg bytes (the rest is
+                                   * not cached) */
+    XC_FAULT_NOWAIT_EAGAIN = 11,  /* -EAGAIN: the first byte is not cached */
+    XC_FAULT_NOWAIT_EOF = 12,     /* return 0: the file seems to end here */
+    XC_FAULT_NOWAIT_EIO = 13,     /* fail with -EIO (another errno) */
 };
 
 typedef struct xc_fault xc_fault;
@@ -117,6 +137,11 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
  * restarts; a later xc_fault_arm unplaces it.  XC_E_MISUSE, nothing
  * changed, when no fault is armed. */
 int xc_fault_place(xc_fault *f, uint64_t at);
+
+/* Sets the armed burst's progress: the pread after each burst returns at
+ * most bytes (0: as asked).  A later xc_fault_arm resets it to 0.
+ * XC_E_MISUSE, nothing changed, when no burst is armed. */
+int xc_fault_progress(xc_fault *f, uint64_t bytes);
 
 /* Disarms; reads pass through unchanged, and every read stalled now is let
  * go (as xc_fault_release).  Cannot fail. */

@@ -441,8 +441,10 @@ class Backend(ABC):
         """``op:hold_layer``: hold ``experts`` of ``layer``; (handle, bytes each)."""
         raise NotImplementedError
 
-    def unhold_many(self, handle: Any) -> None:
-        """``op:hold_layer``: give back every hold a :meth:`hold_layer` took."""
+    def unhold_many(self, handle: Any, spent_at: int | None = None) -> None:
+        """``op:hold_layer``: give back every hold a :meth:`hold_layer` took,
+        all or none; with ``spent_at``, a spent handle put among them at
+        that index (misuse: nothing may change)."""
         raise NotImplementedError
 
     def drain(self) -> None:

@@ -125,11 +125,16 @@ class EngineBackend(Backend):
                 for i in range(n)]
         return (handles, n), data
 
-    def unhold_many(self, handle: Any) -> None:
-        """``xc_cache_unhold_many`` of the handles one :meth:`hold_layer` took."""
+    def unhold_many(self, handle: Any, spent_at: int | None = None) -> None:
+        """``xc_cache_unhold_many`` of the handles one :meth:`hold_layer` took
+        (with ``spent_at``: of a copy with a spent handle, -1, at that index)."""
         from xcache.engine import _lib  # noqa: PLC0415
 
         handles, n = handle
+        if spent_at is not None:  # a copy of the array, a spent handle in it
+            given = [int(handles[i]) for i in range(n)]
+            given.insert(min(spent_at, n), -1)
+            handles, n = _lib.ffi().new("int64_t[]", given), n + 1
         _lib.check(_lib.lib().xc_cache_unhold_many(self.cache._ptr, handles, n))
 
     def face(self) -> Any:

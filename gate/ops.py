@@ -107,14 +107,20 @@ def _hold_layer(run: Any, step: dict[str, Any]) -> None:
 
 
 def _unhold_many(run: Any, step: dict[str, Any]) -> None:
-    """Give back every hold of a labelled hold_layer (again: misuse)."""
+    """Give back every hold of a labelled hold_layer (again: misuse); with
+    ``spent_at``, the handles with a spent one put at that index (past the
+    end: last): misuse, all or none, so every hold stays."""
     label = str(step.get("label", ""))
     holds = run.layer_holds
     if label not in holds:
         raise run.fail(f"unhold_many of label "
                         f"{label!r}, which no hold_layer step took")
     if holds[label] is not None:  # (nothing to give back of a failed call)
-        run.attempt(run.backend.unhold_many, holds[label])
+        if "spent_at" in step:  # misuse: nothing may change, all stay held
+            run.attempt(run.backend.unhold_many, holds[label],
+                        step["spent_at"])
+        else:
+            run.attempt(run.backend.unhold_many, holds[label])
 
 
 def _drain(run: Any, step: dict[str, Any]) -> None:

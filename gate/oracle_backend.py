@@ -165,10 +165,14 @@ class OracleBackend(Backend):
         with _judged():
             return self.oracle.hold_layer(layer, experts)
 
-    def unhold_many(self, handle: Any) -> None:
-        """``op:hold_layer``: every hold given back in the model."""
+    def unhold_many(self, handle: Any, spent_at: int | None = None) -> None:
+        """``op:hold_layer``: every hold given back in the model, all or
+        none (``None``: the spent handle put at ``spent_at``)."""
+        refs = list(handle)
+        if spent_at is not None:
+            refs.insert(spent_at, None)
         with _judged():
-            self.oracle.unhold_many(handle)
+            self.oracle.unhold_many(refs)
 
     def copy_ref(self, ref: Any) -> Any:
         """``op:hold_copy`` in the model."""

@@ -155,6 +155,10 @@ class _Gen:
             self.add({"op": "release", "label": label})
         elif self.layer_holds:
             label = rng.choice(sorted(self.layer_holds))
+            if rng.random() < 0.25:  # a spent handle among them: all stay
+                self.add({"op": "unhold_many", "label": label, "spent_at":
+                          rng.randint(0, self.layer_holds[label])})
+                return
             del self.layer_holds[label]
             self.released.append(("unhold_many", label))
             self.add({"op": "unhold_many", "label": label})

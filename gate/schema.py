@@ -75,7 +75,7 @@ STEP_FIELDS: dict[str, Schema] = {
     "what": Text(80), "slot": expr(), "other": expr(), "variant": expr(),
     "check_id": Text(80), "if_held": Flag(), "or_ended": Flag(),
     "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
-    "piece": expr(0, MAX_ITEMS),
+    "piece": expr(0, MAX_ITEMS), "spent_at": expr(0, MAX_ITEMS),
     "with": Text(40, ("end", "raise", "release", "release_raise")),
     "keep": Flag(),
     "place": Fields({"key": expr(), "piece": expr(), "at": expr()},

@@ -348,6 +348,12 @@ class CacheModel(BatchOps, ReadsUnderWay):
         self._want(None)
         return slot
 
+    def holds_ref(self, ref: Any) -> bool:
+        """Whether ``ref`` is a reference of this cache still held (a
+        :meth:`release` of it would succeed)."""
+        return (isinstance(ref, Ref) and ref.cache_id == self.cache_id
+                and ref.id in self._refs)
+
     def release(self, ref: Ref) -> None:
         """Drop one hold; releasing twice or another cache's ref is ``Misuse``."""
         if not isinstance(ref, Ref) or ref.cache_id != self.cache_id:

@@ -298,8 +298,16 @@ class ReadingCache(ReadPath):
         return refs, [self.payload[k] for k in keys]
 
     def unhold_many(self, handle: Any) -> None:
-        """Release every ref of one :meth:`hold_layer` (again: ``Misuse``)."""
-        for ref in handle:
+        """Release every ref of one :meth:`hold_layer`, all or none
+        (``xc_cache_unhold_many``): ``Misuse``, nothing changed, when any
+        of them holds nothing now (given back already, or ``None``: a spent
+        handle the caller put among them)."""
+        refs = list(handle)
+        for i, ref in enumerate(refs):
+            if ref is None or not self.model.holds_ref(ref):
+                raise Misuse(f"unhold_many: handle {i} of {len(refs)} holds "
+                             "nothing now")
+        for ref in refs:
             self.model.release(ref)
 
     def copy_ref(self, ref: Any) -> Any:

@@ -144,3 +144,23 @@ def test_a_dropped_expert_or_layer_hold_gives_back_at_once(k3):
     del views
     assert _held(cache) == []
     cache.close()
+
+
+@pytest.mark.parametrize("at", [0, 1, 2])
+def test_unhold_many_with_a_spent_handle_gives_back_nothing(k3, at):
+    """unhold_many is all or none: a spent handle first, between or last among
+    good ones is misuse naming it, and every hold stays; then the good ones
+    given back alone are all released."""
+    _, cache = _face(k3)
+    refs, _ = cache.hold_layer(0, [1, 2])
+    given = list(refs)
+    given.insert(at, None)
+    with pytest.raises(Misuse, match=rf"^unhold_many: handle {at} of 3 holds "
+                                     "nothing now$"):
+        cache.unhold_many(given)
+    assert _held(cache) == [[0, 1, 1], [0, 2, 1]]
+    cache.unhold_many(refs)
+    assert _held(cache) == []
+    with pytest.raises(Misuse, match=r"^unhold_many: handle 0 of 2 holds"):
+        cache.unhold_many(refs)  # given back already: refused, as the engine's
+    cache.close()

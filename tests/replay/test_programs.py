@@ -104,9 +104,34 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
     # truncation is drawn under verify too
     assert any(p["cache"].get("verify") and s.get("op") == "truncate"
                for p in progs for s in p["steps"])
+    # every verify program changes a shard; some change an expert's shard
+    # other than its first piece's (an expert lying across two shards)
+    assert all(any(s.get("op") in ("touch", "rewrite") for s in p["steps"])
+               for p in progs if p["cache"].get("verify"))
+    assert any(_other_shard(p, s) for p in progs for s in p["steps"])
+    # unhold_many meets a spent handle among good ones, first, inside, last
+    spent = [s for p in progs for s in p["steps"] if "spent_at" in s]
+    assert {min(s["spent_at"], 1) for s in spent} == {0, 1}
     assert {"inject_alloc", "truncate", "corrupt", "trace", "replace"} <= ops
     containers = {p["container"] for p in progs}
     assert containers == {p for p in fixtures.PRESETS if p.endswith("-mini")}
+
+
+def _other_shard(program: dict, step: dict) -> bool:
+    """Whether ``step`` changes a shard other than the one holding its key's
+    first bytes (a drawn ``piece`` on an expert lying across shards)."""
+    from xcache import fixtures
+    from xcache.gate.containers import make_target
+
+    if step.get("op") not in ("touch", "rewrite", "truncate") or "piece" not in step:
+        return False
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"xc-progtest-{os.getpid()}"
+    target = make_target(program["container"], work)
+    e = fixtures.preset(program["container"]).n_experts
+    layer = target.layout["layers"][step["key"] // e]
+    pieces = target.pieces(layer, step["key"] % e)
+    first = min(pieces, key=lambda p: (p.shard, p.offset))
+    return pieces[step["piece"]].shard != first.shard
 
 
 #: (name, file, original, replacement, container): bugs no scenario was written for

@@ -19,6 +19,13 @@ enum {
     XC_FAULT_EINTR = 4,
     XC_FAULT_DELAY = 5,
     XC_FAULT_STALL = 6,
+    XC_FAULT_EAGAIN = 7,
+    XC_FAULT_EINTR_BURST = 8,
+    XC_FAULT_EAGAIN_BURST = 9,
+    XC_FAULT_NOWAIT_PARTIAL = 10,
+    XC_FAULT_NOWAIT_EAGAIN = 11,
+    XC_FAULT_NOWAIT_EOF = 12,
+    XC_FAULT_NOWAIT_EIO = 13,
 };
 typedef struct xc_fault xc_fault;
 int xc_fault_open(const xc_io *inner, xc_fault **out);

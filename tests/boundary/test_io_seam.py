@@ -127,11 +127,11 @@ def test_relative_index_path_opens_from_the_working_folder(tmp_path, monkeypatch
 
 
 def test_fault_injector_refuses_unknown_kinds():
-    """Arming kind 0 or 7 directly is MisuseError; closing NULL is a no-op."""
+    """Arming kind 0 or 14 directly is MisuseError; closing NULL is a no-op."""
     ffi, lib = _lib.ffi(), _lib.lib()
     out = ffi.new("xc_fault **")
     assert lib.xc_fault_open(ffi.NULL, out) == 0
-    for kind in (0, 7):
+    for kind in (0, 14):
         assert lib.xc_fault_arm(out[0], kind, 1, 0, 0, ffi.NULL) == lib.XC_E_MISUSE
     assert lib.xc_fault_arm(out[0], 1, 0, 0, 0, ffi.NULL) == lib.XC_E_MISUSE
     lib.xc_fault_close(out[0])

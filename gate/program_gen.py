@@ -32,8 +32,11 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
 CORRUPTIONS = ("too_short", "header_too_large", "header_past_end", "length",
                "offsets", "dtype")
 
-#: The fault kinds a program arms (an ``eintr`` storm is a persistent one).
-FAULTS = ("eof", "eio", "eintr", "partial", "eintr_storm")
+#: The fault kinds a program arms (an ``eintr`` storm is a persistent one; a
+#: ``burst`` interleaves interrupts in a row with progress, ``nowait`` faults
+#: the loader's page-cache copy; faults/README.md).
+FAULTS = ("eof", "eio", "eintr", "partial", "eintr_storm", "eagain", "burst",
+          "nowait")
 
 #: The operations a misuse step calls with a key outside the layout (each
 #: an operation of the registry, :data:`gate.operations.OPERATIONS`, whose
@@ -263,6 +266,18 @@ class _Gen:
         elif kind == "eintr_storm":
             self.add({"op": "inject", "fault": "eintr", "nth": 1,
                       "persistent": True})
+        elif kind == "burst":  # 999 in a row pass, 1000 fail, progress resets
+            self.add({"op": "inject", "fault": rng.choice(["eintr_burst",
+                                                           "eagain_burst"]),
+                      "nth": rng.randint(1, 3),
+                      "arg": rng.choice([1, 600, 999, 1000]),
+                      "progress": rng.choice([0, 100, 512]),
+                      "persistent": rng.random() < 0.6})
+        elif kind == "nowait":  # every other page-cache copy is whole
+            self.add({"op": "inject", "fault": "nowait_" + rng.choice(
+                ["partial", "eagain", "eof", "eio"]),
+                "nth": rng.randint(1, 3), "arg": rng.choice([0, 1, 100, 1000]),
+                "persistent": rng.random() < 0.5})
         else:
             step: dict[str, Any] = {"op": "inject", "fault": kind,
                                     "nth": rng.randint(1, 3)}

@@ -271,8 +271,8 @@ class _Gen:
                                                            "eagain_burst"]),
                       "nth": rng.randint(1, 3),
                       "arg": rng.choice([1, 600, 999, 1000]),
-                      "progress": rng.choice([0, 100, 512]),
-                      "persistent": rng.random() < 0.6})
+                      "progress": rng.choice([0, 100, 100, 512]),
+                      "persistent": rng.random() < 0.75})
         elif kind == "nowait":  # every other page-cache copy is whole
             self.add({"op": "inject", "fault": "nowait_" + rng.choice(
                 ["partial", "eagain", "eof", "eio"]),

@@ -127,7 +127,9 @@ def test_inject_of_an_unknown_fault_cannot_run(k3):
     with pytest.raises(CannotRun) as e:
         compile_steps(_scenario([{"op": "inject", "fault": "slow"}]), k3)
     assert str(e.value) == ("scenario probe: inject fault 'slow' is not one of "
-                            "eof, eio, eintr, partial, delay, stall")
+                            "eof, eio, eintr, partial, delay, stall, eagain, "
+                            "eintr_burst, eagain_burst, nowait_partial, "
+                            "nowait_eagain, nowait_eof, nowait_eio")
 
 
 def test_a_key_outside_the_layout_served_is_a_wrong_read(k3, tmp_path):

@@ -135,7 +135,8 @@ int xc_fault_arm(xc_fault *f, int kind, uint64_t nth, int persistent,
  * its nth, and a placed PARTIAL returns the bytes before `at` (its arg
  * unused; a pread starting at `at` does not match it).  The count
  * restarts; a later xc_fault_arm unplaces it.  XC_E_MISUSE, nothing
- * changed, when no fault is armed. */
+ * changed, when no fault is armed, or a burst or page-cache one (kinds 8
+ * to 13 count their own calls). */
 int xc_fault_place(xc_fault *f, uint64_t at);
 
 /* Sets the armed burst's progress: the pread after each burst returns at

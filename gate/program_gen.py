@@ -236,6 +236,55 @@ class _Gen:
         self.add({"op": "stream", "keys": keys})
         return None
 
+    def op_crowd(self, rng: random.Random) -> None:
+        """A call made when (nearly) every slot is taken, drawn from ``rng``.
+
+        Keys held under a new label until 0, 1 or 2 slots are surely free
+        (more when the bound :meth:`busy` keeps is above the truth), or
+        every key but the call's (the cache full: the others refused), then
+        one call over keys that mostly miss -- a stream (opened and taken
+        in part, or whole), a getmany, a read-ahead, a hold_layer or gets --
+        so that its first keys, or all of them, find no slot; then the
+        label is given back.
+        """
+        if self.stream is not None:
+            return
+        label = self.label("c")
+        m = rng.randint(1, min(self.n_keys - 1, self.k + 1))
+        if rng.random() < 0.4:  # full: every other key held, the rest refused
+            keys = rng.sample(range(self.n_keys), m)
+            crowd = [k for k in range(self.n_keys) if k not in keys]
+            rng.shuffle(crowd)
+        else:
+            n = self.room() - rng.choice([0, 1, 2])
+            if n < 1:
+                return
+            crowd = self.keys(n, rng)
+            others = [k for k in range(self.n_keys) if k not in crowd]
+            if not others:
+                return
+            keys = rng.sample(others, min(m, len(others)))
+        self.add({"op": "hold", "keys": crowd, "label": label})
+        what = rng.choice(["stream", "stream", "getmany", "prefetch",
+                           "hold_layer", "get"])
+        if what == "stream" and not self.readers and rng.random() < 0.5:
+            s = self.label("s")
+            self.add({"op": "stream_open", "keys": keys, "label": s})
+            self.add({"op": "stream_next", "label": s,
+                      "count": rng.randint(0, len(keys))})
+            self.add({"op": "stream_rest", "label": s})
+        elif what == "prefetch":
+            self.read_ahead(keys, rng.random() < 0.5)
+        elif what == "hold_layer":
+            li = keys[0] // self.E
+            same = [k for k in keys if k // self.E == li]
+            m = self.label("L")
+            self.add({"op": "hold_layer", "keys": same, "label": m})
+            self.add({"op": "unhold_many", "label": m})
+        else:
+            self.add({"op": what, "keys": keys})
+        self.add({"op": "release", "label": label})
+
     def op_stream_rest(self) -> None:
         if self.stream is not None:
             self.add({"op": "stream_rest", "label": self.stream[0]})
@@ -468,6 +517,8 @@ class _Gen:
 
 #: The share of a program's operations a step of the Python face follows.
 FACE_SHARE = 0.2
+#: The share of a program's operations a call over a crowded cache follows.
+CROWD_SHARE = 0.1
 
 #: Operation -> weight in a program (sums need not be 100).
 _WEIGHTS: dict[str, int] = {
@@ -504,10 +555,14 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     # the Python face's steps come from a generator of their own, between
     # the operations drawn (which draw as they did before the face's)
     face = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/face")
+    # and so do the calls over a crowded cache
+    crowd = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/crowd")
     for _ in range(length):
         getattr(gen, "op_" + rng.choices(names, weights)[0])()
         if face.random() < FACE_SHARE:
             gen.op_face(face)
+        if crowd.random() < CROWD_SHARE:
+            gen.op_crowd(crowd)
     gen.op_stream_rest()
     if opts.get("verify"):  # a verified cache always meets a file changed
         gen.op_file_time(random.Random(

@@ -19,8 +19,10 @@ of :mod:`gate.scenarios`), the engine must match.
 Generation is deterministic from (seed, container, option set) and never
 depends on timing: with read-ahead threads every prefetch is followed by a
 drain, faults are armed only around calls whose reads meet them in a fixed
-order, and a labelled stream is made only when its misses surely find a
-slot (tracked conservatively from the holds and pins taken); a
+order, a labelled stream is made only without readers and, outside the
+calls into a crowded cache (where its keys are meant to find no slot),
+only when its misses surely find one (tracked conservatively from the
+holds and pins taken); a
 ``hold_layer`` is made so too, or with more experts than surely free
 slots, or under an armed fault, where it may be refused all or none.
 

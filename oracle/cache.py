@@ -26,6 +26,7 @@ references they share in :mod:`oracle.cache_types`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

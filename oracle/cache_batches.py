@@ -149,13 +149,17 @@ class BatchOps:
         return opened
 
     def stream(self, keys: Iterable[tuple[int, int]],
-               split_min_misses: int = 1) -> list[Ref]:
+               split_min_misses: int = 1,
+               no_slot: list[tuple[int, int]] | None = None) -> list[Ref]:
         """A stream without readers, run to its end: its held refs in yield order.
 
         :meth:`open_stream`, then the consumer's reads in the order given
         (so every *insert* follows every reservation, in stamp order: the
         order the engine tells its policy, whatever order its reads end
-        in), then the keys that found no slot as gets.
+        in), then the keys that found no slot as gets -- made here by a
+        consumer that holds every expert to the end; given ``no_slot``, a
+        list, they are put there instead, for a consumer that gives each
+        expert back before it asks for the next to get them last.
         """
         keys = list(keys)
         opened = self.open_stream(keys, split_min_misses)
@@ -166,6 +170,9 @@ class BatchOps:
             ref = self.end_read(layer, expert)
             assert ref is not None
             refs.append(ref)
+        if no_slot is not None:
+            no_slot.extend(opened.no_slot)
+            return refs
         return refs + [self.get(*k) for k in opened.no_slot]
 
     def stream_unread(self, layer: int, expert: int) -> bool:

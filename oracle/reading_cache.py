@@ -327,8 +327,11 @@ class ReadingCache(ReadPath):
             raise NotModelled("drain waits for a read-ahead read held under "
                             "way by a stall: unstall first")
 
-    def stream_begin(self, keys: list[tuple[int, int]]) -> Any:
-        """A stream run to its end by the model: its held refs (no faults)."""
+    def stream_begin(self, keys: list[tuple[int, int]],
+                     no_slot: list[tuple[int, int]] | None = None) -> Any:
+        """A stream run to its end by the model: its held refs (no faults);
+        given ``no_slot``, the keys that found no slot are put there, not
+        got (:meth:`CacheModel.stream`)."""
         loaded = {}
         for k in keys:
             if self.model.slot_of(*k) is None:
@@ -336,7 +339,7 @@ class ReadingCache(ReadPath):
                 if failure is not None:
                     raise NotModelled("the oracle models no failed stream read")
                 loaded[k] = data
-        refs = self.model.stream(keys)
+        refs = self.model.stream(keys, no_slot=no_slot)
         self._publish(loaded)
         return refs
 

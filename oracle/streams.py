@@ -28,7 +28,8 @@ class StreamHost(Protocol):
     def _unread(self, key: Key) -> bool: ...
     def _read_unread(self, key: Key) -> tuple[Any, bytes]: ...
     def _not_waiting(self, what: str, keys: list[Key]) -> None: ...
-    def stream_begin(self, keys: list[Key]) -> Any: ...
+    def stream_begin(self, keys: list[Key],
+                     no_slot: list[Key] | None = None) -> Any: ...
     def stream_get(self, key: Key) -> tuple[Any, bytes]: ...
 
 
@@ -88,7 +89,9 @@ class ModelStream:
                 self.misses = [*opened.misses, *opened.no_slot]
         elif self.misses or self.foreign:
             before = model.counters["hits"]
-            refs = backend.stream_begin(keys)
+            # the keys that found no slot are got last, as the consumer
+            # asks for them, each earlier expert given back by then
+            refs = backend.stream_begin(keys, self.no_slot)
             self.refs = {(r.layer, r.expert): r for r in refs}
             # the model's stream yields its hits first (counted as hits at
             # the open), then its misses: an earlier miss's victim is a miss
@@ -234,6 +237,9 @@ class ModelStream:
             if got is not None:
                 return got
         if not order:
+            got = self._first_get(self.no_slot)
+            if got is not None:
+                return got
             self._end()  # a foreign get that failed is raised here
             return None
         return self._yield(order[0])

@@ -410,3 +410,25 @@ def test_a_copy_of_a_released_reference_is_refused_as_its_slot_allows() -> None:
     other = small("lru", 2)
     with pytest.raises(Misuse, match="another cache"):
         other.release_copy(a)
+
+
+def test_a_stream_into_a_full_cache_gets_its_no_slot_keys_last_or_leaves_them():
+    """A stream whose keys find no slot: a consumer holding every expert gets
+    them at the end (refused: every slot held); one giving each back first is
+    handed them to get later, nothing counted for them yet."""
+    for keep_all in (True, False):
+        m = small("lru", 2)
+        held = [m.get(0, 1), m.get(0, 2)]
+        no_slot: list[tuple[int, int]] = []
+        if keep_all:
+            with pytest.raises(AllPinned):
+                m.stream([(0, 3), (0, 4)])
+            continue
+        assert m.stream([(0, 3), (0, 4)], no_slot=no_slot) == []
+        assert no_slot == [(0, 3), (0, 4)]
+        assert (m.counters["requests"], m.counters["misses"]) == (2, 2)
+        for ref in held:
+            m.release(ref)
+        ref = m.get(*no_slot[0])  # given back first: a victim now
+        assert (ref.layer, ref.expert) == (0, 3)
+        assert m.resident() == {(0, 2), (0, 3)}

@@ -112,6 +112,11 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
     # unhold_many meets a spent handle among good ones, first, inside, last
     spent = [s for p in progs for s in p["steps"] if "spent_at" in s]
     assert {min(s["spent_at"], 1) for s in spent} == {0, 1}
+    # calls into a full cache: a hold of more keys than slots, then a stream
+    # (opened and taken in part) of keys that find no slot
+    full = [(p, i) for p in progs for i, s in enumerate(p["steps"])
+            if s.get("op") == "hold" and len(s["keys"]) > p["cache"]["n_slots"]]
+    assert any(p["steps"][i + 2]["op"] == "stream_open" for p, i in full)
     assert {"inject_alloc", "truncate", "corrupt", "trace", "replace"} <= ops
     containers = {p["container"] for p in progs}
     assert containers == {p for p in fixtures.PRESETS if p.endswith("-mini")}

@@ -96,6 +96,8 @@ class Option(enum.Enum):
     READ_AHEAD = "io_threads"
     #: the batch pool's thread count (``batch_threads``)
     BATCH_THREADS = "batch_threads"
+    #: the read-ahead queue's depth (``io_depth``: reads queued or under way)
+    IO_DEPTH = "io_depth"
 
 
 class Fact(enum.Enum):
@@ -308,6 +310,8 @@ def option_needs(opts: dict[str, Any]) -> list[str]:
         needs.append("option:verify")
     if opts.get("io_threads"):
         needs.append("option:io_threads")
+    if opts.get("io_depth"):
+        needs.append("option:io_depth")
     if "batch_threads" in opts:
         needs.append("option:batch_threads")
     if opts.get("trace"):

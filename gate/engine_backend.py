@@ -77,6 +77,7 @@ class EngineBackend(Backend):
             chunk_bytes=opts.get("chunk_bytes", 0),
             batch_threads=opts.get("batch_threads", 2),
             io_threads=opts.get("io_threads", 0),
+            io_depth=opts.get("io_depth", 0),
             trace_path=self.trace_path)
         self.read_ahead = opts.get("io_threads", 0) > 0
         #: the calls started on threads of their own (race ops), so that

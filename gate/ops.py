@@ -81,6 +81,8 @@ def _unpin(run: Any, step: dict[str, Any]) -> None:
 
 
 def _prefetch(run: Any, step: dict[str, Any]) -> None:
+    if step.get("stalled"):
+        return race_ops.stalled_prefetch(run, step)
     call = (run.backend.prefetch_speculative if step.get("speculative")
             else run.backend.prefetch)
     ok, n = run.attempt(call, list(step["keys"]))

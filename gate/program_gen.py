@@ -24,6 +24,8 @@ OPTION_SETS: dict[str, dict[str, Any]] = {
     "direct": {"direct": True, "batch_threads": 1},
     "direct-chunked": {"direct": True, "chunk_bytes": 4096, "batch_threads": 1},
     "readers": {"io_threads": 2, "batch_threads": 1},
+    # one reader and a shallow queue (io_depth drawn 1..3 by each program)
+    "depth": {"io_threads": 1, "io_depth": 1, "batch_threads": 1},
     "verify": {"verify": True, "batch_threads": 1},
     "traced": {"trace": True, "batch_threads": 1},
 }
@@ -67,6 +69,9 @@ class _Gen:
         # a small hot set makes hits, the rest of the keys misses
         self.hot = rng.sample(range(self.n_keys), min(self.n_keys, 2 * self.k))
         self.target = target
+        # whether a read-ahead holds the reader first: drawn apart, so the
+        # other draws are those of programs without a shallow queue
+        self.stalls = random.Random(0)
 
     # -- helpers -------------------------------------------------------------
 
@@ -115,6 +120,10 @@ class _Gen:
         step: dict[str, Any] = {"op": "prefetch", "keys": keys}
         if speculative:
             step["speculative"] = True
+        if (self.opts.get("io_depth") and len(keys) > 1
+                and self.stalls.random() < 0.8):
+            # its first read holds the one reader: the queue's fill is fixed
+            step["stalled"] = True
         if self.readers:  # the reads end before anything is compared
             step["then"] = "drain"
         self.add(step)
@@ -549,7 +558,11 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     opts["policy"] = policy
     n_slots = rng.randint(q["k"] + 2, max(q["k"] + 2, min(3 * q["k"], q["N"])))
     opts["n_slots"] = n_slots
+    if "io_depth" in opts:  # the queue's depth over its shallow range
+        opts["io_depth"] = random.Random(
+            f"{seed}/{target.ref}/{option_set}/{policy}/depth").randint(1, 3)
     gen = _Gen(rng, target, opts, n_slots)
+    gen.stalls = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/stall")
     names = list(_WEIGHTS)
     weights = [_WEIGHTS[n] for n in names]
     # the Python face's steps come from a generator of their own, between

@@ -76,6 +76,7 @@ STEP_FIELDS: dict[str, Schema] = {
     "check_id": Text(80), "if_held": Flag(), "or_ended": Flag(),
     "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
     "piece": expr(0, MAX_ITEMS), "spent_at": expr(0, MAX_ITEMS),
+    "stalled": Flag(), "progress": expr(0, MAX_WRITTEN),
     "with": Text(40, ("end", "raise", "release", "release_raise")),
     "keep": Flag(),
     "place": Fields({"key": expr(), "piece": expr(), "at": expr()},
@@ -102,7 +103,8 @@ MAX_SLOTS = 1 << 16
 MAX_SLOT_BYTES = 8 << 30
 #: The range of each sized cache option, written or computed.
 SIZED = {"n_slots": (1, MAX_SLOTS), "chunk_bytes": (0, MAX_WRITTEN),
-         "io_threads": (0, 64), "batch_threads": (1, 64)}
+         "io_threads": (0, 64), "batch_threads": (1, 64),
+         "io_depth": (0, MAX_WRITTEN)}
 
 #: The cache options (docs/SCENARIOS.md, ``cache``).
 CACHE = Fields({

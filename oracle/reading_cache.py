@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from xcache.oracle.bounds import IO_DEPTH_DEFAULT
 from xcache.oracle.cache import CacheModel, Misuse
 from xcache.oracle.cache_types import INFLIGHT, READY, UNDER_WAY
 from xcache.oracle.call_outcomes import (
@@ -65,6 +66,15 @@ class ReadingCache(ReadPath):
         self.claims = not opts.get("io_threads")
         self.batch_threads = int(opts.get("batch_threads", 2))
         self.readers = int(opts.get("io_threads", 0))
+        #: the read-ahead queue's depth (reads queued or under way at most)
+        self.io_depth = int(opts.get("io_depth", 0)) or IO_DEPTH_DEFAULT
+        #: read-ahead reads the caller made because the queue was full, and
+        #: whether that count is known (:meth:`_queue`)
+        self.fallbacks = 0
+        self.fallbacks_known = True
+        #: read-ahead reads the model ended at once that the engine may
+        #: still have queued or under way (none after a drain)
+        self.maybe_queued = 0
         #: reads held under way by a stall, in the order they began:
         #: (kind "get" or "batch", key, bytes, failure, its pending call)
         #: -- bytes and failure None for a batch read queued behind one
@@ -200,16 +210,29 @@ class ReadingCache(ReadPath):
         A read-ahead (``drained`` False, with readers) whose read meets a
         stall leaves it under way until :meth:`unstall`, and with one reader
         the reads queued behind it too; a drained one cannot (the engine's
-        drain would wait for the stall).
+        drain would wait for the stall).  The queue's fill decides which
+        reads the caller makes itself (:meth:`_queue`); such a read ends
+        before the call returns.
         """
         if self.alloc_fault:  # getmany allocates its key arrays first (F13)
             raise OutOfMemory("getmany: no memory for its key arrays")
         loaded: dict[tuple[int, int], bytes] = {}
         held_before = len(self.held)
-        behind = False
+        ahead = self.readers and not drained
+        # the one reader is held by a stall: every read queues behind it
+        behind = bool(ahead and self.readers == 1 and self._queued())
+        # (a gate getmany with readers is a read-ahead, then a drain)
+        fill = self._fill() if self.readers else None
 
         def read(k: tuple[int, int]) -> str | None:
             nonlocal behind
+            if fill is not None and not self._queue(fill):  # the caller's
+                data, failure = self._load(*k)
+                if failure is not None:
+                    return _model_failure(failure)
+                assert data is not None
+                loaded[k] = data
+                return None
             if behind:  # queued behind the stalled read on the one reader
                 self.held.append(("batch", k, None, None, None))
                 return UNDER_WAY
@@ -220,6 +243,8 @@ class ReadingCache(ReadPath):
                 self.held.append(("batch", k, data, failure, None))
                 behind = self.readers == 1
                 return UNDER_WAY
+            if ahead:  # ended here at once; in the engine perhaps not yet
+                self.maybe_queued += 1
             if self._stalled_now:
                 raise NotModelled("a read of a drained batch (getmany, or a "
                                 "prefetch without readers) met a stall: the "
@@ -326,6 +351,7 @@ class ReadingCache(ReadPath):
         if any(kind == "batch" for kind, *_ in self.held):
             raise NotModelled("drain waits for a read-ahead read held under "
                             "way by a stall: unstall first")
+        self.maybe_queued = 0
 
     def stream_begin(self, keys: list[tuple[int, int]],
                      no_slot: list[tuple[int, int]] | None = None) -> Any:
@@ -339,7 +365,14 @@ class ReadingCache(ReadPath):
                 if failure is not None:
                     raise NotModelled("the oracle models no failed stream read")
                 loaded[k] = data
+        misses = self.model.counters["misses"]
         refs = self.model.stream(keys, no_slot=no_slot)
+        if self.readers:  # each miss reserved (a key resident at the call
+            # may be an earlier miss's victim) is offered to the queue; the
+            # consumer waits for them all before its end
+            fill = self._fill()
+            for _ in range(self.model.counters["misses"] - misses):
+                self._queue(fill)
         self._publish(loaded)
         return refs
 
@@ -453,6 +486,8 @@ class ReadingCache(ReadPath):
         """End every read held under way, in the order they began, then make
         the calls that waited for them, in the order made."""
         held, self.held = self.held, []
+        # the engine's reader ends them after this: queued until a drain
+        self.maybe_queued += sum(1 for kind, *_ in held if kind == "batch")
         for kind, key, data, failure, pending in held:
             if data is None and failure is None:  # queued behind: read now
                 data, failure = self._load(*key, may_stall=True)
@@ -534,6 +569,35 @@ class ReadingCache(ReadPath):
         """Start a new counter window (``keep_marks``: as
         :meth:`~oracle.cache.CacheModel.reset_stats`)."""
         self.model.reset_stats(keep_marks)
+        self.fallbacks, self.fallbacks_known = 0, True
+
+    def _queued(self) -> int:
+        """Read-ahead reads a stall holds under way, or queued behind one."""
+        return sum(1 for kind, *_ in self.held if kind == "batch")
+
+    def _fill(self) -> list[int]:
+        """The read-ahead queue's fill at a call's start, as [least, most]
+        reads queued or under way: the held ones, and as many more as the
+        model ended that the engine may not have (none after a drain)."""
+        held = self._queued()
+        return [held, held + self.maybe_queued]
+
+    def _queue(self, fill: list[int]) -> bool:
+        """One read of a call offered to the queue (docs/CACHE.md prefetch
+        step 3, stream step 3): whether it is queued, else the caller reads
+        it (``queue_fallbacks``).  The engine queues a call's reads under
+        its lock, so none ends meanwhile and the fill only grows; where the
+        least and most fill disagree on it the count is unknown from then
+        on (:meth:`values` leaves it out until :meth:`reset`)."""
+        full = [n >= self.io_depth for n in fill]
+        if full[0] != full[1]:
+            self.fallbacks_known = False
+        if full[0]:
+            self.fallbacks += 1
+            return False
+        fill[0] += 1
+        fill[1] += 1
+        return True
 
     def victim_free(self) -> bool:
         """Whether the model has evicted nothing since it was opened: every
@@ -571,7 +635,8 @@ class ReadingCache(ReadPath):
     def values(self) -> dict[str, Any]:
         """Counters and slot facts a check may pin."""
         v: dict[str, Any] = dict(self.model.stats())
-        v["queue_fallbacks"] = 0  # the queue cannot fill (bounds.IO_DEPTH_DEFAULT)
+        if self.fallbacks_known:  # else left out: no check judges it
+            v["queue_fallbacks"] = self.fallbacks
         slots = self.model.slots()
         v["n_slots"] = len(slots)
         v["ready_slots"] = sum(s.state == READY for s in slots)

@@ -21,8 +21,13 @@ def _run(tmp_path: Path) -> tuple[Any, Path]:
     def first_piece(key: tuple[int, int]) -> Any:
         return min(target.pieces(*key), key=lambda p: (p.shard, p.offset))
 
+    def changed_piece(step: dict[str, Any]) -> Any:
+        if "piece" in step:
+            return target.pieces(*step["key"])[step["piece"]]
+        return first_piece(step["key"])
+
     run = SimpleNamespace(scratch=scratch, sc={"name": "t"},
-                          first_piece=first_piece)
+                          first_piece=first_piece, changed_piece=changed_piece)
     return run, scratch / Path(first_piece((0, 2)).shard).name
 
 

@@ -81,8 +81,8 @@ SCENARIO_CASES = [
      "container, requires, let, cache, variants, every_policy, timeout_s, "
      "steps)"),
     (("cache", "n_slot"), 3, "cache: unknown field 'n_slot' (known: n_slots, "
-     "chunk_bytes, io_threads, batch_threads, policy, verify, faults, trace, "
-     "direct)"),
+     "chunk_bytes, io_threads, batch_threads, io_depth, policy, verify, faults, "
+     "trace, direct)"),
     (("cache", "n_slots"), 2**62, "cache.n_slots: expected an integer in "
      "1..65536 or an expression, got 4611686018427387904"),
     (("cache", "n_slots"), "N*10000000", "scenario reset-window: cache option "
@@ -181,7 +181,7 @@ PROGRAM_CASES = [
     (("length",), 24.5, "length: expected an integer in 1..1000, got 24.5"),
     (("programs", 0, "option_sets", 0), "plainn", "programs[0].option_sets[0]: "
      "expected one of 'plain', 'pool', 'chunked', 'direct', 'direct-chunked', "
-     "'readers', 'verify', 'traced', got 'plainn'"),
+     "'readers', 'depth', 'verify', 'traced', got 'plainn'"),
     (("programs", 0, "seeds"), ..., "programs[0]: the field 'seeds' is missing"),
     (("programs", 0, "seeds"), [], "programs[0].seeds: 0 items; expected "
      "1..10,000"),

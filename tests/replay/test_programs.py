@@ -43,11 +43,11 @@ _CALLED_BY = {
 _OPTION_OF = {
     "n_slots": "n_slots", "policy": "policy", "chunk_bytes": "chunk_bytes",
     "batch_threads": "batch_threads", "io_threads": "io_threads",
-    "trace_path": "trace",
+    "trace_path": "trace", "io_depth": "io_depth",
 }
 #: fields every cache gets from its layout, or that programs leave at default
 _FROM_LAYOUT = {"budget_bytes", "top_k", "expert_template", "tensors",
-                "n_tensors", "layers", "n_layers", "n_experts", "io_depth",
+                "n_tensors", "layers", "n_layers", "n_experts",
                 "split_min_misses", "lock_memory", "trace_ring_records"}
 
 
@@ -117,6 +117,10 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
     full = [(p, i) for p in progs for i, s in enumerate(p["steps"])
             if s.get("op") == "hold" and len(s["keys"]) > p["cache"]["n_slots"]]
     assert any(p["steps"][i + 2]["op"] == "stream_open" for p, i in full)
+    # a shallow queue over its range, read-ahead behind a stalled reader
+    depths = {p["cache"]["io_depth"] for p in progs if "io_depth" in p["cache"]}
+    assert depths == {1, 2, 3}
+    assert any(s.get("stalled") for p in progs for s in p["steps"])
     assert {"inject_alloc", "truncate", "corrupt", "trace", "replace"} <= ops
     containers = {p["container"] for p in progs}
     assert containers == {p for p in fixtures.PRESETS if p.endswith("-mini")}

@@ -558,9 +558,15 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     opts["policy"] = policy
     n_slots = rng.randint(q["k"] + 2, max(q["k"] + 2, min(3 * q["k"], q["N"])))
     opts["n_slots"] = n_slots
+    drawn = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/depth")
     if "io_depth" in opts:  # the queue's depth over its shallow range
-        opts["io_depth"] = random.Random(
-            f"{seed}/{target.ref}/{option_set}/{policy}/depth").randint(1, 3)
+        opts["io_depth"] = drawn.randint(1, 3)
+    if opts.get("chunk_bytes"):  # the chunk over its range: a byte, odd
+        # sizes, a tensor's own size, past it (O_DIRECT: 4 KiB multiples)
+        opts["chunk_bytes"] = (drawn.choice([4096, 8192, 12288, 65536])
+                               if opts.get("direct") else drawn.choice(
+                                   [1, 7, 64, 256, 1000, 4096, 65536,
+                                    *_tensor_sizes(target)]))
     gen = _Gen(rng, target, opts, n_slots)
     gen.stalls = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/stall")
     names = list(_WEIGHTS)
@@ -604,6 +610,14 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         **({"requires": ["contiguous == 1"]} if opts.get("direct") else {}),
         "steps": with_checks(gen.steps),
     }
+
+
+def _tensor_sizes(target: Target) -> list[int]:
+    """The byte sizes of an expert's pieces, and one byte less: chunks cut
+    at a tensor's end, or one byte before it."""
+    pieces = target.pieces(target.layout["layers"][0], 0)
+    return sorted({n for p in pieces for n in (p.nbytes, p.nbytes - 1)
+                   if n > 0})
 
 
 def with_checks(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -120,6 +120,11 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
     # a shallow queue over its range, read-ahead behind a stalled reader
     depths = {p["cache"]["io_depth"] for p in progs if "io_depth" in p["cache"]}
     assert depths == {1, 2, 3}
+    # chunks over their range, O_DIRECT's in 4 KiB multiples
+    chunks = {(bool(p["cache"].get("direct")), p["cache"]["chunk_bytes"])
+              for p in progs if p["cache"].get("chunk_bytes")}
+    assert len({c for d, c in chunks if not d}) >= 5
+    assert all(c % 4096 == 0 for d, c in chunks if d)
     assert any(s.get("stalled") for p in progs for s in p["steps"])
     assert {"inject_alloc", "truncate", "corrupt", "trace", "replace"} <= ops
     containers = {p["container"] for p in progs}

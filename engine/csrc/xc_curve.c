@@ -22,28 +22,33 @@
  * per 3W accesses).  O(n log W) time, O(W) space besides the per-key arrays.
  *
  * Belady: Mattson's priority stack with next-use priorities.  An access to
- * the key at depth d (0-based; a new key: the bottom) puts it on top and
- * carries the old top down levels 1..d-1: at each level the key of the
- * later next use goes on down and the other stays (a "record"), and the key
- * carried past level d-1 lands at d.  That is exactly "each cache of c <= d
- * slots evicts its farthest next use", for every c at once.  Keys never used
- * again tie; which of them goes changes no count (none is accessed again),
- * as in xc_sim.c where the lowest slot goes.  A bound on the priorities of
- * each block of BLOCK levels lets the carry step over blocks with no record.
- * Time O(n D), D the mean depth of the accessed keys (at most W; on the
- * shipped traces about W/6); O(W) space besides the per-key arrays and one
- * next use per access.  Bilardi, Ekanadham and Pattnaik (CF 2017) give
- * O(log W) per access; that is not what is done here.
+ * the key at depth d (0-based; a new key: the first free level) puts it on
+ * top and carries the old top down levels 1..d-1: at each level the key of
+ * the later next use goes on down and the other stays (where they trade
+ * places: a "record"), and the key carried past level d-1 lands at d.
+ * That is exactly "each cache of c <= d slots evicts its farthest next
+ * use", for every c at once.  Each level is one word, the key's rank
+ * (priority above, key below: opt_rank), so a level of the walk is a
+ * min/max pair with no branch: the records are about half the levels
+ * walked on the shipped traces, the worst case for a branch.  A bound on
+ * the ranks of each block of BLOCK levels lets the walk step over blocks
+ * with no record, and the level d, set to a rank above all (UNUSED) for
+ * the walk, ends it at the end of d's block without a bounds test.  Time
+ * O(n (D / BLOCK + R)), D the mean depth of an access and R the levels
+ * of the blocks with a record (olmoe_299: D 165, R 38, 21.7 records, of
+ * W = 974); O(W) space besides the per-key arrays and one next use per
+ * access.  Bilardi, Ekanadham and Pattnaik (CF 2017) give O(log W) per
+ * access; that is not what is done here.
  *
  * Step mode (the accesses of a step held until the next one starts): no
  * policy evicts a key the current step holds.  For LRU that changes nothing
  * at a size the simulator accepts: the held keys are the most recently
  * used, so the least recently used key is never held while some key is not.
- * For Belady a held key ranks above every other (priority HELD, sooner than
+ * For Belady a held key ranks above every other (priority 0, sooner than
  * any next use): still one priority list at every size, so still a stack
- * algorithm.  The held keys are the top of the stack (the carried key ties
- * with them and lands on the first free level) and get their next uses back
- * when the step ends.  Sizes below the largest step's distinct keys, which
+ * algorithm.  The held keys are the top of the stack (they tie, so the walk
+ * may reorder them among themselves, which no accepted size can see) and
+ * get their next uses back when the step ends.  Sizes below the largest step's distinct keys, which
  * the simulator refuses, are reported as UINT64_MAX.
  */
 #include "xc_internal.h"
@@ -52,10 +57,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEVER INT64_MAX
-#define HELD (-1)
 /* OPT: levels per block of the skip bounds (block k: levels kB+1 .. kB+B). */
-#define BLOCK 16
+#define BLOCK 8
 
 /* Scratch of one xc_curve_run call, sized for its largest run.  Per-key
  * arrays start at 0 ("none") and every run touches its own keys only (the
@@ -68,9 +71,11 @@ typedef struct curvebuf {
     int64_t *knu;        /* OPT, per key: next use of its last access */
     uint64_t *bits;      /* LRU: live stamps, t_cap bits */
     uint32_t *cnt;       /* LRU: counting tree over the words of bits */
-    uint32_t *skey;      /* LRU: key of each stamp; OPT: key at each depth */
-    int64_t *snu;        /* OPT: priority at each depth */
-    int64_t *bmax;       /* OPT: at least the largest priority of a block */
+    uint32_t *skey;      /* LRU: key of each stamp */
+    uint64_t *stk;       /* OPT: the rank at each depth (opt_rank) */
+    uint64_t *bmax;      /* OPT: at least the largest rank of a block */
+    unsigned kbits;      /* OPT: the low bits of a rank that hold its key */
+    uint64_t kmask;      /* OPT: those bits set */
     int64_t *nxt;        /* OPT: per access of the run, its key's next use */
 } curvebuf;
 
@@ -82,7 +87,7 @@ static void cbuf_free(curvebuf *b)
     xc_free(b->bits);
     xc_free(b->cnt);
     xc_free(b->skey);
-    xc_free(b->snu);
+    xc_free(b->stk);
     xc_free(b->bmax);
     xc_free(b->nxt);
 }
@@ -99,12 +104,19 @@ static int cbuf_alloc(curvebuf *b, int opt, uint32_t n_keys, size_t w_cap,
         t *= 2;
     b->w_cap = w_cap;
     b->t_cap = t;
-    b->last = xc_calloc(n_keys, sizeof *b->last);
+    while ((uint64_t)n_keys >> b->kbits != 0) /* kmask: no key */
+        b->kbits++;
+    b->kmask = (UINT64_C(1) << b->kbits) - 1;
+    /* an OPT rank holds a key and a priority up to 2n (opt_rank) */
+    if (opt && 2 * (uint64_t)n + 2 >= UINT64_C(1) << (63 - b->kbits))
+        return xc_fail(XC_E_NOMEM, -1, -1, -1,
+                       "curve: %zu accesses of %u keys is past what fits",
+                       n, n_keys);
+    b->last = xc_calloc(opt ? b->kmask + 1 : n_keys, sizeof *b->last);
     b->step_of = xc_calloc(n_keys, sizeof *b->step_of);
     if (opt) {
         b->knu = xc_calloc(n_keys, sizeof *b->knu);
-        b->skey = xc_calloc(w_cap + 1, sizeof *b->skey);
-        b->snu = xc_calloc(w_cap + 1, sizeof *b->snu);
+        b->stk = xc_calloc(w_cap + BLOCK + 1, sizeof *b->stk);
         b->bmax = xc_calloc(w_cap / BLOCK + 2, sizeof *b->bmax);
         b->nxt = xc_calloc(n ? n : 1, sizeof *b->nxt);
     } else {
@@ -112,9 +124,9 @@ static int cbuf_alloc(curvebuf *b, int opt, uint32_t n_keys, size_t w_cap,
         b->cnt = xc_calloc(2 * (t / 64), sizeof *b->cnt);
         b->skey = xc_calloc(t, sizeof *b->skey);
     }
-    if (!b->last || !b->step_of || !b->skey ||
-        (opt && (!b->knu || !b->snu || !b->bmax || !b->nxt)) ||
-        (!opt && (!b->bits || !b->cnt))) {
+    if (!b->last || !b->step_of ||
+        (opt && (!b->knu || !b->stk || !b->bmax || !b->nxt)) ||
+        (!opt && (!b->bits || !b->cnt || !b->skey))) {
         cbuf_free(b);
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "curve: no memory for %u keys, %zu distinct, %zu "
@@ -239,74 +251,93 @@ static void lru_pass(curvebuf *b, const uint32_t *keys, size_t n,
     }
 }
 
-/* The key being carried down the OPT stack, and its priority. */
-typedef struct carry {
-    uint32_t key;
-    int64_t nu;
-} carry;
+/* OPT ranks: a stack entry is one word, (priority << kbits) | key, so one
+ * load and one compare weigh two keys and the key travels with its rank.
+ * Priority 0 is HELD; t + 1 is a next use at t; n + 1 + t is "not used
+ * after t": later than every next use, and a key whose last use is later
+ * ranks later, so keys never used again do not trade places among
+ * themselves (which of them goes changes no count, none is accessed
+ * again).  Held keys tie on priority and differ by key only: the walk may
+ * reorder them among the held levels, which changes no cache the mode
+ * accepts (each holds all of them).  UNUSED (all bits set) marks a free
+ * level and the level being refilled: every carry stops there, and the
+ * key bits of UNUSED name kmask, no key (kmask >= n_keys), whose depth
+ * slot in pos is scratch. */
+#define UNUSED UINT64_MAX
 
-/* Carries *c down levels l..end-1 of the OPT stack: at each level the key
- * of the later next use goes on and the other stays.  Returns the largest
- * priority left on those levels. */
-static int64_t opt_carry(curvebuf *b, size_t l, size_t end, carry *c)
+static uint64_t opt_rank(const curvebuf *b, int64_t prio, uint32_t key)
 {
-    uint32_t *sk = b->skey, ck = c->key;
-    int64_t *snu = b->snu, *pos = b->last, cnu = c->nu, top = INT64_MIN;
-    for (; l < end; l++) {
-        int64_t v = snu[l];
-        if (v > cnu) { /* a record: it goes on, the carried key stays */
-            uint32_t tk = sk[l];
-            int64_t stays = cnu;
-            sk[l] = ck;
-            snu[l] = stays;
-            pos[ck] = (int64_t)l + 1;
-            ck = tk;
-            cnu = v;
-            v = stays;
-        }
-        if (v > top)
-            top = v;
+    assert(prio >= 0 && key < b->kmask);
+    return (uint64_t)prio << b->kbits | key;
+}
+
+/* One block of the walk: carries the rank *c down the BLOCK levels from l
+ * (1-based depth l + 1 ...): at each level the smaller rank (the sooner
+ * next use) stays and the larger goes on, with no branch on which (the
+ * records of a walk are half its levels, the worst case for a branch);
+ * each level's key gets its depth back in pos.  Returns the largest rank
+ * left in the block, its exact bound. */
+static uint64_t opt_block(curvebuf *b, size_t l, uint64_t *c)
+{
+    uint64_t *stk = b->stk + l, cr = *c, top = 0;
+    const uint64_t mask = b->kmask;
+    int64_t *pos = b->last;
+    size_t j;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 8
+#endif
+    for (j = 0; j < BLOCK; j++) {
+        uint64_t v = stk[j], lo = v < cr ? v : cr;
+        cr = v < cr ? cr : v;
+        stk[j] = lo;
+        pos[lo & mask] = (int64_t)(l + j) + 1;
+        top = lo > top ? lo : top;
     }
-    c->key = ck;
-    c->nu = cnu;
+    *c = cr;
     return top;
 }
 
 /* Belady's distances of keys[0..n-1] into hist as lru_pass does; step:
  * hold each step's keys (i == 0 or starts[i] != 0 begins a step), and
- * raise *largest to the most distinct keys of a step.  bmax[k] bounds the
- * priorities of levels k*BLOCK+1 .. k*BLOCK+BLOCK from above (a record
- * only lowers its level's priority; level d and a step's end raise the
- * bound; level 0 is in no block), so a whole block at or below the carried
- * priority holds no record and is stepped over; a block carried through
- * whole gets its exact bound back. */
+ * raise *largest to the most distinct keys of a step.  Levels from 1 are
+ * in blocks of BLOCK (block k: levels kB+1 .. kB+B); bmax[k] bounds the
+ * ranks of block k from above (a walk only lowers ranks; a step's end
+ * raises the bound), so a block at or below the carried rank holds no
+ * record and is stepped over, and a block walked through gets its exact
+ * bound.  An access at depth d puts UNUSED at d and walks the blocks down
+ * to d's: the carry lands at d, and the levels past d, which the carry
+ * (then UNUSED) cannot displace, keep their keys. */
 static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
                      size_t n, int step, uint64_t *hist, size_t *largest)
 {
-    uint32_t *sk = b->skey;
-    int64_t *snu = b->snu, *pos = b->last, *nxt = b->nxt, *bmax = b->bmax;
-    size_t i, size = 0, held = 0, l;
+    uint64_t *stk = b->stk, *bmax = b->bmax;
+    int64_t *pos = b->last, *nxt = b->nxt;
+    size_t i, size = 0, held = 0, l, k;
     uint64_t sid = 0;
-    for (l = 0; l <= b->w_cap / BLOCK; l++)
-        bmax[l] = INT64_MIN;
+    for (l = 0; l < b->w_cap + BLOCK + 1; l++)
+        stk[l] = UNUSED;
+    for (k = 0; k <= b->w_cap / BLOCK; k++)
+        bmax[k] = UNUSED;
     for (i = 0; i < n; i++)
-        b->knu[keys[i]] = NEVER;
-    for (i = n; i-- > 0;) {
-        nxt[i] = b->knu[keys[i]];
+        b->knu[keys[i]] = -1;
+    for (i = n; i-- > 0;) { /* the priority of access i's key after i */
+        int64_t nu = b->knu[keys[i]];
+        nxt[i] = nu < 0 ? (int64_t)(n + 1 + i) : nu + 1;
         b->knu[keys[i]] = (int64_t)i;
     }
     for (i = 0; i < n; i++) {
         uint32_t x = keys[i];
         int64_t e = nxt[i];
-        size_t d, end;
-        carry c;
+        size_t d, last;
+        uint64_t c;
         if (step) {
             if (i == 0 || starts[i]) {
                 /* the step ends: its keys, the top `held`, are free again */
                 for (l = 0; l < held; l++) {
-                    snu[l] = b->knu[sk[l]];
-                    if (l > 0 && snu[l] > bmax[(l - 1) / BLOCK])
-                        bmax[(l - 1) / BLOCK] = snu[l];
+                    uint32_t kl = (uint32_t)(stk[l] & b->kmask);
+                    stk[l] = opt_rank(b, b->knu[kl], kl);
+                    if (l > 0 && stk[l] > bmax[(l - 1) / BLOCK])
+                        bmax[(l - 1) / BLOCK] = stk[l];
                 }
                 held = 0;
                 sid++;
@@ -316,40 +347,33 @@ static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
                 if (++held > *largest)
                     *largest = held;
             }
-            b->knu[x] = e;
-            e = HELD;
+            b->knu[x] = e; /* its priority when the step ends */
+            e = 0;
         }
         if (pos[x] == 0) {
             hist[0]++;
-            d = size++;
-            assert(size <= b->w_cap);
+            d = size++; /* a free level: UNUSED already */
+            assert(size <= b->w_cap && stk[d] == UNUSED);
         } else {
             d = (size_t)pos[x] - 1;
-            assert(d < size);
+            assert(d < size && (stk[d] & b->kmask) == x);
             hist[d + 1]++;
         }
-        c.key = sk[0];
-        c.nu = snu[0];
-        sk[0] = x;
-        snu[0] = e;
+        c = stk[0];
+        stk[0] = opt_rank(b, e, x);
         pos[x] = 1;
         if (d == 0) /* on top already, or the first key of the run */
             continue;
-        /* The held keys above the first free level rank HELD, as the
-         * carried key does then: none of them moves, so start below them. */
-        l = held > 2 ? held - 1 : 1;
-        end = (l - 1 + BLOCK - 1) / BLOCK * BLOCK + 1; /* a block's first */
-        opt_carry(b, l, end < d ? end : d, &c);
-        for (l = end; l + BLOCK <= d; l += BLOCK)
-            if (bmax[(l - 1) / BLOCK] > c.nu)
-                bmax[(l - 1) / BLOCK] = opt_carry(b, l, l + BLOCK, &c);
-        if (l < d)
-            opt_carry(b, l, d, &c);
-        sk[d] = c.key;
-        snu[d] = c.nu;
-        pos[c.key] = (int64_t)d + 1;
-        if (c.nu > bmax[(d - 1) / BLOCK])
-            bmax[(d - 1) / BLOCK] = c.nu;
+        stk[d] = UNUSED;
+        last = (d - 1) / BLOCK;
+        bmax[last] = UNUSED;
+        for (k = 0;; k++) /* block `last` is walked: UNUSED > c */
+            if (bmax[k] > c) {
+                bmax[k] = opt_block(b, k * BLOCK + 1, &c);
+                if (k == last)
+                    break;
+            }
+        assert(c == UNUSED);
     }
 }
 

@@ -33,11 +33,13 @@
  * walked on the shipped traces, the worst case for a branch.  A bound on
  * the ranks of each block of BLOCK levels lets the walk step over blocks
  * with no record, and the level d, set to a rank above all (UNUSED) for
- * the walk, ends it at the end of d's block without a bounds test.  Time
- * O(n (D / BLOCK + R)), D the mean depth of an access and R the levels
- * of the blocks with a record (olmoe_299: D 165, R 38, 21.7 records, of
- * W = 974); O(W) space besides the per-key arrays and one next use per
- * access.  Bilardi, Ekanadham and Pattnaik (CF 2017) give O(log W) per
+ * the walk, ends it at the end of d's block without a bounds test.  A key
+ * leaves its block only as the carried one, so each key keeps its block,
+ * not its level, and an access finds its level among its block's BLOCK.
+ * Time O(n (D / BLOCK + R)), D the mean depth of an access and R the
+ * levels of the blocks with a record (olmoe_299: D 165, R 38, 21.7
+ * records, of W = 974); O(W) space besides the per-key arrays and one
+ * next use per access.  Bilardi, Ekanadham and Pattnaik (CF 2017) give O(log W) per
  * access; that is not what is done here.
  *
  * Step mode (the accesses of a step held until the next one starts): no
@@ -66,7 +68,8 @@
 typedef struct curvebuf {
     size_t w_cap;        /* the most distinct keys one run can have */
     size_t t_cap;        /* LRU: stamps in the window, a power of two >= 128 */
-    int64_t *last;       /* per key: 1 + LRU stamp or OPT depth; 0: none */
+    int64_t *last;       /* per key, 0: none; LRU: 1 + stamp; OPT: 1 on
+                          * top, else 2 + its block (opt_block) */
     uint64_t *step_of;   /* per key: the step of its last access (from 1) */
     int64_t *knu;        /* OPT, per key: next use of its last access */
     uint64_t *bits;      /* LRU: live stamps, t_cap bits */
@@ -112,7 +115,7 @@ static int cbuf_alloc(curvebuf *b, int opt, uint32_t n_keys, size_t w_cap,
         return xc_fail(XC_E_NOMEM, -1, -1, -1,
                        "curve: %zu accesses of %u keys is past what fits",
                        n, n_keys);
-    b->last = xc_calloc(opt ? b->kmask + 1 : n_keys, sizeof *b->last);
+    b->last = xc_calloc(n_keys, sizeof *b->last);
     b->step_of = xc_calloc(n_keys, sizeof *b->step_of);
     if (opt) {
         b->knu = xc_calloc(n_keys, sizeof *b->knu);
@@ -260,9 +263,8 @@ static void lru_pass(curvebuf *b, const uint32_t *keys, size_t n,
  * again).  Held keys tie on priority and differ by key only: the walk may
  * reorder them among the held levels, which changes no cache the mode
  * accepts (each holds all of them).  UNUSED (all bits set) marks a free
- * level and the level being refilled: every carry stops there, and the
- * key bits of UNUSED name kmask, no key (kmask >= n_keys), whose depth
- * slot in pos is scratch. */
+ * level and the level being refilled: every carry stops there, and its
+ * key bits, kmask, are no key (kmask >= n_keys). */
 #define UNUSED UINT64_MAX
 
 static uint64_t opt_rank(const curvebuf *b, int64_t prio, uint32_t key)
@@ -271,18 +273,18 @@ static uint64_t opt_rank(const curvebuf *b, int64_t prio, uint32_t key)
     return (uint64_t)prio << b->kbits | key;
 }
 
-/* One block of the walk: carries the rank *c down the BLOCK levels from l
- * (1-based depth l + 1 ...): at each level the smaller rank (the sooner
- * next use) stays and the larger goes on, with no branch on which (the
- * records of a walk are half its levels, the worst case for a branch);
- * each level's key gets its depth back in pos.  Returns the largest rank
- * left in the block, its exact bound. */
-static uint64_t opt_block(curvebuf *b, size_t l, uint64_t *c)
+/* One block of the walk, block k: carries the rank *c down its BLOCK
+ * levels: at each level the smaller rank (the sooner next use) stays and
+ * the larger goes on, with no branch on which (the records of a walk are
+ * about half its levels, the worst case for a branch).  The keys left in
+ * the block are its own and maybe the carried one, so only that one's
+ * block is set in pos (if it goes on, a later block sets it again).
+ * Returns the largest rank left in the block, its exact bound. */
+static uint64_t opt_block(curvebuf *b, size_t k, uint64_t *c)
 {
-    uint64_t *stk = b->stk + l, cr = *c, top = 0;
-    const uint64_t mask = b->kmask;
-    int64_t *pos = b->last;
+    uint64_t *stk = b->stk + k * BLOCK + 1, cr = *c, top = 0;
     size_t j;
+    b->last[cr & b->kmask] = (int64_t)k + 2;
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC unroll 8
 #endif
@@ -290,11 +292,28 @@ static uint64_t opt_block(curvebuf *b, size_t l, uint64_t *c)
         uint64_t v = stk[j], lo = v < cr ? v : cr;
         cr = v < cr ? cr : v;
         stk[j] = lo;
-        pos[lo & mask] = (int64_t)(l + j) + 1;
         top = lo > top ? lo : top;
     }
     *c = cr;
     return top;
+}
+
+/* The depth of key x, which is in block k: the one level of the block
+ * whose rank has x's key bits (UNUSED has none: kmask is no key). */
+static size_t opt_find(const curvebuf *b, size_t k, uint32_t x)
+{
+    const uint64_t *stk = b->stk + k * BLOCK + 1;
+    size_t j, at = 0, found = 0;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 8
+#endif
+    for (j = 0; j < BLOCK; j++) {
+        size_t hit = (stk[j] & b->kmask) == x;
+        at += hit * j;
+        found += hit;
+    }
+    assert(found == 1);
+    return k * BLOCK + 1 + at;
 }
 
 /* Belady's distances of keys[0..n-1] into hist as lru_pass does; step:
@@ -355,7 +374,7 @@ static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
             d = size++; /* a free level: UNUSED already */
             assert(size <= b->w_cap && stk[d] == UNUSED);
         } else {
-            d = (size_t)pos[x] - 1;
+            d = pos[x] == 1 ? 0 : opt_find(b, (size_t)pos[x] - 2, x);
             assert(d < size && (stk[d] & b->kmask) == x);
             hist[d + 1]++;
         }
@@ -369,7 +388,7 @@ static void opt_pass(curvebuf *b, const uint32_t *keys, const uint8_t *starts,
         bmax[last] = UNUSED;
         for (k = 0;; k++) /* block `last` is walked: UNUSED > c */
             if (bmax[k] > c) {
-                bmax[k] = opt_block(b, k * BLOCK + 1, &c);
+                bmax[k] = opt_block(b, k, &c);
                 if (k == last)
                     break;
             }

@@ -71,7 +71,8 @@ typedef struct curvebuf {
     int64_t *last;       /* per key, 0: none; LRU: 1 + stamp; OPT: 1 on
                           * top, else 2 + its block (opt_block) */
     uint64_t *step_of;   /* per key: the step of its last access (from 1) */
-    int64_t *knu;        /* OPT, per key: next use of its last access */
+    int64_t *knu;        /* OPT, per key: scratch for nxt, then (step) the
+                          * priority its last access leaves after the step */
     uint64_t *bits;      /* LRU: live stamps, t_cap bits */
     uint32_t *cnt;       /* LRU: counting tree over the words of bits */
     uint32_t *skey;      /* LRU: key of each stamp */
@@ -79,7 +80,8 @@ typedef struct curvebuf {
     uint64_t *bmax;      /* OPT: at least the largest rank of a block */
     unsigned kbits;      /* OPT: the low bits of a rank that hold its key */
     uint64_t kmask;      /* OPT: those bits set */
-    int64_t *nxt;        /* OPT: per access of the run, its key's next use */
+    int64_t *nxt;        /* OPT: per access of the run, the priority of its
+                          * key after it (opt_rank) */
 } curvebuf;
 
 static void cbuf_free(curvebuf *b)

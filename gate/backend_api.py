@@ -529,6 +529,15 @@ class Backend(ABC):
         """``op:trace``: every ``[layer, expert, kind, outcome]`` recorded so far."""
         raise NotImplementedError
 
+    def trace_file(self) -> bytes:
+        """``op:trace``: the whole trace file's bytes so far (written out
+        first; the oracle: the bytes the engine's file must hold)."""
+        raise NotImplementedError
+
+    def set_step(self, step: int) -> None:
+        """``op:trace``: stamp the trace records from now on with ``step``."""
+        raise NotImplementedError
+
     def break_check(self, what: str, a: Key | str | None, b: Key | None,
                     variant: int) -> str:
         """``op:break_check``: the invariant check() names for break ``what``."""

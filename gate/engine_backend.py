@@ -277,9 +277,22 @@ class EngineBackend(Backend):
 
     def trace_records(self) -> list[list[Any]]:
         """Every record of its trace file so far, read back by the oracle's reader."""
-        from xcache.gate.trace_check import _engine_records  # noqa: PLC0415
+        from xcache.gate.trace_check import engine_records  # noqa: PLC0415
 
-        return _engine_records(self)
+        return engine_records(self)
+
+    def trace_file(self) -> bytes:
+        """Its trace file's bytes, after ``trace_flush()``."""
+        from xcache.gate.trace_check import engine_file  # noqa: PLC0415
+
+        return engine_file(self)
+
+    def set_step(self, step: int) -> None:
+        """``set_step`` of its cache (a traced one: the step is recorded)."""
+        if self.trace_path is None:
+            raise CannotRun("a set_step step needs \"trace\": true in the "
+                            "cache options")
+        self.cache.set_step(step)
 
     def break_check(self, what: str, a: Key | str | None, b: Key | None,
                     variant: int) -> str:

@@ -297,6 +297,7 @@ HANDLERS: dict[str, Handler] = {
     "release": state_ops.release, "release_copy": state_ops.release_copy,
     "stream_open": state_ops.stream_open, "stream_next": state_ops.stream_next,
     "stream_rest": state_ops.stream_rest, "trace": _trace,
+    "set_step": trace_check.set_step,
     "break_check": _break_check, "face_get": face_ops.face_get,
     "face_hold_layer": face_ops.face_hold_layer,
     "face_stream": face_ops.face_stream, "face_read": face_ops.face_read,

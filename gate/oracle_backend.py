@@ -41,6 +41,7 @@ from xcache.oracle.errors import NotModelled
 from xcache.oracle.face import Face
 from xcache.oracle.reading_cache import ReadingCache
 from xcache.oracle.streams import ModelStream
+from xcache.oracle.trace_model import TracingCacheModel, first_tensor_offsets
 
 
 @contextmanager
@@ -127,6 +128,11 @@ class OracleBackend(Backend):
             #: the reference model this backend drives
             self.oracle = ReadingCache(folder, target.layout,
                                        target.quantities["expert_bytes"], opts)
+            #: each key's first tensor offset as the oracle's reader found
+            #: them at the open, for the trace's fingerprint (traced only)
+            self._first_offsets = (
+                first_tensor_offsets(self.oracle.reader, target.layout)
+                if opts.get("trace") else None)
 
     def get(self, layer: int, expert: int) -> bytes:
         """``op:get`` in the model."""
@@ -274,6 +280,25 @@ class OracleBackend(Backend):
         """``op:trace``: the records the model says the engine wrote."""
         with _judged():
             return self.oracle.trace_records()
+
+    def _tracing(self, what: str) -> TracingCacheModel:
+        """The model listing the trace, or CannotRun: the cache is untraced."""
+        model = self.oracle.model
+        if not isinstance(model, TracingCacheModel):
+            raise CannotRun(f"a {what} step needs \"trace\": true in the "
+                            "cache options")
+        return model
+
+    def trace_file(self) -> bytes:
+        """``op:trace``: the bytes the model says the engine's file holds."""
+        model = self._tracing("trace")
+        assert self._first_offsets is not None  # set at a traced open
+        return model.file_bytes(self._first_offsets)
+
+    def set_step(self, step: int) -> None:
+        """``op:trace``: the model's records are stamped with ``step`` from now."""
+        with _judged():
+            self._tracing("set_step").set_step(step)
 
     def break_check(self, what: str, a: Key | str | None, b: Key | None,
                     variant: int) -> str:

@@ -53,6 +53,7 @@ from xcache.gate.scenario_run import ScenarioRun
 from xcache.gate.scenarios import WATCHDOG, run_bounded
 from xcache.gate.schema import check_programs
 from xcache.gate.steps import NotApplicable, cache_options, compile_steps
+from xcache.gate.trace_check import TRACE_VALUES
 from xcache.oracle.bounded import UserFileError, load_json
 
 #: The programs file every replay runs (a JSON object, see docs/SCENARIOS.md).
@@ -89,7 +90,7 @@ def _compared(steps: list[dict[str, Any]]) -> dict[str, list[str]]:
             continue
         keys = list(COMPARED)
         if before.get("op") == "trace":
-            keys += ["trace", "trace_records"]
+            keys += list(TRACE_VALUES)
         out[s["name"]] = keys
     return out
 

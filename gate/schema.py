@@ -79,6 +79,7 @@ STEP_FIELDS: dict[str, Schema] = {
     "stalled": Flag(), "progress": expr(0, MAX_WRITTEN),
     "with": Text(40, ("end", "raise", "release", "release_raise")),
     "keep": Flag(),
+    "step": Int(0, 2**64 - 1),
     "place": Fields({"key": expr(), "piece": expr(), "at": expr()},
                     required=("key",)),
     "contract": Text(40, tuple(CONTRACTS)),
@@ -94,6 +95,7 @@ OLD_STEP_FIELDS = ("layer", "experts")
 STEP_REQUIRED: dict[str, tuple[str, ...]] = {
     "check": ("name", "expect"), "truncate": ("key",), "corrupt": ("kind",),
     "inject": ("fault",), "open_fault": ("fault",), "break_check": ("what",),
+    "set_step": ("step",),
 }
 
 #: The most cache slots a scenario may ask for, and the most bytes of slots

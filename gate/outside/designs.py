@@ -442,6 +442,7 @@ for _name in ("prefetch_speculative", "hold_layer", "unhold_many", "drain",
               "stream_open", "copy_ref", "release_copy", "start_get",
               "waiting_get", "await_reads", "start_call", "unstall",
               "reads_held", "await_waiting", "wait_hits", "trace_records",
+              "trace_file", "set_step",
               "break_check", "inject", "inject_alloc", "clear"):
     setattr(DesignView, _name, _delegate(_name))
 

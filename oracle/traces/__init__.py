@@ -57,9 +57,15 @@ from xcache.oracle.traces.dumps import (
     load_text_dump,
 )
 from xcache.oracle.traces.engine_dump import (
+    ENGINE_HEADER_FIELDS,
+    ENGINE_RECORD_FIELDS,
     ENGINE_TRACE_KINDS,
     ENGINE_TRACE_OUTCOMES,
+    EngineTraceFile,
     EngineTraceHeader,
+    decode_engine_trace,
+    engine_fingerprint,
+    engine_trace_bytes,
     load_engine_trace,
     read_engine_trace,
 )
@@ -88,7 +94,9 @@ from xcache.oracle.traces.model import (
 __all__ = [
     "Trace", "TraceFormatError", "load_trace", "EngineTraceHeader",
     "read_engine_trace", "load_engine_trace", "ENGINE_TRACE_KINDS",
-    "ENGINE_TRACE_OUTCOMES", "load_text_dump", "load_int32",
+    "ENGINE_TRACE_OUTCOMES", "ENGINE_HEADER_FIELDS", "ENGINE_RECORD_FIELDS",
+    "EngineTraceFile", "decode_engine_trace", "engine_fingerprint",
+    "engine_trace_bytes", "load_text_dump", "load_int32",
     "load_csv", "write_csv", "write_oracle_general", "read_oracle_general",
     "ORACLE_GENERAL_DTYPE", "read_trace", "FORMATS", "MAX_LAYERS", "MAX_EXPERTS",
     "load_pairs", "infer_top_k", "step_refusal", "load_oracle_general",

@@ -1,14 +1,21 @@
 """Traces the engine records (``trace_path``): the binary XCTRACE1 file.
 
 docs/TRACE_FORMAT.md gives the layout; the record kinds and outcomes are
-the oracle's own copy of the engine's vocabulary.
+the oracle's own copy of the engine's vocabulary.  Beside the readers
+(:func:`read_engine_trace`, :func:`load_engine_trace`), the format's other
+half: :func:`engine_fingerprint` (the header's container fingerprint),
+:func:`engine_trace_bytes` (the bytes of a file from its header and
+records) and :func:`decode_engine_trace` (every field of a file's bytes as
+they are, refusing nothing: what the gate compares, docs/SCENARIOS.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +52,19 @@ _ENGINE_RECORD = np.dtype([("step", "<u8"), ("layer", "<i4"), ("expert", "<i4"),
                            ("reserved", "<u4")])
 
 
+#: The header's fields in file order (48 bytes), and the record's (24).
+ENGINE_HEADER_FIELDS = _ENGINE_HEADER.names
+ENGINE_RECORD_FIELDS = ("step", "layer", "expert", "kind", "outcome",
+                        "reserved")
+ENGINE_HEADER_BYTES = _ENGINE_HEADER.itemsize
+ENGINE_RECORD_BYTES = _ENGINE_RECORD.itemsize
+
+#: FNV-1a 64 (docs/TRACE_FORMAT.md "Fingerprint").
+FNV_OFFSET = 0xcbf29ce484222325
+FNV_PRIME = 0x100000001b3
+_U64 = (1 << 64) - 1
+
+
 @dataclass(frozen=True)
 class EngineTraceHeader:
     """The header of an engine-recorded trace."""
@@ -56,6 +76,89 @@ class EngineTraceHeader:
     n_experts: int
     top_k: int
     n_slots: int
+
+
+def engine_fingerprint(expert_bytes: int, n_experts: int,
+                       keys: Iterable[tuple[int, int]]) -> int:
+    """The container fingerprint of docs/TRACE_FORMAT.md.
+
+    FNV-1a 64 over the little-endian u64 words ``expert_bytes``,
+    ``n_experts``, then for each key in key-id order its layer (the layer's
+    index in the model, not its place in the cache's list) and the file
+    offset of its first tensor: ``keys`` gives those (layer, offset) pairs.
+    """
+    h = FNV_OFFSET
+    words = [expert_bytes, n_experts]
+    words += [w for pair in keys for w in pair]
+    for w in words:
+        for b in (w & _U64).to_bytes(8, "little"):
+            h = ((h ^ b) * FNV_PRIME) & _U64
+    return h
+
+
+def engine_trace_bytes(header: EngineTraceHeader,
+                       records: Iterable[tuple[int, int, int, str, str]]) -> bytes:
+    """The bytes of an engine trace: the 48-byte header (magic ``XCTRACE1``,
+    reserved 0), then per record ``(step, layer, expert, kind, outcome)``
+    (names of :data:`ENGINE_TRACE_KINDS` and :data:`ENGINE_TRACE_OUTCOMES`)
+    its 24 bytes, reserved 0."""
+    head = np.zeros(1, _ENGINE_HEADER)
+    head[0] = (ENGINE_MAGIC, header.version, header.record_bytes,
+               header.fingerprint, header.layer_limit, header.n_experts,
+               header.top_k, header.n_slots, 0)
+    rows = [(step, layer, expert, ENGINE_TRACE_KINDS.index(kind),
+             ENGINE_TRACE_OUTCOMES.index(outcome), 0, 0)
+            for step, layer, expert, kind, outcome in records]
+    body = np.array(rows, _ENGINE_RECORD) if rows else np.zeros(0, _ENGINE_RECORD)
+    return head.tobytes() + body.tobytes()
+
+
+@dataclass(frozen=True)
+class EngineTraceFile:
+    """Every field of an engine trace's bytes, as they are (nothing refused).
+
+    ``header``: each field of :data:`ENGINE_HEADER_FIELDS` (the magic as
+    text, the rest as numbers), None when the file is shorter than the
+    header; ``records``: each whole record as a tuple of
+    :data:`ENGINE_RECORD_FIELDS` (kind and outcome as numbers, ``reserved``
+    the six bytes after them as one little-endian number); ``trailing``:
+    the bytes after the last whole record (a record cut short); ``size``
+    and ``sha256`` of the whole file.
+    """
+
+    header: dict[str, Any] | None
+    records: list[tuple[int, int, int, int, int, int]]
+    trailing: bytes
+    size: int
+    sha256: str
+
+
+def decode_engine_trace(raw: bytes) -> EngineTraceFile:
+    """Every field of the bytes ``raw`` of an engine trace file.
+
+    Unlike :func:`read_engine_trace` it refuses nothing: a wrong magic,
+    version or size is decoded as it is, so that two files can be compared
+    field by field (the gate's ``trace`` step).  Two files decode equal
+    exactly when their bytes are equal.
+    """
+    raw = bytes(raw)
+    n_head = ENGINE_HEADER_BYTES
+    header: dict[str, Any] | None = None
+    if len(raw) >= n_head:
+        h = np.frombuffer(raw[:n_head], _ENGINE_HEADER)[0]
+        header = {f: int(h[f]) for f in ENGINE_HEADER_FIELDS if f != "magic"}
+        header = {"magic": bytes(raw[:8]).decode("latin-1"), **header}
+        body = raw[n_head:]
+    else:
+        body = b""
+    whole = len(body) - len(body) % ENGINE_RECORD_BYTES
+    rec = np.frombuffer(body[:whole], _ENGINE_RECORD)
+    records = [(int(r["step"]), int(r["layer"]), int(r["expert"]),
+                int(r["kind"]), int(r["outcome"]),
+                int(r["pad"]) | int(r["reserved"]) << 16) for r in rec]
+    trailing = body[whole:] if len(raw) >= n_head else raw
+    return EngineTraceFile(header, records, trailing, len(raw),
+                           hashlib.sha256(raw).hexdigest())
 
 
 def read_engine_trace(path: str | os.PathLike) -> tuple[EngineTraceHeader, np.ndarray]:

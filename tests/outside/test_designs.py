@@ -293,8 +293,8 @@ def test_designed_leaves_a_factory_of_the_same_kind():
 
 
 def _declared(tmp: Path, design: str, defect: int = 0) -> dict[str, Any]:
-    """tinycache's rows over every scenario with ``design`` appended to its
-    manifest (and TC_DEFECT ``defect``)."""
+    """tinycache's rows over every scenario with ``design`` (a ``[design]``
+    table) joined to its manifest's own (and TC_DEFECT ``defect``)."""
     import contextlib  # noqa: PLC0415
     import io  # noqa: PLC0415
 
@@ -302,7 +302,7 @@ def _declared(tmp: Path, design: str, defect: int = 0) -> dict[str, Any]:
     from xcache.gate.outside import conformance  # noqa: PLC0415
 
     adapter = bad_adapter(tmp, "    .abi = XCS_ABI,", "    .abi = XCS_ABI,",
-                          ('errors = "failed"', 'errors = "failed"\n' + design))
+                          ("[design]\n", design))
     (tmp / "out").mkdir()
     flags = (f"-DTC_DEFECT={defect}",) if defect else ()
     with contextlib.redirect_stdout(io.StringIO()):

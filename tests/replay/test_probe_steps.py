@@ -61,12 +61,23 @@ def test_both_backends_give_the_same_records(k3, tmp_path):
                 [0, 2, "prefetch", "issued"], [0, 1, "prefetch", "resident"],
                 [0, 2, "prefetch", "duplicate"], [0, 3, "stream", "miss"],
                 [0, 2, "stream", "hit"]]
+        header = {"magic": "XCTRACE1", "version": 1, "record_bytes": 24,
+                  "fingerprint": "d6e8b69733720ffe", "layer_limit": 1,
+                  "n_experts": 24, "top_k": 4, "n_slots": 6, "reserved": 0}
         re_, ro = _run(k3, eng), _run(k3, orc)
-        assert take(re_) == take(ro) == {"trace": want, "trace_records": 7}
+        assert take(re_) == take(ro) == {
+            "trace": want, "trace_records": 7, "trace_steps": [0] * 7,
+            "trace_header": header,
+            "trace_file": {"bytes": 48 + 7 * 24, "records": 7, "trailing": "",
+                           "reserved": [], "sha256": "44179baa79b70940"}}
         eng.get(0, 4)
         orc.get(0, 4)
+        # the records since the last take; the file whole, all 8 of them
         assert take(re_) == take(ro) == {
-            "trace": [[0, 4, "get", "miss"]], "trace_records": 1}
+            "trace": [[0, 4, "get", "miss"]], "trace_records": 1,
+            "trace_steps": [0], "trace_header": header,
+            "trace_file": {"bytes": 48 + 8 * 24, "records": 8, "trailing": "",
+                           "reserved": [], "sha256": "d9c566f324e52fde"}}
     finally:
         eng.close()
         orc.close()
@@ -81,6 +92,10 @@ def test_a_trace_step_needs_the_trace_option(k3, tmp_path):
                 take(_run(k3, b))
             assert str(e.value) == ('a trace step needs "trace": true in the '
                                     'cache options')
+            with pytest.raises(CannotRun) as e:
+                b.set_step(3)
+            assert str(e.value) == ('a set_step step needs "trace": true in '
+                                    'the cache options')
         with pytest.raises(CannotRun) as e:
             take(_run(k3, None))
         assert str(e.value) == "a trace step needs an open cache"

@@ -313,6 +313,13 @@ class _Gen:
         if self.opts.get("trace"):
             self.add({"op": "trace"})
 
+    def trace_steps(self, rng: random.Random) -> None:
+        """A traced program's records carry steps: ``set_step`` at its start
+        and now and then (0, small, past 32 bits, the largest), and a
+        ``trace`` step at its end so every record written is compared."""
+        self.add({"op": "set_step", "step": rng.choice(
+            [0, 1, 7, 2**32 + 5, 2**64 - 1])})
+
     def op_fault(self) -> None:
         """Arm one fault, make one call that meets it, disarm."""
         if self.stream is not None:  # a reservation's read would meet it
@@ -576,13 +583,21 @@ def generate(seed: int, target: Target, option_set: str = "plain",
     face = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/face")
     # and so do the calls over a crowded cache
     crowd = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/crowd")
+    # a traced program's steps (set_step, the last trace) from their own
+    steps = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/steps")
+    if opts.get("trace"):
+        gen.trace_steps(steps)
     for _ in range(length):
         getattr(gen, "op_" + rng.choices(names, weights)[0])()
+        if opts.get("trace") and steps.random() < 0.1:
+            gen.trace_steps(steps)
         if face.random() < FACE_SHARE:
             gen.op_face(face)
         if crowd.random() < CROWD_SHARE:
             gen.op_crowd(crowd)
     gen.op_stream_rest()
+    if opts.get("trace"):  # every record written so far is compared (a
+        gen.add({"op": "trace"})  # tail may leave no cache to read it of)
     if opts.get("verify"):  # a verified cache always meets a file changed
         gen.op_file_time(random.Random(
             f"{seed}/{target.ref}/{option_set}/{policy}/file"))
@@ -599,6 +614,7 @@ def generate(seed: int, target: Target, option_set: str = "plain",
         held = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/held")
         if held.random() < 0.5:
             gen.op_held_read(held)
+            gen.op_trace()
         if opts.get("verify"):
             held.random()  # (the draw that once decided a change here)
     return {

@@ -120,6 +120,11 @@ def test_every_cdef_operation_and_option_is_in_the_programs() -> None:
     # a shallow queue over its range, read-ahead behind a stalled reader
     depths = {p["cache"]["io_depth"] for p in progs if "io_depth" in p["cache"]}
     assert depths == {1, 2, 3}
+    # every traced program sets steps and compares its last records
+    for p in progs:
+        if p["cache"].get("trace"):
+            ops_of = [s["op"] for s in p["steps"] if s["op"] != "check"]
+            assert ops_of[0] == "set_step" and "trace" in ops_of, ops_of
     # chunks over their range, O_DIRECT's in 4 KiB multiples
     chunks = {(bool(p["cache"].get("direct")), p["cache"]["chunk_bytes"])
               for p in progs if p["cache"].get("chunk_bytes")}

@@ -15,23 +15,31 @@ fails raises :class:`~oracle.errors.OracleFormatError` with its ``kind``:
                           accept nesting past level 127 (offset: the first
                           bracket at level 128), as the official reader's
                           serde_json does not.
- 6. entries, in document order, each checked for
-    ``duplicate`` (a name seen before, ``__metadata__`` included, or a key
-    given twice inside ``__metadata__``), then ``schema`` (the top level is
-    not an object; a name holds U+0000; an entry is not an object with a
-    string ``dtype``, a ``shape`` list of at most 8 unsigned ints and a
-    ``data_offsets`` list of two ints below 2**48, each field given once;
-    ``__metadata__`` is not null or an object of strings), then ``dtype``
-    (an unknown dtype name).
+ 6. entries in document order, and in each what the engine's one pass
+    meets first (docs/DESIGN.md §3, step 5): the name (``duplicate``: seen
+    before, ``__metadata__`` included; ``schema``: it holds U+0000), then
+    the value: ``__metadata__`` pair by pair (``schema``: a key or a value
+    holding U+0000, a value not a string, the whole not null or an object;
+    ``duplicate``: a key given twice), an entry field by field (``schema``:
+    not an object, a field given twice, a ``dtype`` not a string, a
+    ``shape`` that is not a list of at most 8 unsigned ints, ``data_offsets``
+    not two ints below 2**48; ``dtype``: an unknown dtype name), then a
+    field missing (``schema``).  (A top level that is not an object is
+    ``schema``.)  An unsigned int is a JSON integer without a sign: ``-0``
+    is not one (serde_json reads it as the float -0.0).
     Unknown extra keys in an entry are ignored, as the official reader does.
     Offset 8 (the header start): the JSON is not located further.
  7. tensors sorted by ``(begin, end)``, each checked for
     ``offsets`` (begin is not the previous end, first begin is not 0, or
     end < begin; offset: data start + expected begin), ``overflow`` (a
-    dimension of 2**48 or more, or the element count or element count x bits
-    above 2**64 - 1), ``bits`` (element count x
-    bits not a multiple of 8), ``size`` (end - begin is not the computed size);
-    the last three at data start + begin.
+    dimension of 2**48 or more, or the element count multiplied left to
+    right passes 2**64 - 1 at some dimension, as the official reader's
+    checked multiplication does -- ``[2**40, 2**40, 0]`` overflows,
+    ``[0, 2**40, 2**40]`` does not -- or element count x bits does),
+    ``bits`` (element count x bits not a multiple of 8), ``size`` (end -
+    begin is not the computed size); the last three at data start + begin.
+    Tensor by tensor, where the engine is check-major (docs/DESIGN.md §5):
+    with problems in two tensors the kinds may differ.
  8. ``length``            data start + last end differs from the file length
                           (offset: the smaller of the two).
 
@@ -45,7 +53,13 @@ an object whose ``total_size``, if present, is an unsigned int; every named
 shard exists in the folder; each shard
 is valid; every mapped tensor is in the shard the map names and every tensor
 of a shard is mapped to that shard; ``total_size``, if given, is the sum of
-tensor bytes.
+tensor bytes.  A shard name is a plain file name in the index's folder: not
+empty, ``.`` or ``..``, no ``/`` (a path elsewhere, absolute or ``../``)
+and no U+0000;
+any other character, a backslash included, is part of the name, and a
+symlink by that name is followed wherever it leads.  A sharded container's
+metadata is its first shard's ``__metadata__`` (shards in name order), as
+the engine's ``xc_st_metadata`` gives it (``engine/csrc/xc.h``).
 Stray files in the folder are ignored; several shards and no index is an error,
 no shard and no index :class:`~oracle.errors.NotFound`.
 """
@@ -117,6 +131,94 @@ def _str_map(value: object) -> bool:
     if not (isinstance(value, dict) and "\0pairs" in value):
         return False
     return all(isinstance(v, str) for _, v in value["\0pairs"])
+
+
+def _metadata(value: object, path: str) -> dict[str, str]:
+    """``__metadata__``'s map, its pairs checked in document order: a key or a
+    value holding U+0000, a value not a string (``schema``), a key given twice
+    (``duplicate``), each when met (docs/DESIGN.md §3, step 5)."""
+    if value is None:
+        return {}
+    if not (isinstance(value, dict) and "\0pairs" in value):
+        raise OracleFormatError("schema", _HEADER_START, path,
+                                "__metadata__ is not a map of strings")
+    out: dict[str, str] = {}
+    for key, v in value["\0pairs"]:
+        if "\0" in key:
+            raise OracleFormatError("schema", _HEADER_START, path,
+                                    f"__metadata__ key {key!r} holds U+0000")
+        if not isinstance(v, str):
+            raise OracleFormatError("schema", _HEADER_START, path,
+                                    "__metadata__ is not a map of strings")
+        if "\0" in v:
+            raise OracleFormatError("schema", _HEADER_START, path,
+                                    f"__metadata__ value of {key!r} holds U+0000")
+        if key in out:
+            raise OracleFormatError("duplicate", _HEADER_START, path,
+                                    "a __metadata__ key is given twice")
+        out[key] = v
+    return out
+
+
+def _entry(name: str, entry: object, path: str
+           ) -> tuple[str, str, tuple[int, ...], int, int]:
+    """One tensor entry checked field by field in document order (docs/DESIGN.md
+    §3, step 5: the first problem met wins): a field given twice, a ``dtype``
+    that is no string (``schema``) or no known dtype (``dtype``), a ``shape``
+    that is no list of at most 8 unsigned integers, ``data_offsets`` that are
+    not two integers below 2**48; a field missing after the last."""
+    def malformed(why: str) -> OracleFormatError:
+        return OracleFormatError("schema", _HEADER_START, path,
+                                 f"entry {name!r} is malformed: {why}")
+
+    pairs = entry.get("\0pairs") if isinstance(entry, dict) else None
+    if pairs is not None and len(pairs) == 3:  # as the writers write it: at
+        (f0, dtype), (f1, shape), (f2, offsets) = pairs  # once, if valid
+        if (f0 == "dtype" and f1 == "shape" and f2 == "data_offsets"
+                and type(dtype) is str and dtype in DTYPE_BITS
+                and type(shape) is list and len(shape) <= _MAX_DIMS
+                and all(type(v) is int and 0 <= v <= _U64_MAX for v in shape)
+                and type(offsets) is list and len(offsets) == 2
+                and all(type(v) is int and 0 <= v < _LIMIT_48 for v in offsets)):
+            return (name, dtype, tuple(shape), offsets[0], offsets[1])
+    if not (isinstance(entry, dict) and "\0pairs" in entry):
+        raise malformed("not an object")
+    fields: dict[str, object] = {}
+    for field, value in entry["\0pairs"]:
+        if field in fields and field in ("dtype", "shape", "data_offsets"):
+            raise malformed(f"{field} is given twice")
+        if field == "dtype":
+            if not isinstance(value, str):
+                raise malformed("dtype is not a string")
+            if value not in DTYPE_BITS:
+                raise OracleFormatError("dtype", _HEADER_START, path,
+                                        f"{name!r}: {value!r}")
+        elif field == "shape":
+            if not _uint_list(value) or len(value) > _MAX_DIMS:
+                raise malformed(f"shape is not a list of at most {_MAX_DIMS} "
+                                "unsigned integers")
+        elif field == "data_offsets":
+            if (not _uint_list(value) or len(value) != 2
+                    or any(v >= _LIMIT_48 for v in value)):
+                raise malformed("data_offsets are not two integers below 2**48")
+        fields.setdefault(field, value)
+    for field in ("dtype", "shape", "data_offsets"):
+        if field not in fields:
+            raise malformed(f"no {field}")
+    begin, end = fields["data_offsets"]
+    return (name, fields["dtype"], tuple(fields["shape"]), begin, end)
+
+
+def _element_count(shape: tuple[int, ...]) -> int | None:
+    """The element count multiplied left to right, as the official reader's
+    checked multiplication does; None once a partial product passes 64 bits
+    (so ``[2**40, 2**40, 0]`` overflows where ``[0, 2**40, 2**40]`` does not)."""
+    n = 1
+    for dim in shape:
+        n *= dim
+        if n > _U64_MAX:
+            return None
+    return n
 
 
 def parse_buffer(prefix: bytes, file_bytes: int, path: str = "<bytes>"
@@ -194,7 +296,7 @@ def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
         offset = (_HEADER_START + len(text[:pos].encode("utf-8"))
                   if pos >= 0 else _HEADER_START)
         raise OracleFormatError("json", offset, path, str(exc.args[0])) from None
-    # 6: entries in document order: duplicate, schema, dtype.
+    # 6: entries in document order, each name, field and value as met.
     if not (isinstance(doc, dict) and "\0pairs" in doc):
         raise OracleFormatError("schema", _HEADER_START, path,
                                 "top level is not an object")
@@ -209,32 +311,9 @@ def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
             raise OracleFormatError("schema", _HEADER_START, path,
                                     f"name {name!r} holds U+0000")
         if name == "__metadata__":
-            if entry is not None and not _str_map(entry):
-                raise OracleFormatError("schema", _HEADER_START, path,
-                                        "__metadata__ is not a map of strings")
-            pairs = [] if entry is None else entry["\0pairs"]
-            keys = [k for k, _ in pairs]
-            if len(set(keys)) != len(keys):
-                raise OracleFormatError("duplicate", _HEADER_START, path,
-                                        "a __metadata__ key is given twice")
-            metadata = dict(pairs)
+            metadata = _metadata(entry, path)
             continue
-        pairs = entry["\0pairs"] if isinstance(entry, dict) else None
-        fields = dict(pairs) if pairs is not None else None
-        if (fields is None or len(fields) != len(pairs)
-                or not isinstance(fields.get("dtype"), str)
-                or not _uint_list(fields.get("shape"))
-                or len(fields["shape"]) > _MAX_DIMS
-                or not _uint_list(fields.get("data_offsets"))
-                or len(fields["data_offsets"]) != 2
-                or any(v >= _LIMIT_48 for v in fields["data_offsets"])):
-            raise OracleFormatError("schema", _HEADER_START, path,
-                                    f"entry {name!r} is malformed")
-        if fields["dtype"] not in DTYPE_BITS:
-            raise OracleFormatError("dtype", _HEADER_START, path,
-                                    f"{name!r}: {fields['dtype']!r}")
-        begin, end = fields["data_offsets"]
-        entries.append((name, fields["dtype"], tuple(fields["shape"]), begin, end))
+        entries.append(_entry(name, entry, path))
     # 7: the buffer, tensors in offset order.
     order = sorted(range(len(entries)), key=lambda i: (entries[i][3], entries[i][4], i))
     expected = 0
@@ -243,11 +322,9 @@ def _parse_header(raw: bytes, data_start: int, file_bytes: int, path: str
         if begin != expected or end < begin:
             raise OracleFormatError("offsets", data_start + expected, path,
                                     f"{name!r}: [{begin}, {end}) after {expected}")
-        n_elements = 1
-        for dim in shape:
-            n_elements *= dim
-        n_bits = n_elements * DTYPE_BITS[dtype]
-        if (any(dim >= _LIMIT_48 for dim in shape) or n_elements > _U64_MAX
+        n_elements = _element_count(shape)
+        n_bits = 0 if n_elements is None else n_elements * DTYPE_BITS[dtype]
+        if (any(dim >= _LIMIT_48 for dim in shape) or n_elements is None
                 or n_bits > _U64_MAX):
             raise OracleFormatError("overflow", data_start + begin, path, repr(name))
         if n_bits % 8:
@@ -330,7 +407,7 @@ def _parse_index(index: Path) -> tuple[tuple[TensorInfo, ...], dict[str, str],
     pairs, meta_fields, shard_names, raw = fields
     folder = index.parent
     for shard in shard_names:
-        if shard in ("", ".", "..") or "/" in shard or "\\" in shard:
+        if shard in ("", ".", "..") or "/" in shard or "\0" in shard:
             raise _index_error(index, f"shard {shard!r} is not a file name")
         if len(shard.encode("utf-8")) > _NAME_MAX:
             raise _index_error(index, f"shard {shard[:40]!r}... does not exist: its "
@@ -370,9 +447,9 @@ def _cross_check(index: Path, pairs: list, meta_fields: dict, parsed: list
     tensors: list[TensorInfo] = []
     metadata: dict[str, str] = {}
     found: dict[str, str] = {}
-    for shard, shard_tensors, shard_meta, _ in parsed:
-        for key, value in shard_meta.items():
-            metadata.setdefault(key, value)
+    if parsed:  # the first shard's (name order), as the engine's
+        metadata = dict(parsed[0][2])
+    for shard, shard_tensors, _, _ in parsed:
         for t in shard_tensors:
             if t.name in found:
                 raise _index_error(index, f"{t.name!r} is in {found[t.name]!r} "

@@ -112,6 +112,8 @@ def _checked_number(text: str) -> object:
     """The value of a JSON number, or ``_JsonError`` when it overflows a double."""
     if len(text) <= 19 and text.isdigit():  # below 10**19: fits 64 bits
         return int(text)  # (the shapes and offsets of a header, at C speed)
+    if text == "-0":  # serde_json reads it as the float -0.0, no integer
+        return -0.0
     if not _number_in_range(text):
         raise _JsonError(f"number {text} is out of range (a double overflows)")
     return float(text) if any(c in text for c in ".eE") else int(text)

@@ -33,6 +33,20 @@ of the header text whose verdict and kind must agree.  A parser or error
 path bug that changes any verdict or any field of an error fails the
 gate's ``reader-diff`` checks, with the first disagreement named.
 
+The format's edges are drawn as classes, each file's verdict for each
+reader derived from docs/DESIGN.md's order, not from either reader
+(:mod:`~gate.reader_diff.plan`): every two faults in one header, in both
+orders, in one entry, in a duplicated name's first or second occurrence,
+adjacent or 16 and 17 entries apart (the look-ahead of the engine's batched
+duplicate check), in the C reader's fast-path spelling and its general
+one; every dimension and offset at the limits of 48, 53 and 64 bits, beside
+a zero dimension too, and integers spelled with a leading zero, a sign, an
+exponent, a fraction; 0 to 9 dimensions; and the container's edges
+(shards whose ``__metadata__`` differ, a ``weight_map`` naming a shard
+outside the index's folder, symlinks, ``total_size`` spelled every way).
+Where the two readers' documented orders differ (steps 6-9: check-major
+against tensor by tensor, docs/DESIGN.md §5), each is held to its own.
+
 The package's modules, in the order of a run:
 
 - :mod:`~gate.reader_diff.doc`: JSON written with every byte position kept;
@@ -44,6 +58,12 @@ The package's modules, in the order of a run:
 - :mod:`~gate.reader_diff.header_rules`, :mod:`~gate.reader_diff.index_rules`:
   the hand corruptions; :mod:`~gate.reader_diff.drawn`: the corruptions on
   the generators, and the sweep of one file per class of each;
+- :mod:`~gate.reader_diff.plan`: a header built entry by entry (each
+  entry and field found by identity once every change is made) and each
+  reader's verdict on it by the documented order, and the judge holding
+  both to it; :mod:`~gate.reader_diff.combined`: every two faults in one
+  header; :mod:`~gate.reader_diff.edges`: the numbers at their limits and
+  their spellings; :mod:`~gate.reader_diff.folders`: the container's edges;
 - :mod:`~gate.reader_diff.paths`: the path and folder probes (missing
   paths, an empty folder, an index past the size limit, paths shorter than
   the ``.json`` suffix, opened through the C face);
@@ -52,7 +72,8 @@ The package's modules, in the order of a run:
   200 bytes as C's ``%.200s`` cuts it, what a json error says it found at
   its offset);
 - :mod:`~gate.reader_diff.runner`: the run and its check lines
-  (``reader-diff-headers``, ``-indexes``, ``-sweeps``).
+  (``reader-diff-headers``, ``-indexes``, ``-sweeps``: the classes above
+  are in the sweeps).
 """
 
 from xcache.gate.reader_diff.compare import (

@@ -68,7 +68,7 @@ def engine_verdict(engine: Any, path: Path) -> Verdict:
 def oracle_verdict(path: Path) -> Verdict:
     """The oracle reader's verdict on ``path``."""
     from xcache.oracle.errors import NotFound  # noqa: PLC0415
-    from xcache.oracle.regular import open_regular  # noqa: PLC0415
+    from xcache.oracle.regular import NotRegularFileError, open_regular  # noqa: PLC0415
     from xcache.oracle.safetensors import OracleFormatError, open_container  # noqa: PLC0415
 
     try:
@@ -77,6 +77,9 @@ def oracle_verdict(path: Path) -> Verdict:
         return Verdict(e.kind, e.offset, str(e), e.path, e.detail)
     except (NotFound, FileNotFoundError, NotADirectoryError) as e:
         return Verdict("not_found", None, str(e), str(path))
+    except NotRegularFileError as e:  # a shard that is a folder, a FIFO: the
+        # engine's EngineIOError (docs/DESIGN.md "Only regular files")
+        return Verdict("io", None, str(e), e.filename or str(path))
     rows = sorted((t.name, t.dtype, tuple(t.shape), os.path.basename(t.shard),
                    t.offset, t.nbytes) for t in c.tensors())
     starts = {}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xcache.gate.reader_diff import combined, edges
 from xcache.gate.reader_diff.compare import (
     _QUOTED,
     Verdict,
@@ -26,9 +28,11 @@ from xcache.gate.reader_diff.containers import (
     base_single,
 )
 from xcache.gate.reader_diff.drawn import DRAWN_RULES, sweep
+from xcache.gate.reader_diff.folders import folder_edges, judge_folder
 from xcache.gate.reader_diff.header_rules import HEADER_RULES, Expect, _draw
 from xcache.gate.reader_diff.index_rules import INDEX_RULES
 from xcache.gate.reader_diff.paths import path_probes
+from xcache.gate.reader_diff.plan import judge_want
 
 #: Corruptions a default replay draws, and their seed (pinned: the same
 #: files every run; ``run_checks`` takes others for a longer search).
@@ -143,9 +147,18 @@ def _judge_one(engine: Any, path: Path, h: Any, expect: Any, out: Outcome) -> No
     path.unlink()
 
 
+def _safe(label: str) -> str:
+    """A label as part of a file name."""
+    return re.sub(r"[^\w.,+=-]", "_", label)[:120]
+
+
 def sweep_cases(engine: Any, folder: Path, seed: int) -> Outcome:
     """One file per class of every generator (:func:`~gate.reader_diff.drawn.sweep`),
-    then the path probes; their disagreements."""
+    the path probes, every two faults in one header
+    (:func:`~gate.reader_diff.combined.pairs`), the numbers at their limits
+    (:func:`~gate.reader_diff.edges.number_edges`), every header order of
+    a few ranges (:func:`~gate.reader_diff.edges.range_orders`) and the folder edges
+    (:func:`~gate.reader_diff.folders.folder_edges`); their disagreements."""
     out = Outcome("sweeps")
     rng = random.Random(f"reader-diff sweeps {seed}")
     for i, (label, h, expect) in enumerate(sweep(rng)):
@@ -156,7 +169,30 @@ def sweep_cases(engine: Any, folder: Path, seed: int) -> Outcome:
         out.refused += 1
         if bad is not None:
             out.failures.append(f"{label}: {bad}")
+    for tag, cases in (("c", combined.pairs(random.Random(
+            f"reader-diff combined {seed}"))), ("e", edges.number_edges(
+            random.Random(f"reader-diff edges {seed}"))),
+                       ("r", edges.range_orders())):
+        for i, (label, plan, problems) in enumerate(cases):
+            path = folder / f"{tag}{i:04d}-{_safe(label)}.safetensors"
+            theirs, bad = judge_want(engine, path, plan, problems)
+            _count(out, path.name, theirs, bad)
+            path.unlink()
+    rng = random.Random(f"reader-diff folders {seed}")
+    for i, c in enumerate(folder_edges(rng)):
+        box = folder / f"f{i:03d}"
+        box.mkdir()
+        bad = judge_folder(engine, box / _safe(c.label), c)
+        _count(out, c.label, Verdict(c.oracle), bad)
+        box.rmdir()
     return out
+
+
+def _count(out: Outcome, label: str, theirs: Verdict, bad: str | None) -> None:
+    out.cases += 1
+    out.refused += theirs.kind is not None
+    if bad is not None:
+        out.failures.append(f"{label}: {bad}")
 
 
 def index_cases(engine: Any, folder: Path, n: int, seed: int) -> Outcome:

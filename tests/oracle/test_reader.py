@@ -232,6 +232,85 @@ def test_bad_index_json(tmp_path):
         open_container(tmp_path)
 
 
+@pytest.mark.parametrize("header, kind", [
+    # an entry's fields in document order (docs/DESIGN.md §3, step 5)
+    ('{"a":{"dtype":"U9","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,2]}}',
+     "dtype"),
+    ('{"a":{"dtype":"U9","shape":[2]}}', "dtype"),
+    ('{"a":{"dtype":"U9","shape":[2],"data_offsets":[0,2],"dtype":"U8"}}', "dtype"),
+    ('{"a":{"shape":[-1],"dtype":"U9","data_offsets":[0,2]}}', "schema"),
+    ('{"a":{"dtype":"U8","dtype":"U9","shape":[2],"data_offsets":[0,2]}}', "schema"),
+    # __metadata__ pair by pair: U+0000 in a key or a value, a key twice first
+    ('{"__metadata__":{"k\\u0000":"v"},"a":' + _entry() + "}", "schema"),
+    ('{"__metadata__":{"k":"v\\u0000"},"a":' + _entry() + "}", "schema"),
+    ('{"__metadata__":{"k":"v","k":"w","x":1},"a":' + _entry() + "}", "duplicate"),
+    ('{"__metadata__":{"x":1,"k":"v","k":"w"},"a":' + _entry() + "}", "schema"),
+    # -0 is no unsigned integer (serde_json reads the float -0.0)
+    ('{"a":' + _entry(shape="[-0]", offsets="[0,0]") + "}", "schema"),
+    ('{"a":' + _entry(offsets="[-0,2]") + "}", "schema"),
+    # the element count multiplied left to right, checked at every dimension
+    ('{"a":' + _entry(shape="[1099511627776,1099511627776,0]", offsets="[0,0]")
+     + "}", "overflow"),
+    ('{"a":' + _entry(shape="[281474976710655,65537,0]", offsets="[0,0]") + "}",
+     "overflow"),
+    ('{"a":' + _entry(shape="[0,1125899906842624]", offsets="[0,0]") + "}",
+     "overflow"),
+])
+def test_several_problems_in_the_engines_order(header, kind):
+    """The first problem the engine's one pass meets is the oracle's kind too."""
+    blob = _file(header, b"xx"[:2 if "[0,2]" in header else 0])
+    with pytest.raises(OracleFormatError) as info:
+        parse_buffer(blob, len(blob))
+    assert info.value.kind == kind
+
+
+@pytest.mark.parametrize("shape", ["[0,1099511627776,1099511627776]",
+                                   "[4294967295,4294967297,0]",
+                                   "[281474976710655,65536,0]"])
+def test_zero_element_shapes_within_the_limits_are_accepted(shape):
+    """A count that never passes 2**64 - 1 on the way to 0 is accepted."""
+    blob = _file('{"a":' + _entry(shape=shape, offsets="[0,0]") + "}")
+    tensors, _ = parse_buffer(blob, len(blob))
+    assert [t.nbytes for t in tensors] == [0]
+
+
+def test_a_sharded_containers_metadata_is_its_first_shards(tmp_path):
+    """The first shard by name gives the metadata, as the engine's xc_st_metadata
+    (the others' are not merged in); none there is none."""
+    def shard(path: Path, name: str, meta: dict | None) -> None:
+        h = {name: {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}}
+        if meta is not None:
+            h["__metadata__"] = meta
+        path.write_bytes(_file(json.dumps(h), b"xx"))
+
+    for first, second, want in (({"a": "1"}, {"a": "2", "b": "3"}, {"a": "1"}),
+                                (None, {"b": "3"}, {}), ({"a": "1"}, None,
+                                                         {"a": "1"})):
+        folder = tmp_path / f"c{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        shard(folder / "model-10.safetensors", "x", first)  # before model-2
+        shard(folder / "model-2.safetensors", "y", second)
+        (folder / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {"y": "model-2.safetensors",
+                            "x": "model-10.safetensors"}}))
+        assert open_container(folder).metadata == want
+
+
+def test_shard_names_are_plain_file_names(tmp_path):
+    """A backslash is part of a file name (accepted); U+0000 is no file name
+    (index, not an error of the operating system)."""
+    (tmp_path / "a\\b.safetensors").write_bytes(
+        _file('{"x":' + _entry() + "}", b"xx"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"x": "a\\b.safetensors"}}))
+    assert open_container(tmp_path).names() == ["x"]
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"x": "a\u0000.safetensors"}}))
+    with pytest.raises(OracleFormatError) as info:
+        open_container(tmp_path)
+    assert info.value.kind == "index" and "not a file name" in str(info.value)
+
+
 # --- differential agreement with the official package ----------------------
 
 _NP_DTYPES = [np.bool_, np.uint8, np.int8, np.int16, np.uint16, np.float16,

@@ -445,6 +445,11 @@ class Backend(ABC):
         """``op:hold_layer``: hold ``experts`` of ``layer``; (handle, bytes each)."""
         raise NotImplementedError
 
+    def container_read(self, name: str) -> bytes:
+        """``op:lifetime``: the tensor ``name``'s bytes read through the
+        container's face (``Container.read_bytes``)."""
+        raise NotImplementedError
+
     def unhold_many(self, handle: Any, spent_at: int | None = None) -> None:
         """``op:hold_layer``: give back every hold a :meth:`hold_layer` took,
         all or none; with ``spent_at``, a spent handle put among them at

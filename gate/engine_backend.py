@@ -142,6 +142,10 @@ class EngineBackend(Backend):
         """The engine's Python face itself: its ``ExpertCache``."""
         return self.cache
 
+    def container_read(self, name: str) -> bytes:
+        """``Container.read_bytes`` of the container the cache reads."""
+        return self.container.read_bytes(name)
+
     def stream_begin(self, keys: list[tuple[int, int]]) -> Any:
         """Begin a stream of ``keys`` (counted and reserved now)."""
         return self.cache.stream(keys)

@@ -32,6 +32,7 @@ every view read are judged like a ``get``'s.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -85,8 +86,9 @@ def _failed(run: Any, call: str, key: Any, exc: BaseException) -> None:
     exc.__traceback__ = None
     run.record(exc)
     kind = run.last_error
-    if kind in KEYED:  # the key the failed load names
-        key = (getattr(exc, "layer", None), getattr(exc, "expert", None))
+    named = (getattr(exc, "layer", None), getattr(exc, "expert", None))
+    if kind in KEYED and named != (None, None):  # the key the failed load
+        key = named  # names (a container read's names none)
     _note(run, call, key, kind, words(str(exc)) if kind == "misuse" else None)
 
 
@@ -219,6 +221,22 @@ def face_release(run: Any, step: dict[str, Any]) -> None:
     """Release every object of a label (a second time: misuse)."""
     for _, _, where, obj in _labelled(run, step):
         _call(run, "release", where, obj.release)
+
+
+def container_read(run: Any, step: dict[str, Any]) -> None:
+    """Read every tensor of each key through the container's face
+    (``Container.read_bytes``), as a user reads weights the cache does not
+    hold: each call a ``face`` record whose words are the bytes' digest (a
+    file changed since the open is read as it is now, or refused as the
+    contract says: ``verify``, a shard replaced, a short read)."""
+    for key in step["keys"]:
+        for name in dict.fromkeys(p.name for p in run.target.pieces(*key)):
+            ok, data = _call(run, "container_read", key,
+                             run.backend.container_read, name, quiet=True)
+            if ok:
+                run.record(None)
+                _note(run, "container_read", key, None,
+                      hashlib.sha256(data).hexdigest()[:16])
 
 
 def face_drop(run: Any, step: dict[str, Any]) -> None:

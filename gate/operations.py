@@ -229,6 +229,7 @@ OPERATIONS: dict[str, Operation] = {
     "face_read": Operation(None, _FACE),
     "face_release": Operation(None, _FACE),
     "face_drop": Operation(None, _FACE),
+    "container_read": Operation(_keys, _FACE),
     "check": Operation(),
 }
 

@@ -302,6 +302,7 @@ HANDLERS: dict[str, Handler] = {
     "face_hold_layer": face_ops.face_hold_layer,
     "face_stream": face_ops.face_stream, "face_read": face_ops.face_read,
     "face_release": face_ops.face_release, "face_drop": face_ops.face_drop,
+    "container_read": face_ops.container_read,
     "check": _check,
 }
 

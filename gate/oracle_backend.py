@@ -189,6 +189,11 @@ class OracleBackend(Backend):
         with _judged():
             self.oracle.release_copy(copy)
 
+    def container_read(self, name: str) -> bytes:
+        """``op:lifetime``: the model's ``Container.read_bytes``."""
+        with _judged():
+            return self.oracle.container_read(name)
+
     def face(self) -> Face:
         """``op:lifetime``: the model's Python face over its reading cache."""
         return Face(self.oracle)

@@ -72,6 +72,8 @@ class _Gen:
         # whether a read-ahead holds the reader first: drawn apart, so the
         # other draws are those of programs without a shallow queue
         self.stalls = random.Random(0)
+        # container reads drawn apart too
+        self.reads = random.Random(1)
 
     # -- helpers -------------------------------------------------------------
 
@@ -353,7 +355,10 @@ class _Gen:
         serial = (self.opts.get("batch_threads", 2) == 1 and not self.readers
                   and not self.opts.get("direct"))
         most = min(self.k, self.E, self.room() - 1)
-        if serial and self.steps[-1]["op"] == "inject" and most >= 1 \
+        if (not self.opts.get("direct") and self.steps[-1]["op"] == "inject"
+                and self.reads.random() < 0.15):  # a container read meets it
+            self.add({"op": "container_read", "keys": [self.key(self.reads)]})
+        elif serial and self.steps[-1]["op"] == "inject" and most >= 1 \
                 and rng.random() < 0.3:  # a read of the layer's fails: none held
             li = rng.randrange(len(self.layers))
             label = self.label("L")
@@ -391,6 +396,7 @@ class _Gen:
         self.add({"op": "truncate", "key": k, "then": "get",
                   "at": self.rng.choice([0, 1, 100, 4096]), **piece})
         self.add({"op": "get", "keys": [k]})
+        self.container_read(k, self.reads)
 
     def op_replace(self) -> None:
         self.add({"op": "replace", "then": "get"})
@@ -529,6 +535,14 @@ class _Gen:
         self.add({"op": "get", "keys": [k, *self.keys(1, rng)], "then": "getmany"})
         # more loads, so that experts not yet resident meet the change too
         self.add({"op": "getmany", "keys": self.keys(self.k + 1, rng)})
+        self.container_read(k, rng)
+
+    def container_read(self, key: int, rng: random.Random) -> None:
+        """Half of the time, the key's tensors read through the container's
+        face (not under O_DIRECT, whose windows the oracle's container
+        reads do not model)."""
+        if not self.opts.get("direct") and rng.random() < 0.5:
+            self.add({"op": "container_read", "keys": [key]})
 
 
 #: The share of a program's operations a step of the Python face follows.
@@ -576,6 +590,7 @@ def generate(seed: int, target: Target, option_set: str = "plain",
                                     *_tensor_sizes(target)]))
     gen = _Gen(rng, target, opts, n_slots)
     gen.stalls = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/stall")
+    gen.reads = random.Random(f"{seed}/{target.ref}/{option_set}/{policy}/read")
     names = list(_WEIGHTS)
     weights = [_WEIGHTS[n] for n in names]
     # the Python face's steps come from a generator of their own, between

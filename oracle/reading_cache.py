@@ -28,7 +28,7 @@ from xcache.oracle.call_outcomes import (
     OutOfMemory,
     WaitsForever,
 )
-from xcache.oracle.errors import IOFailure, NotModelled
+from xcache.oracle.errors import IOFailure, NotModelled, ShortRead
 from xcache.oracle.layout import expert_pieces
 from xcache.oracle.read_path import Key, ReadPath
 from xcache.oracle.streams import ModelStream
@@ -570,6 +570,27 @@ class ReadingCache(ReadPath):
         :meth:`~oracle.cache.CacheModel.reset_stats`)."""
         self.model.reset_stats(keep_marks)
         self.fallbacks, self.fallbacks_known = 0, True
+
+    def container_read(self, name: str) -> bytes:
+        """``Container.read_bytes(name)`` (``xc_st_read_tensor``): the
+        tensor's bytes read now through the descriptor opened at the open,
+        faults modelled; a failed read of a shard replaced or removed since
+        is ``changed``, and with ``verify`` so is a read whose shard changed
+        in any way (checked after it, as a load's).  Its failures name no
+        key (``ShortRead`` / ``IOFailure`` / ``FileChanged``)."""
+        t = self.reader.tensor(name)
+        data, failure = self._read_full(self.fds[t.shard][0], t.offset,
+                                        t.nbytes, t.shard)
+        data, failure = self._end_load([t.shard], data, failure)
+        if failure is None:
+            assert data is not None
+            return data
+        where = f"tensor {name!r} ({t.shard}, byte {t.offset})"
+        if failure == "changed":
+            raise FileChanged(IOFailure(f"{where}: the file changed", None, None))
+        if failure == "short":
+            raise ShortRead(f"{where}: short read", None, None)  # type: ignore[arg-type]
+        raise IOFailure(f"{where}: I/O error", None, None)  # type: ignore[arg-type]
 
     def _queued(self) -> int:
         """Read-ahead reads a stall holds under way, or queued behind one."""

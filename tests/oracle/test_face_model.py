@@ -164,3 +164,36 @@ def test_unhold_many_with_a_spent_handle_gives_back_nothing(k3, at):
     with pytest.raises(Misuse, match=r"^unhold_many: handle 0 of 2 holds"):
         cache.unhold_many(refs)  # given back already: refused, as the engine's
     cache.close()
+
+
+def test_container_reads_see_the_file_as_it_is_now(k3, tmp_path):
+    """Container.read_bytes in the model: the file's bytes; after a shard is
+    cut short, a short read; rewritten in place, its new bytes, or with
+    verify the refusal 'changed'; the failures name no key."""
+    import shutil
+
+    from xcache.oracle.call_outcomes import FileChanged
+
+    folder = tmp_path / "copy"
+    shutil.copytree(k3.pristine, folder)
+    piece = k3.pieces(0, 3)[0]
+    shard = folder / Path(piece.shard).name
+    caches = [ReadingCache(folder, k3.layout, k3.quantities["expert_bytes"],
+                           {"n_slots": 6, "batch_threads": 1, "verify": v})
+              for v in (False, True)]
+    before = caches[0].container_read(piece.name)
+    assert len(before) == piece.nbytes == 512
+    with open(shard, "r+b") as f:
+        f.seek(piece.offset)
+        f.write(bytes(255 - b for b in before))
+    assert caches[0].container_read(piece.name) == bytes(255 - b for b in before)
+    with pytest.raises(FileChanged) as changed:
+        caches[1].container_read(piece.name)
+    assert (changed.value.layer, changed.value.expert) == (None, None)
+    with open(shard, "r+b") as f:
+        f.truncate(piece.offset + 10)
+    with pytest.raises(ShortRead) as short:
+        caches[0].container_read(piece.name)
+    assert (short.value.layer, short.value.expert) == (None, None)
+    for c in caches:
+        c.close()

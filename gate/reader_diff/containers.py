@@ -64,6 +64,7 @@ class Header:
     data: bytes
     sep: tuple[str, str] = (", ", ": ")
     n_delta: int = 0          #: added to the true header length in the prefix
+    n_is: int | None = None   #: the prefix's value itself, whatever the header
     tail: bytes = b""         #: appended after the data
     cut: int = 0              #: bytes cut from the end of the file
     edit: Callable[[bytearray], None] | None = None  #: on the header bytes
@@ -74,7 +75,8 @@ class Header:
         text = bytearray(doc.text)
         if self.edit is not None:
             self.edit(text)
-        raw = struct.pack("<Q", max(0, len(text) + self.n_delta)) + bytes(text)
+        n = self.n_is if self.n_is is not None else max(0, len(text) + self.n_delta)
+        raw = struct.pack("<Q", n) + bytes(text)
         raw += self.data + self.tail
         if self.cut:
             raw = raw[:max(0, len(raw) - self.cut)]

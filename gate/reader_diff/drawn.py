@@ -21,6 +21,7 @@ from xcache.gate.reader_diff.header_rules import (
     _set_field,
     _tensor_index,
 )
+from xcache.oracle.bounds import HEADER_MAX_BYTES
 
 #: Tokens whose own value is malformed: wherever one stands the engine's one
 #: pass meets it first, and it is a json error (``0x10`` is the value ``0``
@@ -316,6 +317,12 @@ def sweep(rng: random.Random) -> Iterator[Case]:
         for site in ("shape-elem", "dtype"):
             h = fresh()
             yield f"value-{site}", h, value_case(rng, h, site, token)
+    for n in (HEADER_MAX_BYTES - 1, HEADER_MAX_BYTES, HEADER_MAX_BYTES + 1,
+              2**63, 2**64 - 1):  # the length prefix at its bound (step 2)
+        h = fresh()
+        h.n_is = n
+        yield (f"prefix-{n}", h, Expect("header_past_end")
+               if n <= HEADER_MAX_BYTES else Expect("header_too_large", at=0))
     for cut in (b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xf4\x8f"):
         h = fresh()
         h.edit = lambda text, cut=cut: text.extend(cut)  # after the closing brace

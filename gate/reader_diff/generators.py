@@ -144,17 +144,18 @@ NOT_UTF8: dict[str, tuple[bytes, ...]] = {
     "cut-2": (b"\xc3a", b"\xdf "),
     "cut-3": (b"\xe2\x82a", b"\xe2a", b"\xef\xbf "),
     "cut-4": (b"\xf0\x9f\x98a", b"\xf0\x9fa", b"\xf4a", b"\xf3\x80\x80 "),
-    "overlong": (b"\xe0\x80\x80", b"\xe0\x9f\xbf", b"\xf0\x80\x80\x80",
-                 b"\xf0\x8f\xbf\xbf"),
+    "overlong": (b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xe0\x9f\xbf",
+                 b"\xf0\x80\x80\x80", b"\xf0\x8f\xbf\xbf"),
     "surrogate": (b"\xed\xa0\x80", b"\xed\xbf\xbf"),
     "above-max": (b"\xf4\x90\x80\x80", b"\xf4\xbf\xbf\xbf"),
     "bad-continuation": (b"\xf0\x9fA\x80", b"\xf0\x9f\x98A", b"\xe2A\xac"),
 }
 
 
-def _not_utf8(rng: random.Random, cls: str | None = None) -> Piece:
+def _not_utf8(rng: random.Random, cls: str | None = None,
+              spelled: bytes | None = None) -> Piece:
     cls = cls or rng.choice(sorted(NOT_UTF8))
-    return Piece(rng.choice(NOT_UTF8[cls]), None, f"utf8-bad-{cls}",
+    return Piece(spelled or rng.choice(NOT_UTF8[cls]), None, f"utf8-bad-{cls}",
                  "not_utf8", 0)
 
 
@@ -163,11 +164,13 @@ BAD_PIECES = (_bad_hex, _bad_escape, _bad_surrogate, _not_utf8)
 
 def every_bad_piece(rng: random.Random) -> list[Piece]:
     """One bad piece of every class: each non-hex byte class, each bad escape,
-    each surrogate error, each class of bytes that are not UTF-8."""
+    each surrogate error, and every sequence of :data:`NOT_UTF8` (a lead
+    byte the check lets through by one value is met only by its own)."""
     return ([_bad_hex(rng, c) for c in sorted(NOT_HEX)]
             + [_bad_escape(rng, c) for c in BAD_ESCAPES]
             + [_bad_surrogate(rng, k) for k in range(3)]
-            + [_not_utf8(rng, c) for c in sorted(NOT_UTF8)])
+            + [_not_utf8(rng, c, s) for c in sorted(NOT_UTF8)
+               for s in NOT_UTF8[c]])
 
 
 @dataclass(frozen=True)

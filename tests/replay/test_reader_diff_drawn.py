@@ -71,7 +71,9 @@ def test_the_bad_pieces_say_where_and_what() -> None:
     assert labels == (["hex-9-A", "hex-F-a", "hex-above-f", "hex-below-0",
                        "hex-non-ascii"] + ["escape-bad"] * 11
                       + ["surrogate-low", "surrogate-high", "surrogate-unpaired"]
-                      + [f"utf8-bad-{c}" for c in sorted(gen.NOT_UTF8)])
+                      + [f"utf8-bad-{c}" for c in sorted(gen.NOT_UTF8)
+                         for _ in gen.NOT_UTF8[c]])
+    assert len(labels) == 19 + 29  # every sequence that is not UTF-8
 
 
 def test_a_drawn_name_decodes_to_its_pieces() -> None:
@@ -146,13 +148,17 @@ def test_the_sweep_meets_every_class() -> None:
     depth limit, each width of number above the largest double, token and
     non-name."""
     labels = [label for label, _, _ in drawn.sweep(random.Random(0))]
-    assert len(labels) == 104
+    assert len(labels) == 130
+    # the length prefix at its bound: 10^8 - 1 and 10^8 allowed, past it not
+    assert [la for la in labels if la.startswith("prefix-")] == [
+        "prefix-99999999", "prefix-100000000", "prefix-100000001",
+        f"prefix-{2**63}", f"prefix-{2**64 - 1}"]
     for site in drawn.SITES:
         assert f"depth-{site}-127" in labels and f"depth-{site}-128" in labels
     assert ({"numbers-below", "numbers-near"}
             | {f"number-above-{w}" for w in range(1, 23)}) <= set(labels)
     assert {f"names-width-{w}" for w in (1, 2, 3, 4)} <= set(labels)
-    assert sum(la.startswith("name-utf8-bad-") for la in labels) == len(gen.NOT_UTF8)
+    assert sum(la.startswith("name-utf8-bad-") for la in labels) == sum(map(len, gen.NOT_UTF8.values()))
 
 
 def test_the_engine_agrees_on_the_sweeps_and_the_paths(tmp_path: Path) -> None:
@@ -161,7 +167,7 @@ def test_the_engine_agrees_on_the_sweeps_and_the_paths(tmp_path: Path) -> None:
     disagreement."""
     out = sweep_cases(engine, tmp_path, reader_diff.DEFAULT_SEED)
     assert out.failures == []
-    assert (out.cases, out.refused) == (1625, 1531)
+    assert (out.cases, out.refused) == (1653, 1560)
 
 
 class _Changed:

@@ -74,6 +74,9 @@ class Op(enum.Enum):
     #: at open, so a malformed one is refused (the ``index_*`` corruptions);
     #: a cache that finds its shards by listing the folder lacks it
     READER_INDEX = "reader_index"
+    #: it refuses a tensor whose dtype is none of the format's (a reader
+    #: that lets a dtype it does not know through, unchecked, lacks it)
+    READER_DTYPE = "reader_dtype"
     #: calls from other threads while a read is under way: a get that waits
     #: for it and counts a hit after waiting (the ``wait_hits`` value)
     CONCURRENT = "concurrent"

@@ -166,7 +166,10 @@ def _open_fault_step(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
 
 def _corrupt(ctx: Any, step: dict[str, Any]) -> dict[str, Any]:
     """A ``corrupt`` step: an index corruption needs a cache that reads the
-    index too (``op:reader_index``), beside the shards' headers."""
+    index too (``op:reader_index``), beside the shards' headers, and a dtype
+    no reader knows one that refuses such a dtype (``op:reader_dtype``)."""
+    if step.get("kind") == "dtype":
+        return {"needs": [*step.get("needs", []), "op:reader_dtype"]}
     if step.get("kind") not in INDEX_KINDS:
         return {}
     return {"needs": [*step.get("needs", []), "op:reader_index"]}
@@ -222,6 +225,7 @@ OPERATIONS: dict[str, Operation] = {
     "stream_rest": Operation(None, ("op:stream",)),
     "trace": Operation(None, ("op:trace",)),
     "set_step": Operation(None, ("op:trace",)),
+    "trace_over": Operation(None, ("op:trace",)),
     "break_check": Operation(None, ("op:break_check",)),
     "face_get": Operation(_keys, _FACE),
     "face_hold_layer": Operation(_keys, _FACE),
@@ -247,7 +251,7 @@ VALUE_NEEDS: dict[str, tuple[str, ...]] = {
     "pinned": ("fact:pinned", "pins:count"),
     "trace": ("op:trace",), "trace_records": ("op:trace",),
     "trace_steps": ("op:trace",), "trace_header": ("op:trace",),
-    "trace_file": ("op:trace",),
+    "trace_file": ("op:trace",), "trace_kept": ("op:trace",),
     "check_broken": ("op:break_check",),
     "wait_hits": ("op:concurrent",),
     "open_files": ("fault:open",),

@@ -195,6 +195,27 @@ def _open_fault(run: Any, step: dict[str, Any]) -> None:
     run.extra["open_files"] = run.make.open_files()
 
 
+def _trace_over(run: Any, step: dict[str, Any]) -> None:
+    """Put a file of ``size`` bytes at the cache's trace path (starting with
+    the trace's magic, or its first ``size`` bytes, with ``magic``; else
+    ``'u'`` bytes), then open a fresh traced cache over it: the outcome is
+    ``last_error``, and ``trace_kept`` whether a refused open left the file
+    as it was (None when the open succeeded)."""
+    from xcache.oracle.traces.engine_dump import ENGINE_MAGIC  # noqa: PLC0415
+
+    run.close()
+    run.target.populate(run.scratch, run.private)
+    size = int(step.get("at", 0))
+    body = (ENGINE_MAGIC + b"\0" * size)[:size] if step.get("magic") \
+        else b"u" * size
+    path = trace_check.trace_path(run.scratch)
+    path.write_bytes(body)
+    ok, backend = run.attempt(run.make, run.scratch)
+    if ok:
+        run.backend = backend
+    run.extra["trace_kept"] = None if ok else path.read_bytes() == body
+
+
 def _replace(run: Any, step: dict[str, Any]) -> None:
     for p in sorted(run.scratch.glob("*.safetensors")):
         replace_same_size(p)
@@ -289,6 +310,7 @@ HANDLERS: dict[str, Handler] = {
     "inject": _inject, "inject_alloc": _inject_alloc, "clear": _clear,
     "corrupt": _corrupt, "open_fault": _open_fault, "replace": _replace,
     "truncate": _truncate, "touch": _touch, "rewrite": _rewrite,
+    "trace_over": _trace_over,
     "background_get": race_ops.background_get,
     "await_read": race_ops.await_read, "waiting_get": race_ops.waiting_get,
     "join": race_ops.join, "unstall": race_ops.unstall,

@@ -36,6 +36,7 @@ from xcache.gate.backend_api import (
 from xcache.gate.check_probe import expected_name
 from xcache.gate.failure_kinds import kind_of
 from xcache.oracle.cache import POLICIES as ORACLE_POLICIES
+from xcache.oracle.cache import Misuse
 from xcache.oracle.call_outcomes import WaitsForever
 from xcache.oracle.errors import NotModelled
 from xcache.oracle.face import Face
@@ -92,6 +93,22 @@ class _ModelStream(Stream):
             return self._stream.rest()
 
 
+def _trace_open_rule(folder: Path) -> None:
+    """docs/TRACE_FORMAT.md at a traced cache's open: a regular file already at
+    the trace path that is not empty and does not start with the trace's
+    magic is a user's file, refused (misuse) and left as it is."""
+    from xcache.gate.trace_check import trace_path  # noqa: PLC0415
+    from xcache.oracle.traces.engine_dump import ENGINE_MAGIC  # noqa: PLC0415
+
+    path = trace_path(folder)
+    if path.is_file() and path.stat().st_size > 0:
+        with open(path, "rb") as f:
+            head = f.read(len(ENGINE_MAGIC))
+        if head != ENGINE_MAGIC:
+            raise Misuse(f"cache open: refusing to write the trace to {path}: "
+                         "the file exists and is not an xcache trace")
+
+
 def _as_model_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with the gate's CannotRun in the model's words (re-raised by it)."""
     def call(*args: Any) -> Any:
@@ -124,6 +141,8 @@ class OracleBackend(Backend):
     kind_of = staticmethod(kind_of)
 
     def __init__(self, folder: Path, target: Any, opts: dict[str, Any]) -> None:
+        if opts.get("trace"):
+            _trace_open_rule(folder)
         with _judged():
             #: the reference model this backend drives
             self.oracle = ReadingCache(folder, target.layout,

@@ -76,7 +76,7 @@ STEP_FIELDS: dict[str, Schema] = {
     "check_id": Text(80), "if_held": Flag(), "or_ended": Flag(),
     "keep_mtime": Flag(), "by_s": Number(0.0, 86_400.0),
     "piece": expr(0, MAX_ITEMS), "spent_at": expr(0, MAX_ITEMS),
-    "stalled": Flag(), "progress": expr(0, MAX_WRITTEN),
+    "stalled": Flag(), "magic": Flag(), "progress": expr(0, MAX_WRITTEN),
     "with": Text(40, ("end", "raise", "release", "release_raise")),
     "keep": Flag(),
     "step": Int(0, 2**64 - 1),

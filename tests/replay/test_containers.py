@@ -94,10 +94,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_default_set_is_todays_pinned_set(tmp_path):
-    """On their home containers: 86 scenario runs, 898 checks, all pinned, none
+    """On their home containers: 87 scenario runs, 924 checks, all pinned, none
     skipped (the two open-fault scenarios are N/A on both: no open injector)."""
     names, report = _run(tmp_path / "work")
-    assert len(names) == 86 and len(report.checks) == 898
+    assert len(names) == 87 and len(report.checks) == 924
     assert {n["scenario"] for n in report.not_applicable} == {
         "open-failures", "open-eintr"}
     assert not report.failed and not report.skipped
@@ -108,10 +108,10 @@ def test_default_set_is_todays_pinned_set(tmp_path):
 @pytest.mark.parametrize("preset,ran,skipped", [
     # O_DIRECT cannot pack an expert scattered over its file (the presets');
     # mixtral-mini's 8 experts lack those hold-layer-gives-back names
-    ("mixtral-mini", 80, ["found-direct-partial", "found-stream-victim-hit",
+    ("mixtral-mini", 81, ["found-direct-partial", "found-stream-victim-hit",
                           "hold-layer-gives-back", "hold-layer-no-slot",
                           "state-direct"]),
-    ("deepseek-mini", 82, ["found-direct-partial", "found-stream-victim-hit",
+    ("deepseek-mini", 83, ["found-direct-partial", "found-stream-victim-hit",
                            "state-direct"])])
 def test_container_folder_runs_the_whole_set(tmp_path, folders, preset, ran,
                                              skipped):
@@ -220,6 +220,7 @@ def test_scenarios_that_cannot_apply_are_skipped_with_the_reason(tmp_path):
                                   "stream-claim", "reader-index",
                                   "trace-records", "trace-file",
                                   "trace-gapped-layers", "trace-reopen",
+                                  "trace-over-a-file",
                                   "check-probe",
                                   "reads-under-way", "completion-order",
                                   "stream-claim-kinds", "state-counters",
@@ -387,10 +388,10 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 67 scenarios (82 variants), 864 checks, 3 skipped, 12 N/A on {where} "
+        f"PASS: 68 scenarios (83 variants), 890 checks, 3 skipped, 12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 67
+    assert len(scenario_lines) == 68
     assert all(ln.split()[1:3] == ["on", where] for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")

@@ -41,7 +41,7 @@ def undeclared(docs: dict[str, dict]) -> list[str]:
 def test_every_shipped_scenario_declares_known_contracts():
     """No scenario of gate/scenarios/ lacks a contract or names one not registered."""
     docs = _shipped()
-    assert len(docs) == 67  # 64, and trace-file, -gapped-layers, -reopen
+    assert len(docs) == 68  # 64, trace-file, -gapped-layers, -reopen, -over-a-file
     assert undeclared(docs) == []
 
 

@@ -107,7 +107,7 @@ def test_every_operation_has_its_handler():
     assert set(HANDLERS) == set(OPERATIONS)
     assert list(OPS) == list(OPERATIONS)
     assert all(OPS[n].operation is OPERATIONS[n] for n in OPERATIONS)
-    assert len(OPERATIONS) == 44  # 37, the six face_* and container_read
+    assert len(OPERATIONS) == 45  # 38, the six face_* and container_read
     # of op:lifetime
 
 

@@ -114,6 +114,9 @@ class Fact(enum.Enum):
     HELD = "held"
     HOLDING = "holding"
     DIRECT_ACTIVE = "direct_active"
+    #: the keys of the READY slots whose unused-prefetch mark is set (a
+    #: read-ahead load nobody has asked for yet: its first use is to come)
+    MARKED = "marked"
 
 
 class Pins(enum.Enum):

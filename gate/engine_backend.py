@@ -383,6 +383,8 @@ class EngineBackend(Backend):
         v["held"] = sum(s["holds"] for s in slots)
         v["holding"] = holding([(s["key"], s["holds"]) for s in slots])
         v["direct_active"] = self.container.direct_active
+        v["marked"] = sorted([list(s["key"]) for s in slots
+                              if s["state"] == "ready" and s["unused_mark"]])
         try:
             self.cache.check()
             v["invariants"] = "clean"

@@ -667,6 +667,8 @@ class ReadingCache(ReadPath):
         v["held"] = sum(s.holds for s in slots)
         v["holding"] = sorted([[*s.key, s.holds] for s in slots if s.holds])
         v["direct_active"] = bool(self.direct) and all(self.direct.values())
+        v["marked"] = sorted([list(s.key) for s in slots
+                              if s.state == READY and s.mark])
         bad = self.model.check()
         v["invariants"] = "clean" if bad is None else bad
         return v

@@ -239,9 +239,17 @@ class _Gen:
             # model leaves the misses under way until they are read)
             self.add({"op": "stream_open", "keys": keys, "label": label,
                       **({"get_first": first[:1]} if first else {})})
+            failing = [k for k in keys if k not in first[:1]]
+            fault = failing and self.reads.random() < 0.3
+            if fault:  # one of its own reads fails, after a claim perhaps
+                self.add({"op": "inject", "nth": 1,
+                          "fault": self.reads.choice(["eio", "eof"]),
+                          "place": {"key": self.reads.choice(failing)}})
             self.add({"op": "stream_next", "label": label,
                       "count": self.rng.randint(0, len(keys))})
             self.add({"op": "stream_rest", "label": label})
+            if fault:
+                self.add({"op": "clear"})
             self.stream = None
             return None
         self.add({"op": "stream", "keys": keys})

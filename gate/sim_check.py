@@ -131,7 +131,43 @@ def run_checks(engine: Any, report: Any, path: Path = COUNTS_FILE) -> list[str]:
               if not wrong else f"{len(wrong)} of {len(judged)} runs "
               f"differ; first: {wrong[0]}")
     report.add(name, "engine", name, not wrong, detail, 0, len(wrong))
-    return [name]
+    return [name, curve_check(sim, trace, report)]
+
+
+#: The exact curves judged: (policy, mode, per_layer).
+CURVES: tuple[tuple[str, str, bool], ...] = tuple(
+    (p, m, pl) for p in ("lru", "belady") for m in ("plain", "step")
+    for pl in (False, True))
+
+
+def curve_check(sim: Any, trace: Any, report: Any) -> str:
+    """The one-pass exact curves (``xc_curve.c``) against the oracle's
+    reference (``oracle.curves``: stack distances, plain Python) at every
+    size from 1 to the working set: one check line."""
+    import numpy as np  # noqa: PLC0415
+
+    from xcache.oracle.curves import trace_curve  # noqa: PLC0415
+
+    wrong = []
+    for policy, mode, per_layer in CURVES:
+        want = trace_curve(trace, policy, mode, per_layer)
+        got = np.asarray(sim.curve(trace, policy, mode=mode,
+                                   per_layer=per_layer))
+        if got.shape != want.shape or not np.array_equal(got, want):
+            n = min(len(got), len(want))
+            at = next((i for i in range(n) if got[i] != want[i]), n)
+            wrong.append(f"{policy} {mode}{' per layer' if per_layer else ''}"
+                         f": {len(got)} sizes (oracle {len(want)}), first "
+                         f"differing at {at + 1} slots: "
+                         f"{got[at] if at < len(got) else '-'} misses "
+                         f"(oracle {want[at] if at < len(want) else '-'})")
+    name = "sim-curves"
+    detail = (f"{len(CURVES)} exact curves (LRU and Belady, plain and step, "
+              "global and per layer), every size equal to the oracle's"
+              if not wrong else f"{len(wrong)} of {len(CURVES)} curves differ;"
+              f" first: {wrong[0]}")
+    report.add(name, "engine", name, not wrong, detail, 0, len(wrong))
+    return name
 
 
 def main(argv: Sequence[str] | None = None) -> int:

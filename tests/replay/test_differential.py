@@ -101,7 +101,8 @@ def test_an_unpinned_policy_is_judged_by_the_oracle(tmp_path: Path) -> None:
     path.write_text(json.dumps(pinned))
     report = Report()
     sim_check.run_checks(engine, report, path)
-    (check,) = report.checks
+    check, curves = report.checks
+    assert curves["scenario"] == "sim-curves" and curves["passed"]
     assert check["passed"]
     left = [p for p in sim_check.policies()
             if all(c["policy"] != p for c in pinned["cases"])]
@@ -127,7 +128,8 @@ def test_a_wrong_simulator_count_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(real, "simulate", simulate)
     report = Report()
     sim_check.run_checks(engine, report)
-    (check,) = report.checks
+    check, curves = report.checks
+    assert curves["scenario"] == "sim-curves" and curves["passed"]
     assert not check["passed"]
     assert check["detail"].startswith(
         f"3 of {len(sim_check.cases())} runs differ; first: arc step 256 slots: "
@@ -225,3 +227,38 @@ def test_a_stream_whose_open_failed_keeps_its_label() -> None:
     state_ops.stream_next(run, {"label": "s", "count": 2})
     state_ops.stream_rest(run, {"label": "s"})
     assert run.open_streams == {}
+
+
+def test_a_curve_off_at_one_size_fails() -> None:
+    """A Belady step curve one miss off at one size fails sim-curves, naming
+    the curve, the size and both counts; the other seven pass."""
+    import numpy as np
+
+    import xcache.engine.sim as real
+
+    class Off:
+        """The engine's sim with one curve's twentieth entry one miss off."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def curve(self, trace: Any, policy: str, mode: str = "step",
+                  per_layer: bool = False) -> np.ndarray:
+            got = real.curve(trace, policy, mode=mode, per_layer=per_layer)
+            if (policy, mode, per_layer) == ("belady", "step", False):
+                got = got.copy()
+                got[19] += 1
+            return got
+
+    report = Report()
+    trace = sim_check._trace()
+    assert sim_check.curve_check(Off(), trace, report) == "sim-curves"
+    (check,) = report.checks
+    assert not check["passed"]
+    from xcache.oracle.curves import trace_curve
+
+    want = trace_curve(trace, "belady", "step")[19]
+    assert check["detail"] == (
+        "1 of 8 curves differ; first: belady step: 860 sizes (oracle 860), "
+        f"first differing at 20 slots: {want + 1} misses (oracle {want})")
+

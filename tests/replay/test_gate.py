@@ -78,7 +78,8 @@ def test_pinned_tree_passes_every_scenario(tmp_path):
                    for c in data["not_applicable"])
 
     differential = ("reader-diff-headers", "reader-diff-indexes",
-                    "reader-diff-sweeps", "sim-counts", "open-nomem",
+                    "reader-diff-sweeps", "sim-counts", "sim-curves",
+                    "open-nomem",
                     "open-leaks", "open-params", "open-c-face", "open-messages",
                     "tensor-reads")
     lines = p.stdout.splitlines()

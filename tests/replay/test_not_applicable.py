@@ -147,12 +147,12 @@ def test_na_lines_and_the_summary_count(limited, capsys):
                 if ln.startswith(f"{'limits':<22} on")) == (
         f"{'limits':<22} on k3-mini         PASS  12  FAIL 0  N/A 8")
     summary = out.splitlines()[-1]
-    assert summary.startswith("PASS: 1 scenario (2 variants), 10 differential "
-                              "runs, 22 checks, 8 N/A "
+    assert summary.startswith("PASS: 1 scenario (2 variants), 11 differential "
+                              "runs, 23 checks, 8 N/A "
                               "on its home container k3-mini, engine build ")
     written = json.loads(report.read_text())
-    # the scenario's 12 and the 10 differential checks
-    assert len(written["checks"]) == 22 and written["passed"] is True
+    # the scenario's 12 and the 11 differential checks
+    assert len(written["checks"]) == 23 and written["passed"] is True
     assert written["not_applicable"][:2] == [
         {"scenario": "limits", "backend": "limited", "check": "batch",
          "missing": ["counter:prefetch_loads"]},

@@ -158,7 +158,8 @@ def test_the_sweep_meets_every_class() -> None:
     assert ({"numbers-below", "numbers-near"}
             | {f"number-above-{w}" for w in range(1, 23)}) <= set(labels)
     assert {f"names-width-{w}" for w in (1, 2, 3, 4)} <= set(labels)
-    assert sum(la.startswith("name-utf8-bad-") for la in labels) == sum(map(len, gen.NOT_UTF8.values()))
+    assert sum(la.startswith("name-utf8-bad-") for la in labels) == sum(
+        map(len, gen.NOT_UTF8.values()))
 
 
 def test_the_engine_agrees_on_the_sweeps_and_the_paths(tmp_path: Path) -> None:

@@ -432,6 +432,18 @@ class _Gen:
             steps[4] = {"op": "prefetch", "keys": steps[4]["keys"]}
             if self.readers:  # its reads end (the held one is a get's)
                 steps.insert(5, {"op": "drain"})
+        elif not self.readers and self.reads.random() < 0.4:
+            # a stream begun over it and keys got just before (resident:
+            # the key in flight is then its only one missing) instead: the
+            # key in flight is left for later (counted then), the others
+            # counted now; taken after
+            label = self.label("s")
+            got = [j for j in self.keys(2, self.reads) if j != k]
+            if got:
+                steps.insert(0, {"op": "get", "keys": got})
+            at = 5 if got else 4  # where the getmany stood
+            steps[at] = {"op": "stream_open", "label": label, "keys": [k, *got]}
+            steps.insert(-1, {"op": "stream_rest", "label": label})
         for st in steps[:-1]:
             st["then"] = "held"
         for st in steps:

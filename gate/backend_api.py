@@ -451,6 +451,10 @@ class Backend(ABC):
         """``op:hold_layer``: hold ``experts`` of ``layer``; (handle, bytes each)."""
         raise NotImplementedError
 
+    def container_has(self, name: str) -> bool:
+        """``op:lifetime``: ``name in container`` (the container's face)."""
+        raise NotImplementedError
+
     def container_read(self, name: str) -> bytes:
         """``op:lifetime``: the tensor ``name``'s bytes read through the
         container's face (``Container.read_bytes``)."""

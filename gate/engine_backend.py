@@ -142,6 +142,10 @@ class EngineBackend(Backend):
         """The engine's Python face itself: its ``ExpertCache``."""
         return self.cache
 
+    def container_has(self, name: str) -> bool:
+        """``name in`` the container the cache reads."""
+        return name in self.container
+
     def container_read(self, name: str) -> bytes:
         """``Container.read_bytes`` of the container the cache reads."""
         return self.container.read_bytes(name)

@@ -226,7 +226,8 @@ def face_release(run: Any, step: dict[str, Any]) -> None:
 def container_read(run: Any, step: dict[str, Any]) -> None:
     """Read every tensor of each key through the container's face
     (``Container.read_bytes``), as a user reads weights the cache does not
-    hold: each call a ``face`` record whose words are the bytes' digest (a
+    hold, and asks whether it holds that name and spellings near it (``in``):
+    each call a ``face`` record whose words are the bytes' digest (a
     file changed since the open is read as it is now, or refused as the
     contract says: ``verify``, a shard replaced, a short read)."""
     for key in step["keys"]:
@@ -237,6 +238,12 @@ def container_read(run: Any, step: dict[str, Any]) -> None:
                 run.record(None)
                 _note(run, "container_read", key, None,
                       hashlib.sha256(data).hexdigest()[:16])
+            # which spellings of it the container holds: only its own (one
+            # with U+0000 or cut short names no tensor)
+            near = [name, name + "\0", name + "\0x", name[:-1], name + " ", ""]
+            _note(run, "container_has", key, None,
+                  "".join("1" if run.backend.container_has(n) else "0"
+                          for n in near))
 
 
 def face_drop(run: Any, step: dict[str, Any]) -> None:

@@ -208,6 +208,11 @@ class OracleBackend(Backend):
         with _judged():
             self.oracle.release_copy(copy)
 
+    def container_has(self, name: str) -> bool:
+        """``op:lifetime``: whether the model's reader has a tensor ``name``
+        (U+0000 is in no name: DESIGN.md §3)."""
+        return name in self.oracle.reader.names()
+
     def container_read(self, name: str) -> bytes:
         """``op:lifetime``: the model's ``Container.read_bytes``."""
         with _judged():

@@ -57,6 +57,23 @@ def compare(engine: Any, folder: Path, direct_ok: bool) -> tuple[int, list[str]]
     return read, wrong
 
 
+def _tiny(folder: Path) -> Path:
+    """A container of one shard of 3 small tensors, 200-odd bytes in all."""
+    import json  # noqa: PLC0415
+    import struct  # noqa: PLC0415
+
+    folder.mkdir(parents=True, exist_ok=True)
+    header, data = {}, b""
+    for i, n in enumerate((16, 48, 64)):
+        header[f"t{i}"] = {"dtype": "U8", "shape": [n],
+                           "data_offsets": [len(data), len(data) + n]}
+        data += bytes((i * 31 + j) % 251 for j in range(n))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    (folder / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(text)) + text + data)
+    return folder
+
+
 def run_checks(engine: Any, work: Path, report: Any) -> list[str]:
     """Read every tensor of every home preset in every mode; one check line."""
     from xcache.gate.containers import make_target  # noqa: PLC0415
@@ -73,8 +90,24 @@ def run_checks(engine: Any, work: Path, report: Any) -> list[str]:
         n, bad = compare(engine, folder, direct_ok)
         read += n
         wrong += bad
+    # a file smaller than one O_DIRECT block: its probe meets the end of
+    # the file, which is no failure (the file reads with O_DIRECT or not
+    # as the oracle's probe says, and serves the same bytes either way)
+    tiny = _tiny(work / "tensor-reads-tiny")
+    direct_ok = bool(probe_direct(str(tiny / "model.safetensors")))
+    n, bad = compare(engine, tiny, direct_ok)
+    read += n
+    wrong += bad
+    cont = engine.Container(str(tiny), direct=True)
+    try:
+        if bool(cont.direct_active) != direct_ok:
+            wrong.append(f"{tiny.name} direct: direct_active is "
+                         f"{cont.direct_active}, not {direct_ok} (the oracle's "
+                         "probe of a file smaller than one block)")
+    finally:
+        cont.close()
     name = "tensor-reads"
-    detail = (f"{read} tensor reads of {len(PRESETS)} containers "
+    detail = (f"{read} tensor reads of {len(PRESETS) + 1} containers "
               f"({', '.join(m for m in MODES if m in modes)}), every byte the "
               "oracle's" if not wrong else
               f"{len(wrong)} of {read} tensor reads differ; first: {wrong[0]}")

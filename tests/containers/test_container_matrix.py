@@ -46,7 +46,9 @@ ALLOWED_SKIPS = {DIRECT_ONLY, "batch-residents-pins", "key-bounds",
                  "hold-layer-gives-back", "hold-layer-no-slot",
                  "check-cross-s3fifo",
                  # shrunk findings: their home's keys, slots and reads
-                 "found-stream-victim-hit"}
+                 "found-stream-victim-hit",
+                 # a trace over three MoE layers or more (L >= 3)
+                 "trace-file", "trace-gapped-layers"}
 #: scenarios a top-1 model (Llama-4-Scout, Switch-Transformers) skips by
 #: their own requirement (two stalled reads at once: 2*k >= 3)
 TOP_1_SKIPS = {"stalled-reads"}

@@ -510,3 +510,23 @@ def bad_adapter(tmp: Path, old: str, new: str, toml: tuple[str, str] = ("", "")
         assert text.count(toml[0]) == 1, toml[0]
         (dest / "xcs.toml").write_text(text.replace(*toml))
     return dest
+
+
+def read_through(faults: Any, path: str, length: int,
+                 offset: int = 0) -> tuple[int, bytes]:
+    """Open path through the injector and read a range; return (rc, bytes)."""
+    from xcache.engine import _lib  # noqa: PLC0415
+
+    ffi, lib = _lib.ffi(), _lib.lib()
+    io = faults.io
+    h = ffi.new("int64_t *")
+    assert io.open(io.ctx, path.encode(), 0, h) == 0
+    try:
+        buf = ffi.new("unsigned char[]", length)
+        got = ffi.new("size_t *")
+        rc = lib.xc_io_read_full(io, h[0], path.encode(), buf, length, offset,
+                                 got)
+        return rc, bytes(ffi.buffer(buf, got[0]))
+    finally:
+        io.close(io.ctx, h[0])
+

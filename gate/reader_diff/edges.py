@@ -37,15 +37,14 @@ from typing import Any
 
 from xcache.gate.reader_diff.doc import Doc, Raw
 from xcache.gate.reader_diff.plan import (
+    MAX_48,
+    U64_MAX,
     Entry,
     Plan,
     Problem,
     base_plan,
     tensor,
 )
-
-MAX_48 = 2**48 - 1
-U64_MAX = 2**64 - 1
 
 #: Numbers at the limits a dimension or an offset meets.
 LIMITS: tuple[int, ...] = (

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.test_injector import _read
-from tests.helpers import K3_LAYOUT, expert_bytes
+from tests.helpers import K3_LAYOUT, expert_bytes, read_through
 from xcache.engine import _lib
 from xcache.faults.io import Fault, IOFaults
 from xcache.oracle.read_path import ReadPath
@@ -60,7 +59,7 @@ def test_bursts_of_600_between_progress_never_exhaust_the_retry_budget(data_file
     """10 bursts of 600 EINTRs (6,000 in all) between reads of 100 bytes: success."""
     with IOFaults() as f:
         f.arm(Fault("eintr_burst", persistent=True, arg=600, progress=100))
-        rc, got = _read(f, str(data_file), 1000, 3)
+        rc, got = read_through(f, str(data_file), 1000, 3)
         assert (rc, got) == (0, DATA[3:1003])
         assert (f.reads, f.fired) == (6010, 6010)
 
@@ -69,7 +68,7 @@ def test_999_eagain_in_a_row_then_progress_succeeds(data_file):
     """A transient burst of 999 EAGAINs is retried; the 1,000th call reads all."""
     with IOFaults() as f:
         f.arm(Fault("eagain_burst", arg=999))
-        rc, got = _read(f, str(data_file), 4096)
+        rc, got = read_through(f, str(data_file), 4096)
         assert (rc, got) == (0, DATA[:4096])
         assert (f.reads, f.fired) == (1000, 1000)
 
@@ -79,7 +78,7 @@ def test_1000_interrupts_in_a_row_fail_the_read(data_file):
     for kind, code in (("eintr_burst", errno.EINTR), ("eagain_burst", errno.EAGAIN)):
         with IOFaults() as f:
             f.arm(Fault(kind, arg=1000, progress=100))
-            rc, _ = _read(f, str(data_file), 4096)
+            rc, _ = read_through(f, str(data_file), 4096)
             assert rc == _lib.lib().XC_E_IO
             assert f"(errno {code})" in _lib.last_error()[4]
             assert (f.reads, f.fired) == (1000, 1000)
@@ -89,7 +88,7 @@ def test_eagain_is_retried_as_eintr_is(data_file):
     """One EAGAIN at the first pread costs one retry and no error."""
     with IOFaults() as f:
         f.arm(Fault("eagain", nth=1))
-        rc, got = _read(f, str(data_file), 4096)
+        rc, got = read_through(f, str(data_file), 4096)
         assert (rc, got, f.reads, f.fired) == (0, DATA[:4096], 2, 1)
 
 
@@ -139,7 +138,7 @@ def test_page_cache_faults_count_no_pread_and_preads_no_copy(data_file):
     """A nowait kind counts no pread; a whole copy is no pread of the inner one."""
     with IOFaults() as f:
         f.arm(Fault("nowait_eio", persistent=True))
-        assert _read(f, str(data_file), 4096) == (0, DATA[:4096])
+        assert read_through(f, str(data_file), 4096) == (0, DATA[:4096])
         assert (f.reads, f.fired) == (0, 0)
         with IOFaults() as inner, IOFaults(inner) as outer:
             outer.arm(Fault("nowait_partial", nth=5))

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import K3_LAYOUT
+from tests.helpers import K3_LAYOUT, read_through
 from xcache.engine import _lib
 from xcache.faults.io import Fault, IOFaults
-
-
-def _read(faults: IOFaults, path: str, length: int, offset: int = 0):
-    """Open path through the injector and read a range; return (rc, bytes)."""
-    ffi, lib = _lib.ffi(), _lib.lib()
-    io = faults.io
-    h = ffi.new("int64_t *")
-    assert io.open(io.ctx, path.encode(), 0, h) == 0
-    try:
-        buf = ffi.new("unsigned char[]", length)
-        got = ffi.new("size_t *")
-        rc = lib.xc_io_read_full(io, h[0], path.encode(), buf, length, offset,
-                                 got)
-        return rc, bytes(ffi.buffer(buf, got[0]))
-    finally:
-        io.close(io.ctx, h[0])
 
 
 @pytest.fixture
@@ -37,7 +21,7 @@ def test_partial_reads_are_completed_by_the_loop(data_file):
     """Every pread returning only 100 bytes still yields the whole range."""
     with IOFaults() as f:
         f.arm(Fault("partial", nth=1, persistent=True, arg=100))
-        rc, got = _read(f, str(data_file), 1000, 5)
+        rc, got = read_through(f, str(data_file), 1000, 5)
         assert rc == 0 and got == data_file.read_bytes()[5:1005]
         assert f.fired == 10 and f.reads == 10
 
@@ -46,7 +30,7 @@ def test_transient_eintr_is_retried(data_file):
     """One EINTR costs one retry and no error."""
     with IOFaults() as f:
         f.arm(Fault("eintr", nth=1))
-        rc, got = _read(f, str(data_file), 4096)
+        rc, got = read_through(f, str(data_file), 4096)
         assert rc == 0 and got == data_file.read_bytes()[:4096]
         assert (f.fired, f.reads) == (1, 2)
 
@@ -55,7 +39,7 @@ def test_persistent_eintr_storm_is_reported_not_spun_on(data_file):
     """An endless EINTR storm ends in an I/O error naming the file."""
     with IOFaults() as f:
         f.arm(Fault("eintr", nth=1, persistent=True))
-        rc, _ = _read(f, str(data_file), 4096)
+        rc, _ = read_through(f, str(data_file), 4096)
         assert rc == _lib.lib().XC_E_IO
         assert str(data_file) in _lib.last_error()[4]
         assert f.fired == 1000
@@ -65,7 +49,7 @@ def test_eof_is_a_short_read_with_position(data_file):
     """A pread that finds the file ended reports where the bytes stopped."""
     with IOFaults() as f:
         f.arm(Fault("eof", nth=1))
-        rc, got = _read(f, str(data_file), 1000, 24)
+        rc, got = read_through(f, str(data_file), 1000, 24)
         assert rc == _lib.lib().XC_E_SHORT_READ and got == b""
         code, offset, *_ = _lib.last_error()
         assert (code, offset) == (rc, 24)
@@ -76,7 +60,7 @@ def test_eio_on_the_nth_read_only(data_file):
     """The 3rd matching read fails with EIO; the 2nd and 4th do not."""
     with IOFaults() as f:
         f.arm(Fault("eio", nth=3))
-        results = [_read(f, str(data_file), 10, 10 * i)[0] for i in range(4)]
+        results = [read_through(f, str(data_file), 10, 10 * i)[0] for i in range(4)]
         assert results == [0, 0, _lib.lib().XC_E_IO, 0]
         assert "Input/output error" in _lib.last_error()[4]
 
@@ -87,8 +71,8 @@ def test_path_filter_spares_other_files(tmp_path, data_file):
     other.write_bytes(b"z" * 100)
     with IOFaults() as f:
         f.arm(Fault("eio", nth=1, persistent=True, path_filter="data.bin"))
-        assert _read(f, str(other), 100) == (0, b"z" * 100)
-        assert _read(f, str(data_file), 100)[0] == _lib.lib().XC_E_IO
+        assert read_through(f, str(other), 100) == (0, b"z" * 100)
+        assert read_through(f, str(data_file), 100)[0] == _lib.lib().XC_E_IO
         assert f.reads == 1 and f.open_handles == 0
 
 
@@ -109,7 +93,7 @@ def test_partial_larger_than_the_read_changes_nothing(data_file):
     """A partial-read limit above the request lets the whole read through at once."""
     with IOFaults() as f:
         f.arm(Fault("partial", nth=1, persistent=True, arg=1 << 20))
-        rc, got = _read(f, str(data_file), 4096, 100)
+        rc, got = read_through(f, str(data_file), 4096, 100)
         assert rc == 0 and got == data_file.read_bytes()[100:4196]
         assert (f.fired, f.reads) == (1, 1)
 
@@ -140,7 +124,7 @@ def _read_on_thread(faults: IOFaults, path: str, length: int) -> tuple:
     import threading  # noqa: PLC0415
 
     out: list = []
-    t = threading.Thread(target=lambda: out.append(_read(faults, path, length)),
+    t = threading.Thread(target=lambda: out.append(read_through(faults, path, length)),
                          daemon=True)
     t.start()
     return t, out
@@ -160,14 +144,14 @@ def test_a_stalled_read_waits_for_its_release(data_file):
         assert out == [(0, data_file.read_bytes()[:4096])]
         assert (f.stalled, f.stall_timeouts) == (0, 0)
         # transient: the next read is not stalled
-        assert _read(f, str(data_file), 10) == (0, data_file.read_bytes()[:10])
+        assert read_through(f, str(data_file), 10) == (0, data_file.read_bytes()[:10])
 
 
 def test_a_stall_nobody_releases_ends_at_its_bound(data_file):
     """A stall bounded at 1 ms ends by itself (a timeout); the read succeeds."""
     with IOFaults() as f:
         f.arm(Fault("stall", nth=1, arg=1000))
-        assert _read(f, str(data_file), 100) == (0, data_file.read_bytes()[:100])
+        assert read_through(f, str(data_file), 100) == (0, data_file.read_bytes()[:100])
         assert (f.fired, f.stalled, f.stall_timeouts) == (1, 0, 1)
 
 
@@ -187,7 +171,7 @@ def test_await_stalled_says_when_none_is_stalled(data_file):
     """await_stalled returns False after its timeout when no read stalls."""
     with IOFaults() as f:
         f.arm(Fault("stall", nth=2))
-        assert _read(f, str(data_file), 10)[0] == 0  # the 1st: not stalled
+        assert read_through(f, str(data_file), 10)[0] == 0  # the 1st: not stalled
         assert f.await_stalled(1, 0.0) is False
         assert f.stalled == 0
 
@@ -206,7 +190,7 @@ def test_a_placed_fault_meets_only_the_reads_over_its_byte(data_file):
     uncounted; the read of [4096, 8192) is the first that counts, and fails."""
     with IOFaults() as f:
         f.arm(Fault("eio", nth=1, at=5000))
-        rcs = [_read(f, str(data_file), 4096, at)[0] for at in (0, 8192, 4096)]
+        rcs = [read_through(f, str(data_file), 4096, at)[0] for at in (0, 8192, 4096)]
         assert rcs == [0, 0, _lib.lib().XC_E_IO]
         assert (f.reads, f.fired) == (1, 1)
 
@@ -217,7 +201,7 @@ def test_a_placed_partial_returns_the_bytes_before_its_byte(data_file):
     starts there and does not count); the loop completes the range."""
     with IOFaults() as f:
         f.arm(Fault("partial", nth=1, persistent=True, at=3000))
-        rc, got = _read(f, str(data_file), 4096, 1000)
+        rc, got = read_through(f, str(data_file), 4096, 1000)
         assert rc == 0 and got == data_file.read_bytes()[1000:5096]
         assert (f.reads, f.fired) == (1, 1)
 
@@ -229,8 +213,8 @@ def test_a_placed_fault_follows_its_path_filter(data_file, tmp_path):
     with IOFaults() as f:
         f.arm(Fault("eof", nth=1, persistent=True, path_filter="data.bin",
                     at=10))
-        assert _read(f, str(other), 100)[0] == 0
-        assert _read(f, str(data_file), 100)[0] == \
+        assert read_through(f, str(other), 100)[0] == 0
+        assert read_through(f, str(data_file), 100)[0] == \
             _lib.lib().XC_E_SHORT_READ
 
 

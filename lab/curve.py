@@ -1,20 +1,26 @@
-"""The lab's exact curves (``--curve``): LRU and Belady at every cache size.
+"""The lab's curves at every cache size (``--curve``, ``--curve-sweep``).
 
-Both are stack algorithms, so the C simulator's one-pass curve
-(``engine.sim.curve``, ``engine/csrc/xc_curve.c``) gives each policy's
-misses at every size from 1 to the working set exactly -- each point what a
-replay at that size gives.  The two curves are two cells on the lab's
+LRU and Belady are stack algorithms, so the C simulator's one-pass curve
+(``engine.sim.curve``, ``engine/csrc/xc_curve.c``) gives each one's misses
+at every size from 1 to the working set exactly -- each point what a
+replay at that size gives.  ``--curve-sweep`` adds every other policy the
+run names, which no one pass serves (FIFO, LFU, ARC, S3-FIFO, SIEVE and the
+rest are not stack algorithms): their curves are the per-size sweep, one
+replay at each size, exact too (docs/LABS.md says why no sampled curve
+stands in for it on expert traces).  Every curve is cells on the lab's
 executor (a process pool, threads, dask, or the running cluster of
-``--scheduler``, the trace's arrays scattered once as for the sweep); a
-cell reports its accesses when it ends.  Every size the sweep replayed is
-checked against the curves before anything is written (they are the same
-numbers by two roads).
+``--scheduler``, the trace's arrays scattered once as for the sweep): one
+cell per one-pass curve, and a swept curve's sizes in chunks of
+:data:`SWEEP_CHUNK`; a cell reports its accesses as it goes.  Every size
+the run replayed is checked against the curves before anything is written
+(for LRU and Belady they are the same numbers by two roads).
 
 Files, in the lab's result set: ``curve.csv`` (one row per size: misses and
-miss ratio of each, and LRU's gap to Belady), ``curve.json`` (the same as
-arrays, with the counts, the method and the sizes the run named) and
-``curve.png`` (every size: Belady's curve as the floor with the region
-below it out of reach, LRU's gap to it shaded, the named sizes marked).
+miss ratio of each policy, and each one's gap to Belady), ``curve.json``
+(the same as arrays, with the counts, the method and the sizes the run
+named) and ``curve.png`` (every size: Belady's curve as the floor with the
+region below it out of reach, LRU's gap to it shaded, the other policies'
+curves drawn, the named sizes marked).
 """
 
 from __future__ import annotations
@@ -36,9 +42,21 @@ from xcache.oracle.traces import Trace
 CURVE_FILES = ("curve.csv", "curve.json", "curve.png")
 #: The policies with an exact one-pass curve, in the files' order.
 CURVE_POLICIES = ("lru", "belady")
-#: Columns of curve.csv, in order.
-CURVE_COLUMNS = ("slots", "lru_misses", "lru_miss_ratio", "belady_misses",
-                 "belady_miss_ratio", "lru_gap")
+#: Sizes one cell of a swept curve replays, one after another.
+SWEEP_CHUNK = 32
+
+
+def columns(policies: Sequence[str]) -> tuple[str, ...]:
+    """curve.csv's columns for curves of ``policies`` (Belady last): each
+    policy's misses and miss ratio, then each other policy's gap to Belady."""
+    out = ["slots"]
+    for p in policies:
+        out += [f"{p}_misses", f"{p}_miss_ratio"]
+    return (*out, *(f"{p}_gap" for p in policies if p != "belady"))
+
+
+#: Columns of curve.csv for the one-pass curves alone, in order.
+CURVE_COLUMNS = columns(CURVE_POLICIES)
 #: How the curves are computed, as curve.json records it.
 METHOD = {
     "lru": "Mattson's stack distances, one pass: each access's distance is the "
@@ -49,6 +67,9 @@ METHOD = {
               "with D the mean stack depth of an access",
     "exact": "every point equals the simulator's replay at that size",
 }
+#: How a swept curve is computed, as curve.json records it.
+SWEPT = ("one replay of the simulator at every size (no one pass serves a "
+         "policy that is not a stack algorithm)")
 
 
 def _curve_cell(keys: np.ndarray, starts: np.ndarray, n_experts: int,
@@ -66,13 +87,33 @@ def _curve_cell(keys: np.ndarray, starts: np.ndarray, n_experts: int,
     return out
 
 
-def run_curves(trace: Trace, mode: str, per_layer: bool,
-               executor: Executor | None = None,
-               quiet: bool = True) -> dict[str, np.ndarray]:
-    """LRU's and Belady's misses at every size (``engine.sim.curve``), as cells.
+def _sweep_cell(keys: np.ndarray, starts: np.ndarray, n_experts: int,
+                policy: str, mode: str, per_layer: bool, lo: int, hi: int,
+                reporter: Reporter, index: int) -> np.ndarray:
+    """``policy``'s misses at each size ``lo..hi``, one replay each, reporting
+    the accesses replayed after every size.
 
-    Index ``c - 1`` is the size of ``c`` slots (per layer with
-    ``per_layer``), up to the working set; a size the mode refuses is -1.
+    Top-level, so process pools and dask workers can load it by name.
+    """
+    from xcache.engine.sim import simulate  # noqa: PLC0415
+
+    out = np.empty(hi - lo + 1, dtype=np.int64)
+    for i, c in enumerate(range(lo, hi + 1)):
+        out[i] = simulate(keys, policy, c, mode, per_layer, n_experts=n_experts,
+                          step_starts=starts)["misses"]
+        reporter(index, (i + 1) * len(keys))
+    return out
+
+
+def run_curves(trace: Trace, mode: str, per_layer: bool,
+               executor: Executor | None = None, quiet: bool = True,
+               swept: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Misses at every size of LRU and Belady (``engine.sim.curve``) and of
+    each policy of ``swept`` (one replay per size), as cells.
+
+    Keys in order: ``lru``, the ``swept`` ones, ``belady``.  Index ``c - 1``
+    is the size of ``c`` slots (per layer with ``per_layer``), up to the
+    working set; a size the mode refuses is -1.
     """
     from xcache.engine.sim import trace_arrays  # noqa: PLC0415
 
@@ -80,7 +121,22 @@ def run_curves(trace: Trace, mode: str, per_layer: bool,
     done = run_cells(executor, _curve_cell, [keys, starts],
                      [(n_experts, p, mode, per_layer) for p in CURVE_POLICIES],
                      [len(keys)] * len(CURVE_POLICIES), quiet, unit="access")
-    return dict(zip(CURVE_POLICIES, done, strict=True))
+    one_pass = dict(zip(CURVE_POLICIES, done, strict=True))
+    others = [p for p in dict.fromkeys(swept) if p not in CURVE_POLICIES]
+    lo, w = first_size(one_pass), len(one_pass["lru"])
+    chunks = [(lo_c, min(lo_c + SWEEP_CHUNK - 1, w))
+              for lo_c in range(lo, w + 1, SWEEP_CHUNK)]
+    cells = [(n_experts, p, mode, per_layer, a, b)
+             for p in others for a, b in chunks]
+    got = run_cells(executor, _sweep_cell, [keys, starts], cells,
+                    [len(keys) * (b - a + 1) for *_, a, b in cells], quiet,
+                    unit="access") if cells else []
+    out = {"lru": one_pass["lru"]}
+    for n, p in enumerate(others):
+        parts = got[n * len(chunks):(n + 1) * len(chunks)]
+        out[p] = np.concatenate([np.full(lo - 1, -1, dtype=np.int64), *parts])
+    out["belady"] = one_pass["belady"]
+    return out
 
 
 def at(curve: np.ndarray, slots: int) -> int:
@@ -89,42 +145,51 @@ def at(curve: np.ndarray, slots: int) -> int:
 
 
 def check_rows(curves: dict[str, np.ndarray], rows: Sequence[dict[str, Any]]) -> None:
-    """Each sweep row of LRU, and Belady's misses beside every row, equal the
-    curves at that size; RuntimeError naming the first that does not."""
+    """Each sweep row of a policy with a curve, and Belady's misses beside
+    every row, equal the curves at that size; RuntimeError naming the first
+    that does not."""
     for r in rows:
-        want = {"lru": r["misses"]} if r["policy"] == "lru" else {}
+        p = r["policy"]
+        want = {p: r["misses"]} if p in curves and p != "belady" else {}
         want["belady"] = r["misses"] - r["belady_gap"]
         for policy, misses in want.items():
             got = at(curves[policy], r["slots"])
             if got != misses:
+                road = ("one-pass" if policy in CURVE_POLICIES
+                        else "swept")
                 raise RuntimeError(
                     f"curve: {policy} at {r['slots']} slots is {got} misses in "
-                    f"the one-pass curve but {misses} in the replay")
+                    f"the {road} curve but {misses} in the replay")
 
 
 def first_size(curves: dict[str, np.ndarray]) -> int:
-    """The least size both curves hold (step mode refuses those below a step)."""
+    """The least size every curve holds (step mode refuses those below a step)."""
     return 1 + max(int(np.count_nonzero(c < 0)) for c in curves.values())
 
 
 def curve_rows(curves: dict[str, np.ndarray], requests: int) -> list[dict[str, Any]]:
-    """One row per size from :func:`first_size` to the working set (curve.csv)."""
-    lru, opt = curves["lru"], curves["belady"]
+    """One row per size from :func:`first_size` to the working set (curve.csv):
+    :func:`columns` of the curves' policies, in their order."""
+    opt = curves["belady"]
     rows = []
-    for c in range(first_size(curves), len(lru) + 1):
-        a, b = int(lru[c - 1]), int(opt[c - 1])
-        rows.append({"slots": c, "lru_misses": a,
-                     "lru_miss_ratio": a / requests if requests else 0.0,
-                     "belady_misses": b,
-                     "belady_miss_ratio": b / requests if requests else 0.0,
-                     "lru_gap": a - b})
+    for c in range(first_size(curves), len(opt) + 1):
+        row: dict[str, Any] = {"slots": c}
+        for p, m in curves.items():
+            row[f"{p}_misses"] = int(m[c - 1])
+            row[f"{p}_miss_ratio"] = int(m[c - 1]) / requests if requests else 0.0
+        for p, m in curves.items():
+            if p != "belady":
+                row[f"{p}_gap"] = int(m[c - 1]) - int(opt[c - 1])
+        rows.append(row)
     return rows
 
 
 def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
-    """curve.csv: :data:`CURVE_COLUMNS`, one row per size."""
+    """curve.csv: the rows' :func:`columns`, one row per size."""
+    names = tuple(k[:-len("_misses")] for k in (rows[0] if rows else {})
+                  if k.endswith("_misses"))
     with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS)
+        w = csv.DictWriter(f, fieldnames=columns(names or CURVE_POLICIES))
         w.writeheader()
         w.writerows(rows)
 
@@ -134,15 +199,17 @@ def document(info: dict[str, Any], curves: dict[str, np.ndarray], mode: str,
     """curve.json's content: the curves as arrays from ``first_slots``."""
     lo = first_size(curves)
     w = len(curves["lru"])
+    swept = [p for p in curves if p not in CURVE_POLICIES]
+    method = {**METHOD, **{p: SWEPT for p in swept}}
     return {"trace": info["name"], "mode": mode, "per_layer": per_layer,
             "requests": info["accesses"],
             "compulsory": int(curves["lru"][-1]) if w else 0,
             "working_set": w, "first_slots": lo,
             "refused_below": lo if mode == "step" else None,
-            "marked_sizes": list(sizes), "method": METHOD,
+            "marked_sizes": list(sizes), "method": method, "swept": swept,
             "slots": list(range(lo, w + 1)),
-            "misses": {p: [int(x) for x in curves[p][lo - 1:]]
-                       for p in CURVE_POLICIES}}
+            "misses": {p: [int(x) for x in m[lo - 1:]]
+                       for p, m in curves.items()}}
 
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
@@ -157,14 +224,22 @@ def largest_gap(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def summary_line(rows: list[dict[str, Any]]) -> str:
-    """What the run printed about the curves: their sizes and the largest gap."""
+    """What the run printed about the curves: their sizes and the largest gap
+    (and, with swept curves, a second line naming them and their replays)."""
     if not rows:
         return "exact curves: no accesses"
     top = largest_gap(rows)
-    return (f"exact curves (one pass each): lru and belady at every size "
+    line = (f"exact curves (one pass each): lru and belady at every size "
             f"{rows[0]['slots']}..{rows[-1]['slots']}; lru's gap to belady is "
             f"largest at {top['slots']} slots: {top['lru_misses']:,} against "
             f"{top['belady_misses']:,} misses")
+    swept = [k[:-len("_misses")] for k in rows[0] if k.endswith("_misses")
+             and k[:-len("_misses")] not in CURVE_POLICIES]
+    if swept:
+        line += (f"\nswept curves (one replay per size): {', '.join(swept)} "
+                 f"at every size {rows[0]['slots']}..{rows[-1]['slots']} "
+                 f"({len(swept) * len(rows):,} replays)")
+    return line
 
 
 def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
@@ -172,8 +247,9 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
     """The curves' figure (a ``matplotlib.figure.Figure``, Agg canvas).
 
     Belady's miss ratio is the floor: the region under it is shaded as out
-    of reach; LRU's gap to it is shaded between the two; each named size
-    is a dotted line with both curves' points on it, labelled.
+    of reach; LRU's gap to it is shaded between the two; each swept
+    policy's curve is a line in its lab style; each named size is a dotted
+    line with LRU's and Belady's points on it, labelled.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
@@ -194,6 +270,17 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
             zorder=2)
     ax.plot(xs, lru, color=blue, linewidth=1.6, label="lru (every size)",
             zorder=2.1)
+    from xcache.lab.plot import style_for  # noqa: PLC0415
+
+    swept = [k[:-len("_misses")] for k in (rows[0] if rows else {})
+             if k.endswith("_misses") and k[:-len("_misses")] not in CURVE_POLICIES]
+    top = max(lru, default=1.0)
+    for n, p in enumerate(swept):
+        colour, _, dash = style_for(p)
+        ys = [r[f"{p}_miss_ratio"] for r in rows]
+        top = max(top, *ys)
+        ax.plot(xs, ys, color=colour, linestyle=dash, linewidth=1.1,
+                label=f"{p} (every size, swept)", zorder=2.2 + n / 100)
     by_size = {r["slots"]: r for r in rows}
     marked = [s for s in sizes if s in by_size]
     for n, s in enumerate(marked):
@@ -208,7 +295,6 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
                     (s, r["lru_miss_ratio"]), xytext=(4, 6),
                     textcoords="offset points", fontsize=8, color="#222222",
                     zorder=3)
-    top = max(lru, default=1.0)
     ax.set_ylim(0, min(1.05, max(top, 0.01) * 1.08))
     if xs:
         ax.set_xlim(xs[0], xs[-1])

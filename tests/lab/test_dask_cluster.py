@@ -145,10 +145,12 @@ def test_lab_on_cluster_equals_process_pool(shared, process_lab, tmp_path):
 
 @pytest.mark.nosan
 def test_lab_curve_on_cluster_equals_process_pool(shared, tmp_path):
-    """--curve via the cluster (its two cells there too): the curve's files and
-    the results are the process pool's, byte for byte."""
+    """--curve-sweep via the cluster (the two one-pass cells and FIFO's swept
+    chunks there too): the curve's files and the results are the process
+    pool's, byte for byte."""
     here, remote = tmp_path / "here", tmp_path / "cluster"
-    options = ["--policies", "lru", "--slots", "16,64", "--quiet", "--curve"]
+    options = ["--policies", "lru,fifo", "--slots", "16,64", "--quiet",
+               "--curve-sweep"]
     assert main(["lab", OLMOE, str(here), *options, "--executor", "process"]) == 0
     assert main(["lab", OLMOE, str(remote), *options, "--scheduler",
                  shared.address]) == 0

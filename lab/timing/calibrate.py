@@ -43,16 +43,17 @@ The compute model: ``access_s`` is timed as a loop of hits (``get`` and
 two readers (:func:`call_costs`): ``stream_s`` and ``stream_key_s`` from
 streams of 1 and 8 resident keys, ``prefetch_s`` from prefetches of one
 resident key, ``queue_s`` from prefetches of one missing key with the
-readers idle (less the resident one), and ``wake_s`` from a ``get`` of
-that key right after (less the read's ``tau`` at 4 KiB from the page cache
-and a hit), and ``reserve_s`` from the begins of streams of 8 and of 1
-missing keys with both readers busy on 8 other reads (the difference over
-7).  Each is the best of :data:`ROUNDS` rounds of the median over
-the round's calls.  ``expert_s`` is what the busy-loop kernel of
-:func:`spin` really takes for the nominal seconds asked (``--expert-s``,
-default 100 us), measured; ``layer_s`` is what ``--layer-s`` gives
-(default 0).  ``page_cache_share`` is 0 (every miss a device read); pass
-``--page-cache-share`` to the lab to change it.
+readers idle (less the resident one), ``wake_s`` from split streams of one
+missing key begun after :data:`STEP_S` of compute, as a decode step begins
+them (the wait less the read's ``tau`` and a hit; docs/LABS.md says why),
+and ``reserve_s`` from the begins of streams of 8 and of 1 missing keys
+with both readers busy on 8 other reads (the difference over 7). Each is
+the best of :data:`ROUNDS` rounds of the median over the round's calls.
+``expert_s`` is what the busy-loop kernel of :func:`spin` really takes for
+the nominal seconds asked (``--expert-s``, default 100 us), measured;
+``layer_s`` is what ``--layer-s`` gives (default 0). ``page_cache_share``
+is 0 (every miss a device read); pass ``--page-cache-share`` to the lab to
+change it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ READ_BYTES = 16 << 20
 TEMPLATE = "layers.{layer}.experts.{expert}.{tensor}"
 #: Seconds the consumer computes (spins) between looks at a round's reads.
 POLL_S = 10e-6
+#: Compute before each stream timing ``wake_s``: readers idle that long
+#: wake far slower than just after a read.
+STEP_S = 40e-6
 #: How the calibration's lines name a round's consumer.
 MODE = {True: "computing", False: "waiting  "}
 
@@ -357,9 +361,9 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
     reads the other, which the next round finds resident):
     streams of 1 and of 8 resident keys (each released), prefetches of
     one resident key, and -- per key of the other half, the readers idle
-    (drained) -- the prefetch of that missing key, then a ``get`` of it at
-    once (the consumer waits on the reader's read).  Times below zero (a
-    disturbed difference) are 0.
+    (drained) -- every other one prefetched, then got (``queue_s``), the
+    rest a split stream after :data:`STEP_S` of compute (``wake_s``).
+    Times below zero (a disturbed difference) are 0.
     """
     c = open_cache(cont, 2 * n, 2, slots=n)
     try:
@@ -392,15 +396,21 @@ def call_costs(cont: Any, n: int, access_s: float, tau_s: float
                 xs.append(time.perf_counter() - t0)
             p1.append(xs)
             xs, ys = [], []
-            for layer, e in hv[(r + 1) % 2]:  # each evicts one of ``here``
+            # each evicts one of ``here``
+            for i, (layer, e) in enumerate(hv[(r + 1) % 2]):
                 c.drain()
-                t0 = time.perf_counter()
-                c.prefetch([(layer, e)], speculative=True)
+                if i % 2 == 0:  # the hand-off's cost to the consumer
+                    t0 = time.perf_counter()
+                    c.prefetch([(layer, e)], speculative=True)
+                    t1 = time.perf_counter()
+                    c.get(layer, e).release()
+                    xs.append(t1 - t0)
+                    continue
+                spin(STEP_S)  # as a decode step meets the readers
                 t1 = time.perf_counter()
-                c.get(layer, e).release()
-                t2 = time.perf_counter()
-                xs.append(t1 - t0)
-                ys.append(t2 - t1)
+                for x in c.stream([(layer, e)]):
+                    ys.append(time.perf_counter() - t1)
+                    x.release()
             pm.append(xs)
             gw.append(ys)
             c.drain()

@@ -12,7 +12,8 @@ test file needs lives here, so that no test file imports another.  Sections:
 - hand-built safetensors bytes and a two-shard container with its index;
 - the C boundary's error record (``raised``);
 - routing traces (``real_trace``, ``synthetic``) and libcachesim's counts;
-- what the engine-vs-oracle state machines share (``both``, ``AgreementRules``).
+- what the engine-vs-oracle state machines share (``both``, ``AgreementRules``)
+  and the read-ahead tests (``DELAY_US``, ``semantic``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from hypothesis.stateful import rule
 
 from xcache import engine, fixtures
 from xcache.engine import _lib
+from xcache.engine.cache import TIMING_COUNTERS
 from xcache.faults.kinds import kind_of
 from xcache.oracle import safetensors as ost
 from xcache.oracle.traces import Trace, load_trace
@@ -353,6 +355,15 @@ QUEUE_POLICIES = (*S3FIFO_VARIANTS, "arc")
 
 #: True under the sanitizer build (XC_ENGINE_LIB): state machines run fewer examples.
 SANITIZED = bool(os.environ.get("XC_ENGINE_LIB"))
+
+#: The read-ahead tests' slow read (microseconds, the C delay fault): long
+#: enough for every other read of the test to end first.
+DELAY_US = 300_000
+
+
+def semantic(stats: dict[str, float]) -> dict[str, float]:
+    """The counters that must not depend on threads or timing."""
+    return {k: v for k, v in stats.items() if k not in TIMING_COUNTERS}
 
 
 def family(exc: BaseException) -> str:

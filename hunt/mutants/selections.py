@@ -76,6 +76,7 @@ FILE_TESTS: dict[str, tuple[str, ...]] = {
                  "tests/boundary/test_alloc_seam_and_error_record.py",
                  "tests/faults/test_failure_kinds.py", *_READER_TESTS),
     "xc_load.c": ("tests/cache/test_fused_experts.py",
+                  "tests/cache/test_fused_experts_refused.py",
                   "tests/cache/test_scattered_experts.py",
                   "tests/cache/test_reads_match_oracle.py",
                   "tests/faults/test_loader_nomem_message.py",

@@ -20,13 +20,8 @@ import pytest
 
 import xcache.lab.cluster as cluster_mod
 import xcache.lab.sweep as sweep_mod
-from tests.lab.test_dask_cluster import (
-    LAB_OPTIONS,
-    OLMOE,
-    ROOT,
-    Cluster,
-    running_cluster_of,
-)
+from tests.helpers import ROOT
+from tests.lab.cluster_helpers import LAB_OPTIONS, OLMOE, Cluster, running_cluster_of
 from xcache.lab.cluster import ClusterError, Watch
 from xcache.lab.sweep import run_cells
 from xcache.replay import main

@@ -3,7 +3,8 @@
 Pytest fixtures live in ``tests/conftest.py``; everything else more than one
 test file needs lives here, so that no test file imports another.  Sections:
 
-- the repository's layout (``ROOT``, ``TRACES_DIR``);
+- the repository's layout (``ROOT``, ``TRACES_DIR``) and its pinned number of
+  gate scenarios (``PINNED_SCENARIOS``);
 - k3-mini, the one-layer container most cache tests use: its geometry, the
   bytes the generator writes for each tensor, and a variant with each
   expert's tensors stored in reverse order (so no expert is contiguous);
@@ -60,6 +61,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The real routing traces shipped in fixtures/traces (see its README.md);
 #: XC_TRACES_DIR points the tests at another folder of the same files.
 TRACES_DIR = Path(os.environ.get("XC_TRACES_DIR") or ROOT / "fixtures" / "traces")
+
+#: The gate's shipped scenario files (gate/scenarios/*.json but programs.json),
+#: one line each in a run's output: pinned, so that a lost scenario fails a
+#: test.  It must change with the shipped scenario files in gate/scenarios/.
+PINNED_SCENARIOS = 68
 
 # -- k3-mini ----------------------------------------------------------------------
 

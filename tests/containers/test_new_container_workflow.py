@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import PINNED_SCENARIOS
 from xcache import fixtures
 from xcache.fixtures import realistic
 from xcache.fixtures.detect import detect_dir
@@ -32,8 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "fixtures" / "models"
 #: scenario runs of the generic set (variants included), as tests/replay pins
 SCENARIO_RUNS = 87
-#: the scenario files those runs come from (one line each in the output)
-SCENARIOS = 68
 #: scenarios written for their home container's keys (the programs' shrunk
 #: findings and the hold_layer refusals, and check-cross-s3fifo's five
 #: slots filled as written): a twin may lack those keys or that top-k
@@ -351,9 +350,9 @@ def test_readme_four_commands_take_a_description_to_a_pass(model, tmp_path):
                  and ln.split()[0] in THREE_LAYERS)
     # every scenario's line and the verdict name the twin
     assert [ln.split()[1:3] for ln in lines[2:-1]] == [
-        ["on", str(tmp_path / "twin")]] * SCENARIOS
+        ["on", str(tmp_path / "twin")]] * PINNED_SCENARIOS
     assert lines[-1].startswith(
-        f"PASS: {SCENARIOS} scenarios "
+        f"PASS: {PINNED_SCENARIOS} scenarios "
         f"({SCENARIO_RUNS - direct * DIRECT_RUNS[1] - found} variants), ")
     assert f" on {tmp_path / 'twin'} (" in lines[-1]
     if model == "mixtral-8x7b":  # the output the README shows

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import PINNED_SCENARIOS
 from xcache import fixtures
 from xcache.gate import CannotRun
 from xcache.gate.containers import make_target, precheck
@@ -388,10 +389,11 @@ def test_container_option_runs_from_the_front_door(tmp_path, folders):
     lines = p.stdout.splitlines()
     pins = json.loads((ROOT / "engine" / "pins.json").read_text())["sha256"]
     assert lines[-1].startswith(
-        f"PASS: 68 scenarios (83 variants), 890 checks, 3 skipped, 12 N/A on {where} "
+        f"PASS: {PINNED_SCENARIOS} scenarios (83 variants), 890 checks, 3 skipped, "
+        f"12 N/A on {where} "
         f"(3 MoE layers x 16 experts, top-4), engine build {build_id(pins)}; ")
     scenario_lines = lines[2:-1]
-    assert len(scenario_lines) == 68
+    assert len(scenario_lines) == PINNED_SCENARIOS
     assert all(ln.split()[1:3] == ["on", where] for ln in scenario_lines)
     assert next(ln for ln in scenario_lines if ln.startswith("reference ")
                 ).endswith("PASS  42  FAIL 0  N/A 0")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import PINNED_SCENARIOS
 from xcache.gate import SCENARIO_DIR, CannotRun
 from xcache.gate.contracts import (
     CONTRACTS,
@@ -41,7 +42,8 @@ def undeclared(docs: dict[str, dict]) -> list[str]:
 def test_every_shipped_scenario_declares_known_contracts():
     """No scenario of gate/scenarios/ lacks a contract or names one not registered."""
     docs = _shipped()
-    assert len(docs) == 68  # 64, trace-file, -gapped-layers, -reopen, -over-a-file
+    # 64, trace-file, -gapped-layers, -reopen, -over-a-file
+    assert len(docs) == PINNED_SCENARIOS
     assert undeclared(docs) == []
 
 

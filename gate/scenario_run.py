@@ -369,7 +369,8 @@ class ScenarioRun:
                       and f != f"expect_{self.backend_name}" for k in pins}
             expect.update({k: v for k, v in derived.get(name, {}).items()
                            if k in expect or k not in theirs})
-            expect.update(self._layout_expect(step))
+            if self.var.get("layout", True):
+                expect.update(self._layout_expect(step))
         if caps.errors is Errors.FAILED:  # only "failed or not" is compared
             for k in ("last_error", "errors"):
                 if k in expect:

@@ -156,9 +156,18 @@ def alters(design: Design, flag_pins: bool) -> Any:
         ops |= {"inject", "truncate", "touch", "rewrite", "replace"}
     if design.first_uses == "kept":
         ops.add("reset")
-    if not ops:
+    # a get refused for want of a slot is a request and a miss there: every
+    # scenario that meets one (its checks name the refusal, all_pinned)
+    refusals = design.refused_gets == "counted"
+    if not ops and not refusals:
         return None
-    return lambda sc: any(st.get("op") in ops for st in sc.get("steps", []))
+
+    def altered(sc: dict[str, Any]) -> bool:
+        steps = sc.get("steps", [])
+        return any(st.get("op") in ops for st in steps) or refusals and any(
+            "all_pinned" in st.get("expect", {}).get("errors", ())
+            for st in steps)
+    return altered
 
 
 class DesignMisuse(Exception):
@@ -443,6 +452,10 @@ for _name in ("prefetch_speculative", "hold_layer", "unhold_many", "drain",
               "waiting_get", "await_reads", "start_call", "unstall",
               "reads_held", "await_waiting", "wait_hits", "trace_records",
               "trace_file", "set_step",
+              # the Python face (op:lifetime) is the engine's own and no
+              # design plays it: the judge runs it as it is, and a cache
+              # lacking it is N/A there
+              "face", "container_has", "container_read",
               "break_check", "inject", "inject_alloc", "clear"):
     setattr(DesignView, _name, _delegate(_name))
 

@@ -197,6 +197,18 @@ def test_a_design_alters_the_scenarios_with_its_calls_only():
     assert alters(Design(policy="sampled"), False) is None
 
 
+def test_counted_refusals_alter_the_scenarios_that_meet_a_refusal():
+    """A cache counting a get refused for want of a slot derives every
+    scenario whose checks name such a refusal (all_pinned), no other."""
+    refused = {"steps": [{"op": "get"}, {"op": "check", "name": "c",
+                                         "expect": {"errors": ["all_pinned"]}}]}
+    failed = {"steps": [{"op": "get"}, {"op": "check", "name": "c",
+                                        "expect": {"errors": ["io"]}}]}
+    counted = alters(Design(refused_gets="counted"), False)
+    assert counted(refused) and not counted(failed)
+    assert alters(Design(refused_gets="uncounted"), False) is None
+
+
 def test_inexact_designs_lack_exact_victims_and_name_why():
     """policy sampled, sticky failures and unprotected batches each make
     the victims the cache's own; residents and hits then need exact:victims."""
@@ -273,6 +285,30 @@ def test_the_oracle_as_judge_plays_a_whole_set_of_holds(tmp_path: Path):
         with pytest.raises(DesignMisuse):
             b.release(c)
         assert judge.kind_of(DesignMisuse("x")) == "misuse"
+    finally:
+        b.close()
+
+
+def test_the_judge_of_a_design_runs_the_python_face(tmp_path: Path):
+    """The Python face (op:lifetime) is the engine's own and no design plays
+    it: a design's judge hands face, container_has and container_read to
+    the oracle as they are."""
+    target = make_target("k3-mini", tmp_path)
+    judge = judge_factory(target, {"n_slots": 6, "policy": "lru"},
+                          Capabilities(pins=Pins.COUNT),
+                          Design(refused_gets="counted"))
+    b = judge(target.pristine)
+    try:
+        inner = b.inner
+        face = b.face()
+        assert face.cache is inner.face().cache  # the oracle's own cache
+        held = face.get(0, 0)
+        assert b.values()["held"] == 1
+        held.release()
+        assert b.values()["held"] == 0
+        name = next(iter(target.pieces(0, 0))).name
+        assert b.container_has(name) is True
+        assert b.container_read(name) == inner.container_read(name)
     finally:
         b.close()
 

@@ -276,3 +276,22 @@ if __name__ == "__main__":  # write the golden report again
         _run(Path(tmp), [])
         GOLDEN.write_text((Path(tmp) / "conformance.json").read_text())
     print(f"wrote {GOLDEN}")
+
+
+def test_the_judge_fails_no_check_of_a_design_it_plays(tmp_path: Path) -> None:
+    """On a faithful tinycache (refused gets counted, no Python face) the
+    judge fails no check: it runs the face scenarios (the cache's side N/A),
+    and a scenario meeting a refusal takes its counts, not the engine's
+    pinned ones (layout-computed ones too)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows, report = conformance.run(
+            ADAPTER, tmp_path, tmp_path / "work",
+            ["found-refused-before-read", "face-release-twice"], 120.0)
+    assert report.failed == []
+    lines = [(c["backend"], c["passed"]) for c in report.checks
+             if c["scenario"].startswith("found-refused-before-read")
+             and c["check"].startswith("every slot held: the get is refused")]
+    assert lines == [("oracle", True)]  # the cache's side: N/A (no faults)
+    face = [c for c in report.checks if c["scenario"] == "face-release-twice"]
+    assert face and all(c["backend"] == "oracle" and c["passed"] for c in face)
+    assert "FAIL" not in {r["verdict"] for r in rows}

@@ -249,7 +249,8 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
     Belady's miss ratio is the floor: the region under it is shaded as out
     of reach; LRU's gap to it is shaded between the two; each swept
     policy's curve is a line in its lab style; each named size is a dotted
-    line with LRU's and Belady's points on it, labelled.
+    line with LRU's and Belady's points on it, labelled where the label
+    hides no other label, point or line (``lab.plot.place_labels``).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
@@ -270,7 +271,7 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
             zorder=2)
     ax.plot(xs, lru, color=blue, linewidth=1.6, label="lru (every size)",
             zorder=2.1)
-    from xcache.lab.plot import style_for  # noqa: PLC0415
+    from xcache.lab.plot import place_labels, settle, style_for  # noqa: PLC0415
 
     swept = [k[:-len("_misses")] for k in (rows[0] if rows else {})
              if k.endswith("_misses") and k[:-len("_misses")] not in CURVE_POLICIES]
@@ -283,6 +284,7 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
                 label=f"{p} (every size, swept)", zorder=2.2 + n / 100)
     by_size = {r["slots"]: r for r in rows}
     marked = [s for s in sizes if s in by_size]
+    labels = []
     for n, s in enumerate(marked):
         r = by_size[s]
         ax.axvline(s, color="#444444", linewidth=0.8, linestyle=":", zorder=2.5,
@@ -290,11 +292,9 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
         ax.plot([s, s], [r["belady_miss_ratio"], r["lru_miss_ratio"]],
                 linestyle="none", marker="o", markersize=5,
                 markerfacecolor="white", color="#222222", zorder=3)
-        ax.annotate(f"{s}: lru {r['lru_miss_ratio']:.3f}, belady "
-                    f"{r['belady_miss_ratio']:.3f}",
-                    (s, r["lru_miss_ratio"]), xytext=(4, 6),
-                    textcoords="offset points", fontsize=8, color="#222222",
-                    zorder=3)
+        labels.append((f"{s}: lru {r['lru_miss_ratio']:.3f}, belady "
+                       f"{r['belady_miss_ratio']:.3f}",
+                       (s, r["lru_miss_ratio"]), "#222222"))
     ax.set_ylim(0, min(1.05, max(top, 0.01) * 1.08))
     if xs:
         ax.set_xlim(xs[0], xs[-1])
@@ -304,6 +304,8 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0,
               frameon=False)
+    settle(fig)  # the layout final: each label clear of the others and the lines
+    place_labels(ax, labels, fontsize=8)
     return fig
 
 

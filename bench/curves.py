@@ -17,7 +17,12 @@ the largest trace in DIR (by accesses) when it is larger than every shipped
 one (it is named and skipped otherwise).  The first and last lines give the
 date and the load average (``uptime``); docs/BENCHMARKS.md records a run.
 
-    python bench/curves.py [--also ../shared/traces] [--rounds 7]
+With ``--sampled`` the same run goes on to bench/sampled_curves.py: the
+other policies' curves drawn from less work (keys, layers or sizes
+sampled), each one's time and largest miss-ratio error against the full
+sweep at every size.
+
+    python bench/curves.py [--also ../shared/traces] [--rounds 7] [--sampled]
 """
 
 from __future__ import annotations
@@ -128,6 +133,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7,
                     help="best of this many calls for the curve and the single "
                          "replay (default 7)")
+    ap.add_argument("--sampled", action="store_true",
+                    help="then, in the same run, the sampled curves of every "
+                         "other policy against the full sweep "
+                         "(bench/sampled_curves.py)")
     ns = ap.parse_args()
     start = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     print(f"start {start}; {uptime()}")
@@ -148,6 +157,10 @@ def main() -> int:
         verdict = "met" if ratio <= GOAL else "not met"
         print(f"{policy}: the curve at every size takes at most {ratio:.2f}x one "
               f"replay (goal <= {GOAL:g}x: {verdict})")
+    if ns.sampled:
+        from bench import sampled_curves  # noqa: PLC0415
+
+        sampled_curves.main([])
     end = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     print(f"end {end}; {uptime()}")
     return 0

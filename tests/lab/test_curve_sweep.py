@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,42 @@ def test_the_plot_draws_each_swept_curve():
     assert list(xs) == list(range(2, 257))
     assert np.allclose(ys, curves["fifo"][1:] / len(trace))
     assert line.get_color() == style_for("fifo")[0]
+
+
+def test_ctrl_c_as_the_pool_closes_ends_its_workers(tmp_path, capsys, monkeypatch):
+    """Ctrl-C as the process pool closes after the run ends its workers (exit 130)."""
+    import concurrent.futures as cf  # noqa: PLC0415
+
+    from xcache.lab import cli  # noqa: PLC0415
+
+    pools = []
+
+    class Interrupted(cf.ProcessPoolExecutor):
+        def shutdown(self, wait=True, **kw):
+            if wait and not getattr(self, "workers", None):
+                self.workers = list((self._processes or {}).values())
+                raise KeyboardInterrupt
+            super().shutdown(wait=wait, **kw)
+
+    def make(kind, workers, stack, scheduler=None):
+        pools.append(stack.enter_context(Interrupted(max_workers=workers)))
+        return pools[-1]
+
+    monkeypatch.setattr(cli, "make_executor", make)
+    out = tmp_path / "out"
+    assert main(["lab", MIXTRAL, str(out), *OPTIONS]) == 130
+
+    def ended(pid):
+        try:
+            with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+                return "State:\tZ" in f.read()
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 10
+    pids = [proc.pid for proc in pools[0].workers]
+    while not all(map(ended, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids and all(map(ended, pids))
+    assert "holds this run's files" in capsys.readouterr().err
+    assert (out / "curve.csv").is_file()

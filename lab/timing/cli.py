@@ -293,7 +293,11 @@ def calibration_room(path: str, nbytes: int, size: int, prog: str,
 def run(argv: Sequence[str]) -> int:
     """Run the time lab (or --calibrate); 0 done, 2 unusable input, 130 Ctrl-C."""
     from xcache.fixtures.folders import unmake_folders  # noqa: PLC0415
-    from xcache.fixtures.ownership import check_outputs  # noqa: PLC0415
+    from xcache.fixtures.ownership import (  # noqa: PLC0415
+        SetInstalled,
+        check_outputs,
+        interrupted,
+    )
     from xcache.lab.cli import _stop  # noqa: PLC0415
 
     ap = parser()
@@ -340,12 +344,12 @@ def run(argv: Sequence[str]) -> int:
     with ExitStack() as stack:
         try:
             rc = _run(ns, stack, made.append, dirs)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             _stop(made[-1] if made else None)
             stack.pop_all()
-            unmake_folders(dirs)
-            print(f"{PROG}: interrupted; {ns.outdir} left as it was",
-                  file=sys.stderr)
+            if not isinstance(exc, SetInstalled):
+                unmake_folders(dirs)
+            print(interrupted(PROG, ns.outdir, exc), file=sys.stderr)
             return 130
     if rc:
         unmake_folders(dirs)

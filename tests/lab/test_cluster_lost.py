@@ -372,3 +372,21 @@ def test_check_waits_lost_grace_with_no_worker(monkeypatch):
     assert stub.asked == 3
     assert str(caught.value) == (f"{WHERE}: the cluster lost its last worker "
                                  "(0 of 5 cells done)")
+
+
+def test_dask_comm_logs_are_errors_only_while_a_sweep_is_connected():
+    """quiet_comms: while the stack is open, dask's comm loggers drop the
+    INFO 'Batched Comm Closed' a lost scheduler logs (traceback and all)
+    before the sweep's own one line; they are as they were after."""
+    import logging
+    from contextlib import ExitStack
+
+    before = {n: logging.getLogger(n).level for n in cluster_mod.COMM_LOGGERS}
+    with ExitStack() as stack:
+        cluster_mod.quiet_comms(stack)
+        for name in cluster_mod.COMM_LOGGERS:
+            logger = logging.getLogger(name)
+            assert not logger.isEnabledFor(logging.INFO)
+            assert logger.isEnabledFor(logging.ERROR)
+    assert {n: logging.getLogger(n).level
+            for n in cluster_mod.COMM_LOGGERS} == before

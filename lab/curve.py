@@ -17,8 +17,8 @@ the run replayed is checked against the curves before anything is written
 
 Files, in the lab's result set: ``curve.csv`` (one row per size: misses and
 miss ratio of each policy, and each one's gap to Belady), ``curve.json``
-(the same as arrays, with the counts, the method and the sizes the run
-named) and ``curve.png`` (every size: Belady's curve as the floor with the
+(each policy's misses as arrays, with the counts, the method and the
+sizes the run named) and ``curve.png`` (every size: Belady's curve as the floor with the
 region below it out of reach, LRU's gap to it shaded, the other policies'
 curves drawn, the named sizes marked).
 """
@@ -230,9 +230,10 @@ def summary_line(rows: list[dict[str, Any]]) -> str:
         return "exact curves: no accesses"
     top = largest_gap(rows)
     line = (f"exact curves (one pass each): lru and belady at every size "
-            f"{rows[0]['slots']}..{rows[-1]['slots']}; lru's gap to belady is "
-            f"largest at {top['slots']} slots: {top['lru_misses']:,} against "
-            f"{top['belady_misses']:,} misses")
+            f"{rows[0]['slots']}..{rows[-1]['slots']}; ")
+    line += (f"lru's gap to belady is largest at {top['slots']} slots: "
+             f"{top['lru_misses']:,} against {top['belady_misses']:,} misses"
+             if top["lru_gap"] else "lru misses as few as belady at every size")
     swept = [k[:-len("_misses")] for k in rows[0] if k.endswith("_misses")
              and k[:-len("_misses")] not in CURVE_POLICIES]
     if swept:
@@ -267,21 +268,34 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
                     label="below belady: out of reach", zorder=1)
     ax.fill_between(xs, opt, lru, color=blue, alpha=0.22, linewidth=0,
                     label="lru's gap to belady", zorder=1.5)
-    ax.plot(xs, opt, color=grey, linewidth=1.6, label="belady (every size)",
-            zorder=2)
-    ax.plot(xs, lru, color=blue, linewidth=1.6, label="lru (every size)",
-            zorder=2.1)
-    from xcache.lab.plot import place_labels, settle, style_for  # noqa: PLC0415
+    from xcache.lab.plot import (  # noqa: PLC0415
+        coincident,
+        place_labels,
+        settle,
+        style_for,
+    )
 
-    swept = [k[:-len("_misses")] for k in (rows[0] if rows else {})
-             if k.endswith("_misses") and k[:-len("_misses")] not in CURVE_POLICIES]
+    names = [k[:-len("_misses")] for k in (rows[0] if rows else {})
+             if k.endswith("_misses")]
+    same = coincident([{"policy": p, "slots": r["slots"],
+                        "misses": r[f"{p}_misses"]} for p in names for r in rows])
+
+    def label(p: str, how: str) -> str:  # curves equal at every size say so
+        return f"{p} ({how})" + (f" (= {', '.join(same[p])})" if same.get(p)
+                                 else "")
+
+    ax.plot(xs, opt, color=grey, linewidth=1.6,
+            label=label("belady", "every size"), zorder=2)
+    ax.plot(xs, lru, color=blue, linewidth=1.6, label=label("lru", "every size"),
+            zorder=2.1)
+    swept = [p for p in names if p not in CURVE_POLICIES]
     top = max(lru, default=1.0)
     for n, p in enumerate(swept):
         colour, _, dash = style_for(p)
         ys = [r[f"{p}_miss_ratio"] for r in rows]
         top = max(top, *ys)
         ax.plot(xs, ys, color=colour, linestyle=dash, linewidth=1.1,
-                label=f"{p} (every size, swept)", zorder=2.2 + n / 100)
+                label=label(p, "every size, swept"), zorder=2.2 + n / 100)
     by_size = {r["slots"]: r for r in rows}
     marked = [s for s in sizes if s in by_size]
     labels = []
@@ -296,8 +310,10 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
                        f"{r['belady_miss_ratio']:.3f}",
                        (s, r["lru_miss_ratio"]), "#222222"))
     ax.set_ylim(0, min(1.05, max(top, 0.01) * 1.08))
-    if xs:
+    if xs and xs[0] < xs[-1]:
         ax.set_xlim(xs[0], xs[-1])
+    elif xs:  # one size: a slot either side of it
+        ax.set_xlim(xs[0] - 1, xs[0] + 1)
     ax.set_xlabel("cache size (slots)")
     ax.set_ylabel("miss ratio")
     ax.set_title(title)

@@ -94,3 +94,23 @@ def running_cluster_of(tmp: Path, n_workers: int) -> Iterator[Cluster]:
         if c is not None:
             for proc in [*c.workers, c.scheduler]:
                 c.kill(proc)
+
+
+def same_files_on_other_executors(argv: list[str], names: tuple[str, ...],
+                                  want: Path, out: Path) -> None:
+    """``replay.py lab`` with ``argv`` (TRACE first, OUTDIR left out) on a
+    process pool and, with the lab extra, a local dask cluster, 2 workers
+    each: the files ``names`` of each run equal those in ``want``."""
+    from xcache.replay import main  # noqa: PLC0415
+
+    executors = ["process"]
+    with contextlib.suppress(ImportError):
+        import distributed  # noqa: F401, PLC0415
+        executors.append("dask")
+    for executor in executors:
+        there = out / executor
+        assert main(["lab", argv[0], str(there), *argv[1:], "--executor",
+                     executor, "--workers", "2"]) == 0
+        for name in names:
+            assert (there / name).read_bytes() == (want / name).read_bytes(), \
+                (executor, name)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import TRACES_DIR, real_trace
+from tests.lab.cluster_helpers import same_files_on_other_executors
 from xcache.engine import sim
 from xcache.lab import curve as exact
 from xcache.lab import summary
@@ -116,18 +117,8 @@ def test_plain_mode_starts_at_one_slot(tmp_path):
 @pytest.mark.nosan
 def test_every_executor_writes_the_same_curve_files(thread_run, tmp_path):
     """A process pool and a local dask cluster give the thread pool's files."""
-    executors = ["process"]
-    try:
-        import distributed  # noqa: F401
-        executors.append("dask")
-    except ImportError:
-        pass
-    for executor in executors:
-        out = tmp_path / executor
-        assert main(["lab", MIXTRAL, str(out), *OPTIONS, "--executor", executor,
-                     "--workers", "2"]) == 0
-        for name in CURVE_FILES:
-            assert (out / name).read_bytes() == (thread_run / name).read_bytes()
+    same_files_on_other_executors([MIXTRAL, *OPTIONS], CURVE_FILES, thread_run,
+                                  tmp_path)
 
 
 def test_a_curve_that_disagrees_with_the_replay_is_refused(tmp_path, capsys,

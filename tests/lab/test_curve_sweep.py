@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import TRACES_DIR, real_trace
+from tests.lab.cluster_helpers import same_files_on_other_executors
 from xcache.engine import sim
 from xcache.lab import curve as exact
 from xcache.replay import main
@@ -110,18 +111,8 @@ def test_plain_per_layer_sweep(tmp_path):
 @pytest.mark.nosan
 def test_every_executor_writes_the_same_swept_files(swept_run, tmp_path):
     """A process pool and a local dask cluster give the thread pool's files."""
-    executors = ["process"]
-    try:
-        import distributed  # noqa: F401
-        executors.append("dask")
-    except ImportError:
-        pass
-    for executor in executors:
-        out = tmp_path / executor
-        assert main(["lab", MIXTRAL, str(out), *OPTIONS, "--executor", executor,
-                     "--workers", "2"]) == 0
-        for name in ("curve.csv", "curve.json"):
-            assert (out / name).read_bytes() == (swept_run / name).read_bytes()
+    same_files_on_other_executors([MIXTRAL, *OPTIONS], ("curve.csv", "curve.json"),
+                                  swept_run, tmp_path)
 
 
 def test_a_swept_curve_that_disagrees_is_refused(tmp_path, capsys, monkeypatch):
@@ -199,3 +190,41 @@ def test_ctrl_c_as_the_pool_closes_ends_its_workers(tmp_path, capsys, monkeypatc
     assert pids and all(map(ended, pids))
     assert "holds this run's files" in capsys.readouterr().err
     assert (out / "curve.csv").is_file()
+
+
+def test_curves_equal_at_every_size_say_so_in_the_legend():
+    """A swept curve equal to another at every size is labelled with it (both
+    ways), as mrc.png does, so a line drawn over another is not lost."""
+    pytest.importorskip("matplotlib")
+    m = np.array([-1, 9, 7, 5])
+    curves = {"lru": m, "fifo": m.copy(), "arc": m + 1,
+              "belady": np.array([-1, 8, 6, 5])}
+    rows = exact.curve_rows(curves, 10)
+    ax = exact.curve_figure(rows, [2], "t").axes[0]
+    labels = [ln.get_label() for ln in ax.get_lines()
+              if ln.get_label().endswith(")")]
+    assert labels == ["belady (every size)", "lru (every size) (= fifo)",
+                      "fifo (every size, swept) (= lru)",
+                      "arc (every size, swept)"]
+
+
+def test_one_size_draws_a_slot_either_side():
+    """A curve of one size (one key) gets an x-axis a slot either side of it,
+    not a collapsed one (matplotlib warned of identical limits)."""
+    pytest.importorskip("matplotlib")
+    import warnings
+
+    rows = exact.curve_rows({"lru": np.array([1]), "belady": np.array([1])}, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ax = exact.curve_figure(rows, [1], "t").axes[0]
+    assert ax.get_xlim() == (0.0, 2.0)
+
+
+def test_no_gap_anywhere_is_said_plainly():
+    """LRU as good as Belady at every size: the line says so, naming no size."""
+    rows = exact.curve_rows({"lru": np.array([4, 3]),
+                             "belady": np.array([4, 3])}, 9)
+    assert exact.summary_line(rows) == (
+        "exact curves (one pass each): lru and belady at every size 1..2; lru "
+        "misses as few as belady at every size")

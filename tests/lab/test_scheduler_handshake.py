@@ -171,3 +171,20 @@ def test_the_fixture_peer_answers(http_peer: str) -> None:
         assert s.recv(len(HTTP_REPLY), socket.MSG_WAITALL) == HTTP_REPLY
 
 
+
+
+def test_nothing_listening_is_said_at_once():
+    """A port nothing listens on is refused as such within a second, not
+    after the whole bound as a peer that accepted and stayed silent."""
+    pytest.importorskip("distributed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    t0 = time.monotonic()
+    with ExitStack() as stack:
+        with pytest.raises(OSError) as info:
+            cluster_mod.connect(f"tcp://127.0.0.1:{port}", stack, timeout=5.0)
+    assert time.monotonic() - t0 < 2.0
+    assert str(info.value) == (
+        f"--scheduler tcp://127.0.0.1:{port}: no dask scheduler answers there "
+        "within 5 s (nothing listens there: the connection was refused)")

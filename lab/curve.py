@@ -184,12 +184,17 @@ def curve_rows(curves: dict[str, np.ndarray], requests: int) -> list[dict[str, A
     return rows
 
 
+def policies_of(rows: list[dict[str, Any]]) -> list[str]:
+    """The policies of :func:`curve_rows`' rows, in their order (none: no rows)."""
+    return [k[:-len("_misses")] for k in (rows[0] if rows else {})
+            if k.endswith("_misses")]
+
+
 def write_csv(path: str, rows: list[dict[str, Any]]) -> None:
     """curve.csv: the rows' :func:`columns`, one row per size."""
-    names = tuple(k[:-len("_misses")] for k in (rows[0] if rows else {})
-                  if k.endswith("_misses"))
     with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=columns(names or CURVE_POLICIES))
+        w = csv.DictWriter(f, fieldnames=columns(policies_of(rows)
+                                                 or CURVE_POLICIES))
         w.writeheader()
         w.writerows(rows)
 
@@ -234,8 +239,7 @@ def summary_line(rows: list[dict[str, Any]]) -> str:
     line += (f"lru's gap to belady is largest at {top['slots']} slots: "
              f"{top['lru_misses']:,} against {top['belady_misses']:,} misses"
              if top["lru_gap"] else "lru misses as few as belady at every size")
-    swept = [k[:-len("_misses")] for k in rows[0] if k.endswith("_misses")
-             and k[:-len("_misses")] not in CURVE_POLICIES]
+    swept = [p for p in policies_of(rows) if p not in CURVE_POLICIES]
     if swept:
         line += (f"\nswept curves (one replay per size): {', '.join(swept)} "
                  f"at every size {rows[0]['slots']}..{rows[-1]['slots']} "
@@ -275,8 +279,7 @@ def curve_figure(rows: list[dict[str, Any]], sizes: Sequence[int],
         style_for,
     )
 
-    names = [k[:-len("_misses")] for k in (rows[0] if rows else {})
-             if k.endswith("_misses")]
+    names = policies_of(rows)
     same = coincident([{"policy": p, "slots": r["slots"],
                         "misses": r[f"{p}_misses"]} for p in names for r in rows])
 
